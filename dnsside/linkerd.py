@@ -219,7 +219,8 @@ def _cluster_ips(spec: Mapping[str, Any], ident: str) -> tuple[str, ...]:
 
 def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
     namespace, name, meta = _meta(obj, "Service", where)
-    ident = f"{where}: Service {namespace}/{name}" if where else f"Service {namespace}/{name}"
+    ident = f"Service {namespace}/{name}"
+    ident = f"{where}: {ident}" if where else ident
     labels = _str_map(meta, "labels", ident)
     annotations = _str_map(meta, "annotations", ident)
     spec = obj.get("spec")
@@ -268,7 +269,8 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
 
 def parse_slice(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
     namespace, name, meta = _meta(obj, "EndpointSlice", where)
-    ident = f"{where}: EndpointSlice {namespace}/{name}" if where else f"EndpointSlice {namespace}/{name}"
+    ident = f"EndpointSlice {namespace}/{name}"
+    ident = f"{where}: {ident}" if where else ident
     labels = _str_map(meta, "labels", ident)
     service_name = labels.get(SERVICE_NAME, "")
     address_type = obj.get("addressType", "IPv4")

@@ -1,0 +1,5 @@
+import sys
+
+from dnsside.cli import main
+
+sys.exit(main())

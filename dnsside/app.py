@@ -1,0 +1,163 @@
+"""Wiring: a source feeds the index, the index feeds the responder, transports serve it.
+
+Read top to bottom, :meth:`App.run` is the whole life of the process: bind the
+sockets (so queries get SERVFAIL, not silence, before the first sync), apply
+source events until told to stop, then stop in the order SIGTERM demands —
+report not ready, stop accepting, let TCP connections flush, exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dnsside import metrics
+from dnsside.dns import ZoneOptions
+from dnsside.http import HttpServer
+from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.server import TcpConnections, UdpServer
+from dnsside.sources import Source
+
+log = logging.getLogger("dnsside")
+
+
+@dataclass
+class Config:
+    source: str = "kube"
+    kubeconfig: str | None = None
+    cluster_name: str = "local"
+    zones: Sequence[str] = ("svc-global.",)
+    listen: str = "127.0.0.1:5353"
+    http_listen: str = "127.0.0.1:9153"
+    ttl: int = 5
+    publish_not_ready: bool = False
+    no_local: bool = False
+    srv_priority: str = "equal"
+    namespaces: Sequence[str] = field(default_factory=tuple)
+    tcp_idle_timeout: float = 10.0
+    tcp_max_connections: int = 512
+    query_log: bool = False
+    reload_interval: float = 1.0
+
+    def index_options(self) -> IndexOptions:
+        return IndexOptions(
+            cluster_name=self.cluster_name,
+            include_local=not self.no_local,
+            zone=ZoneOptions(
+                ttl=self.ttl,
+                publish_not_ready=self.publish_not_ready,
+                srv_priority=self.srv_priority,
+            ),
+        )
+
+
+def parse_hostport(value: str, what: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (all addresses). Raises ValueError naming ``what``."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{what} {value!r}: expected HOST:PORT, e.g. 127.0.0.1:5353 or [::1]:5353")
+    host = host.strip("[]")
+    return host or "0.0.0.0", int(port)
+
+
+def make_source(config: Config) -> Source:
+    namespaces = frozenset(config.namespaces)
+    if config.source == "kube":
+        from dnsside.sources.kube import KubeSource
+
+        kube: Source = KubeSource(kubeconfig=config.kubeconfig, namespaces=sorted(namespaces))
+        return kube
+    from dnsside.sources.file import FileSource
+
+    source = FileSource(config.source, namespaces, poll_interval=config.reload_interval)
+    source.check()
+    return source
+
+
+class App:
+    def __init__(self, config: Config, source: Source) -> None:
+        self.config = config
+        self.source = source
+        options = config.index_options()
+        self.responder = make_responder(config.zones, options.zone)
+        self.index = Index(self.responder, options)
+        self.stopping = False
+        self.tcp = TcpConnections(
+            self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log
+        )
+        self._closers: list[asyncio.AbstractServer] = []
+        self._udp: list[asyncio.DatagramTransport] = []
+        self._stop = asyncio.Event()
+
+    def is_ready(self) -> bool:
+        return self.index.synced and not self.stopping
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = parse_hostport(self.config.listen, "--listen")
+        tcp = await loop.create_server(self.tcp.protocol, host, port, reuse_address=True,
+                                       backlog=1024)
+        port = tcp.sockets[0].getsockname()[1]  # with port 0, UDP takes the port TCP got
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        udp, _ = await loop.create_datagram_endpoint(
+            lambda: UdpServer(self.responder, self.config.query_log),
+            local_addr=(host, port), family=family,
+        )
+        self._closers.append(tcp)
+        self._udp.append(udp)
+        log.info("dns listening on udp+tcp %s", _fmt(host, port))
+        from dnsside.explain import Explainer
+
+        http = HttpServer(self.is_ready, Explainer(self.index).explain)
+        hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
+        hsrv = await asyncio.start_server(http.handle, hhost, hport, reuse_address=True)
+        self._closers.append(hsrv)
+        log.info("http listening on %s", _fmt(hhost, hsrv.sockets[0].getsockname()[1]))
+
+    async def consume(self) -> None:
+        async for batch in self.source.events():
+            self.index.apply(batch)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        consumer = asyncio.create_task(self.consume(), name="source")
+        stopper = asyncio.create_task(self._stop.wait(), name="stop")
+        done, _ = await asyncio.wait({consumer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        if consumer in done and consumer.exception() is not None:
+            exc = consumer.exception()
+            log.error("source %s failed: %s", self.source.name, exc)
+            code = 1
+        await self.shutdown(consumer)
+        stopper.cancel()
+        return code
+
+    async def shutdown(self, consumer: asyncio.Task[None]) -> None:
+        log.info("stopping: not ready, closing listeners")
+        self.stopping = True
+        metrics.SOURCE_SYNCED.labels(source=self.source.name).set(0)
+        consumer.cancel()
+        for udp in self._udp:
+            udp.close()
+        for srv in self._closers:
+            srv.close()
+        await self.tcp.close_all(grace=3.0)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await consumer
+        log.info("stopped")
+
+
+def _fmt(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,182 @@
+"""`dnsside serve` and `dnsside explain`. Every flag can also come from `DNSSIDE_<FLAG>`.
+
+Environment values are defaults that the command line overrides; repeatable
+flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from dnsside import __version__
+from dnsside.app import App, Config, make_source, parse_hostport
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _env(flag: str) -> str | None:
+    return os.environ.get("DNSSIDE_" + flag.lstrip("-").replace("-", "_").upper())
+
+
+def _add(p: argparse.ArgumentParser, flag: str, **kw: Any) -> None:
+    env = _env(flag)
+    action = kw.get("action")
+    if env is not None:
+        if action == "store_true":
+            kw["default"] = env.lower() in _TRUE
+        elif action == "append":
+            kw["default"] = [v for v in env.split(",") if v]
+        else:
+            kw["default"] = kw.get("type", str)(env)
+    if action == "append":
+        kw.setdefault("default", None)
+    p.add_argument(flag, **kw)
+
+
+def _source_flags(p: argparse.ArgumentParser) -> None:
+    _add(p, "--source", default="kube", help="`kube` to watch the API server, or a YAML/JSON file "
+         "of Services and EndpointSlices (reloaded when it changes)")
+    _add(p, "--kubeconfig", default=None, help="kubeconfig for --source kube "
+         "(default $KUBECONFIG, ~/.kube/config, else in-cluster)")
+    _add(p, "--cluster-name", default="local", help="name of this cluster in answers")
+    _add(p, "--zone", action="append", help="served zone, repeatable (default svc-global.)")
+    _add(p, "--ttl", type=int, default=5, help="TTL of every record and SOA minimum")
+    _add(p, "--publish-not-ready", action="store_true", help="answer with not-ready members too")
+    _add(p, "--no-local", action="store_true", help="leave this cluster's endpoints out")
+    _add(p, "--srv-priority", default="equal", choices=["equal", "local-first"],
+         help="SRV priority: all 0, or local members 0 and remote 10")
+    _add(p, "--namespace", action="append", help="watch only this namespace, repeatable")
+    _add(p, "--log-format", default="text", choices=["text", "json"])
+    _add(p, "--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dnsside", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"dnsside {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="answer *.svc-global over DNS")
+    _source_flags(serve)
+    _add(serve, "--listen", default="127.0.0.1:5353", help="DNS address (UDP and TCP)")
+    _add(serve, "--http-listen", default="127.0.0.1:9153",
+         help="/metrics, /healthz, /readyz, /debug/explain")
+    _add(serve, "--tcp-idle-timeout", type=float, default=10.0, help="seconds")
+    _add(serve, "--tcp-max-connections", type=int, default=512)
+    _add(serve, "--query-log", action="store_true", help="log every query (slow)")
+    _add(serve, "--no-uvloop", action="store_true", help="use asyncio's own event loop")
+    explain = sub.add_parser("explain", help="print the answer to NAME and where it comes from")
+    _source_flags(explain)
+    explain.add_argument("name")
+    explain.add_argument("type", nargs="?", default="A")
+    return parser
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    config = Config(
+        source=args.source,
+        kubeconfig=args.kubeconfig,
+        cluster_name=args.cluster_name.lower(),
+        zones=tuple(z if z.endswith(".") else z + "." for z in (args.zone or ["svc-global."])),
+        ttl=args.ttl,
+        publish_not_ready=args.publish_not_ready,
+        no_local=args.no_local,
+        srv_priority=args.srv_priority,
+        namespaces=tuple(args.namespace or ()),
+    )
+    if args.command == "serve":
+        config.listen = args.listen
+        config.http_listen = args.http_listen
+        config.tcp_idle_timeout = args.tcp_idle_timeout
+        config.tcp_max_connections = args.tcp_max_connections
+        config.query_log = args.query_log
+    return config
+
+
+def _check(config: Config) -> None:
+    from dnsside.dns import to_wire
+    from dnsside.linkerd import is_dns_label
+
+    if not is_dns_label(config.cluster_name):
+        raise ValueError(f"--cluster-name {config.cluster_name!r} is not a DNS label")
+    for zone in config.zones:
+        to_wire(zone)
+    if config.ttl < 0:
+        raise ValueError("--ttl must be >= 0")
+    parse_hostport(config.listen, "--listen")
+    parse_hostport(config.http_listen, "--http-listen")
+
+
+async def _serve(config: Config) -> int:
+    app = App(config, make_source(config))
+    return await app.run()
+
+
+async def _explain(config: Config, name: str, qtype: str) -> int:
+    from dnsside.explain import Explainer
+
+    app = App(config, make_source(config))
+    async for batch in app.source.events():
+        app.index.apply(batch)
+        if app.index.synced:
+            break
+    print(json.dumps(Explainer(app.index).explain(name, qtype), indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_format, args.log_level)
+    config = config_from(args)
+    from dnsside.sources.file import FileSourceError
+
+    try:
+        _check(config)
+        if args.command == "explain":
+            return asyncio.run(_explain(config, args.name, args.type))
+        if not args.no_uvloop:
+            try:
+                import uvloop
+
+                return int(uvloop.run(_serve(config)))
+            except ImportError:
+                pass
+        return asyncio.run(_serve(config))
+    except (FileSourceError, ValueError, OSError) as exc:
+        print(f"dnsside: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

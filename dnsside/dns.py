@@ -1,0 +1,528 @@
+"""The DNS contract (SPEC §3): which names exist, what each answers, how a query becomes a reply.
+
+Two halves, both pure (no sockets, no clocks):
+
+* **Encoding** — :func:`encode_service` turns one :class:`~dnsside.linkerd.GlobalService`
+  into pre-encoded :class:`Answer` objects keyed by question. The index runs it
+  when a service changes, never per query.
+* **Answering** — :meth:`Responder.respond` turns query bytes into reply bytes.
+  The common case is a header check, a label walk, one dict lookup and a
+  concatenation; everything unusual falls to :meth:`Responder._respond_slow`,
+  which uses dnslib to decode the packet.
+
+The one tricky thing: answers are encoded once, for a lower-case question, and
+reused for every query of that name whatever its case. That is sound because
+every name inside an encoded body is either spelled out in full or is a
+compression pointer into the question at offset 12 — and a question that
+differs only in case has the same length, so every offset stays valid. A reply
+is therefore: the query's ID, patched flags, pre-encoded counts, the question
+exactly as the client sent it (RFC 0x20 case echo), and the pre-encoded body.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dnsside.linkerd import GlobalService, Member, Port
+
+A, NS, SOA, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = 1, 2, 6, 28, 33, 41, 13, 251, 252, 255
+CLASS_IN = 1
+NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED = 0, 1, 2, 3, 4, 5
+BADVERS = 16
+
+EDNS_PAYLOAD = 1232  # what we advertise, and the most we send over UDP (DNS flag day 2020)
+PLAIN_UDP_LIMIT = 512
+TCP_LIMIT = 65535
+# Room for the largest question (255-byte name + type/class) and an OPT record:
+# an encoded body never exceeds this, so a reply always fits a TCP message.
+MAX_BODY = TCP_LIMIT - 12 - 259 - 11
+
+_QR_AA = 0x8400
+_TC = 0x0200
+_COPIED_FLAGS = 0x0110  # RD and CD are copied from the query
+_OPT_RR = struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, 0, 0, 0, 0)
+_OPT_BADVERS = struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, BADVERS >> 4, 0, 0, 0)
+_PROTO_LABEL = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
+
+TYPE_NAMES = {A: "A", NS: "NS", SOA: "SOA", AAAA: "AAAA", SRV: "SRV", ANY: "ANY", HINFO: "HINFO"}
+
+
+# --------------------------------------------------------------------------- names
+
+
+def to_wire(name: str) -> bytes:
+    """Dotted name → lower-case wire format. Raises ValueError for a name DNS can't carry."""
+    labels = [label for label in name.lower().rstrip(".").split(".")] if name.strip(".") else []
+    out = bytearray()
+    for label in labels:
+        raw = label.encode("ascii")
+        if not 0 < len(raw) < 64:
+            raise ValueError(f"bad DNS label {label!r} in {name!r}")
+        out.append(len(raw))
+        out += raw
+    out.append(0)
+    if len(out) > 255:
+        raise ValueError(f"name longer than 255 bytes: {name!r}")
+    return bytes(out)
+
+
+def to_text(wire: bytes) -> str:
+    """Wire-format name (uncompressed) → dotted text with a trailing dot."""
+    labels, i = [], 0
+    while wire[i]:
+        n = wire[i]
+        labels.append(wire[i + 1 : i + 1 + n].decode("ascii", "backslashreplace"))
+        i += n + 1
+    return ".".join(labels) + "."
+
+
+def question_key(name: str, qtype: int) -> bytes:
+    """The lookup key of a question: lower-case wire name, type and class IN."""
+    return to_wire(name) + struct.pack("!HH", qtype, CLASS_IN)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+class Answer:
+    """A reply minus its first four bytes and its question, in the variants a query may need.
+
+    ``plain``/``edns`` are (counts, body) pairs for a client without/with EDNS;
+    ``*_part`` drop the additional section, for a UDP limit the full reply misses.
+    """
+
+    __slots__ = ("edns", "edns_part", "flags", "plain", "plain_part", "qtype", "rcode", "size",
+                 "size_part", "stat")
+
+    def __init__(
+        self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
+        additional: Sequence[bytes] = ()
+    ) -> None:
+        self.rcode = rcode
+        self.qtype = qtype
+        self.stat = (qtype, rcode)  # the key this answer is counted under, built once
+        self.flags = _QR_AA | rcode
+        an, ns, ar = len(answer), len(authority), len(additional)
+        body_part = b"".join((*answer, *authority))
+        body = body_part + b"".join(additional)
+        self.plain = (struct.pack("!4H", 1, an, ns, ar), body)
+        self.edns = (struct.pack("!4H", 1, an, ns, ar + 1), body + _OPT_RR)
+        if ar:
+            self.plain_part = (struct.pack("!4H", 1, an, ns, 0), body_part)
+            self.edns_part = (struct.pack("!4H", 1, an, ns, 1), body_part + _OPT_RR)
+        else:
+            self.plain_part, self.edns_part = self.plain, self.edns
+        self.size = 12 + len(body)  # reply size minus the question
+        self.size_part = 12 + len(body_part)
+
+
+def _rr(owner: bytes, rtype: int, ttl: int, rdata: bytes) -> bytes:
+    return owner + struct.pack("!HHIH", rtype, CLASS_IN, ttl, len(rdata)) + rdata
+
+
+_AT_QUESTION = b"\xc0\x0c"  # compression pointer to the question name
+_TC_COUNTS = struct.pack("!4H", 1, 0, 0, 0)
+_TC_COUNTS_EDNS = struct.pack("!4H", 1, 0, 0, 1)
+
+
+def _address_rrs(owner: bytes, addresses: Iterable[str], rtype: int, ttl: int) -> list[bytes]:
+    rrs = []
+    for packed in dict.fromkeys(_packed(addresses, rtype)):
+        rrs.append(_rr(owner, rtype, ttl, packed))
+    return rrs
+
+
+def _packed(addresses: Iterable[str], rtype: int) -> Iterable[bytes]:
+    for a in addresses:
+        ip = ipaddress.ip_address(a)
+        if (ip.version == 4) == (rtype == A):
+            yield ip.packed
+
+
+def _fit(rrs: list[bytes], room: int) -> list[bytes]:
+    """Keep as many records as fit in ``room`` bytes (only huge RRsets ever lose any)."""
+    total = 0
+    for i, rr in enumerate(rrs):
+        total += len(rr)
+        if total > room:
+            return rrs[:i]
+    return rrs
+
+
+@dataclass(frozen=True)
+class ZoneOptions:
+    ttl: int = 5
+    publish_not_ready: bool = False
+    srv_priority: str = "equal"  # or "local-first"
+
+
+@dataclass
+class ServiceAnswers:
+    """Everything one global service contributes to the zone."""
+
+    answers: dict[bytes, Answer] = field(default_factory=dict)
+    names: set[bytes] = field(default_factory=set)  # every name of the subtree, for NODATA
+
+
+def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
+    return [m for m in gs.members if m.addresses and (m.ready or options.publish_not_ready)]
+
+
+def encode_service(
+    gs: GlobalService, zones: Sequence[bytes], options: ZoneOptions
+) -> ServiceAnswers:
+    """Pre-encode every answer of ``gs`` in every zone. No published member → no names."""
+    out = ServiceAnswers()
+    members = published(gs, options)
+    if not members:
+        return out
+    for zone in zones:
+        _encode_in_zone(gs, members, zone, options, out)
+    return out
+
+
+def _encode_in_zone(
+    gs: GlobalService, members: list[Member], zone: bytes, options: ZoneOptions,
+    out: ServiceAnswers,
+) -> None:
+    ttl = options.ttl
+    svc_name = _label(gs.name) + _label(gs.namespace) + zone
+
+    def put_addresses(name: bytes, group: Sequence[Member]) -> None:
+        out.names.add(name)
+        room = MAX_BODY
+        for rtype in (A, AAAA):
+            rrs = _address_rrs(_AT_QUESTION, (a for m in group for a in m.addresses), rtype, ttl)
+            if rrs:
+                out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = Answer(
+                    NOERROR, rtype, _fit(rrs, room)
+                )
+
+    put_addresses(svc_name, members)
+    by_cluster: dict[str, list[Member]] = {}
+    for m in members:
+        by_cluster.setdefault(m.cluster, []).append(m)
+    for cluster, group in by_cluster.items():
+        cluster_name = _label(cluster) + svc_name
+        put_addresses(cluster_name, group)
+        for m in group:
+            if m.hostname is not None:
+                put_addresses(_label(m.hostname) + cluster_name, [m])
+
+    # SRV: the service name answers for every port; `_<port>._<proto>` for named ones.
+    pairs = [(m, p) for m in members for p in m.ports]
+    if not pairs:
+        return
+    _put_srv(out, svc_name, pairs, svc_name, options)
+    named: dict[tuple[str, str], list[tuple[Member, Port]]] = {}
+    for m, p in pairs:
+        if p.name and p.protocol in _PROTO_LABEL:
+            named.setdefault((p.name, p.protocol), []).append((m, p))
+    for (port_name, protocol), group_pairs in named.items():
+        proto_name = _label(_PROTO_LABEL[protocol]) + svc_name
+        out.names.add(proto_name)
+        try:
+            srv_name = _label("_" + port_name) + proto_name
+        except ValueError:
+            continue
+        _put_srv(out, srv_name, group_pairs, svc_name, options)
+
+
+def _label(text: str) -> bytes:
+    raw = text.lower().encode("ascii")
+    if not 0 < len(raw) < 64:
+        raise ValueError(f"bad DNS label {text!r}")
+    return bytes([len(raw)]) + raw
+
+
+def _put_srv(
+    out: ServiceAnswers, name: bytes, pairs: list[tuple[Member, Port]], svc_name: bytes,
+    options: ZoneOptions,
+) -> None:
+    out.names.add(name)
+    ttl = options.ttl
+
+    def priority(m: Member) -> int:
+        return 10 if options.srv_priority == "local-first" and not m.local else 0
+
+    per_priority: dict[int, int] = {}
+    for m, _ in pairs:
+        per_priority[priority(m)] = per_priority.get(priority(m), 0) + 1
+    # Offsets below are absolute in the reply: header, then the question (name + 4).
+    offset = 12 + len(name) + 4
+    answer: list[bytes] = []
+    target_at: dict[bytes, int] = {}
+    targets: dict[bytes, Member] = {}
+    size = 0
+    for m, p in sorted(pairs, key=lambda mp: priority(mp[0])):
+        host = _label(m.hostname) if m.hostname is not None else b""
+        target = host + _label(m.cluster) + svc_name
+        prio = priority(m)
+        weight = max(1, 100 // per_priority[prio])
+        rr = _rr(_AT_QUESTION, SRV, ttl, struct.pack("!HHH", prio, weight, p.port) + target)
+        if size + len(rr) > MAX_BODY:
+            break
+        target_at.setdefault(target, offset + size + 2 + 10 + 6)
+        targets.setdefault(target, m)
+        answer.append(rr)
+        size += len(rr)
+    additional: list[bytes] = []
+    for target, m in targets.items():
+        at = target_at[target]
+        owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
+        for rtype in (A, AAAA):
+            additional.extend(_address_rrs(owner, m.addresses, rtype, ttl))
+    additional = _fit(additional, MAX_BODY - size)
+    key = name + struct.pack("!HH", SRV, CLASS_IN)
+    out.answers[key] = Answer(NOERROR, SRV, answer, (), additional)
+
+
+# --------------------------------------------------------------------------- zones
+
+
+class Zone:
+    """One served zone: its apex records and the negative answers that carry its SOA."""
+
+    def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
+        self.origin = origin if origin.endswith(".") else origin + "."
+        self.wire = to_wire(self.origin)
+        self.options = options
+        self.ns_host = to_wire("ns.dns." + self.origin)
+        self.set_serial(serial)
+
+    def set_serial(self, serial: int) -> None:
+        """The serial changes whenever the index does; only zone-level bytes depend on it."""
+        self.serial = serial & 0xFFFFFFFF
+        ttl = self.options.ttl
+        rdata = (
+            self.ns_host + to_wire("hostmaster." + self.origin)
+            + struct.pack("!5I", self.serial, 7200, 1800, 86400, ttl)
+        )
+        self.soa_rr = _rr(self.wire, SOA, ttl, rdata)
+        self.nodata = Answer(NOERROR, 0, (), (self.soa_rr,))
+        self.nxdomain = Answer(NXDOMAIN, 0, (), (self.soa_rr,))
+        self.apex = {
+            self.wire + struct.pack("!HH", SOA, CLASS_IN): Answer(NOERROR, SOA, (self.soa_rr,)),
+            self.wire + struct.pack("!HH", NS, CLASS_IN): Answer(
+                NOERROR, NS, (_rr(self.wire, NS, ttl, self.ns_host),)
+            ),
+        }
+
+
+# --------------------------------------------------------------------------- answering
+
+
+def _error(data: bytes, rcode: int, question: bytes = b"", edns: bool = False) -> bytes:
+    """A reply that carries only a status: FORMERR, SERVFAIL, NOTIMP, REFUSED, BADVERS."""
+    flags = (data[2] << 8 | data[3]) & 0x7910 | 0x8000  # keep opcode, RD, CD
+    opt = b""
+    if rcode == BADVERS:
+        opt, rcode = _OPT_BADVERS, 0
+    elif edns:
+        opt = _OPT_RR
+    return (
+        data[:2]
+        + struct.pack("!5H", flags | rcode, 1 if question else 0, 0, 0, 1 if opt else 0)
+        + question
+        + opt
+    )
+
+
+_HINFO_RDATA = b"\x07RFC8482\x00"
+
+
+class Responder:
+    """Query bytes → reply bytes, from the tables the index keeps up to date.
+
+    ``answers`` maps question keys to pre-encoded answers, ``names`` maps every
+    existing name (including empty non-terminals) to its zone, for NODATA.
+    """
+
+    def __init__(self, zones: Sequence[Zone]) -> None:
+        self.zones = list(zones)
+        self.zone_by_wire = {z.wire: z for z in self.zones}
+        self.answers: dict[bytes, Answer] = {}
+        self.names: dict[bytes, Zone] = {}
+        self.ready = False
+        # Queries answered by (qtype, rcode), per transport; read by the metrics collector.
+        # A dict increment is all the fast path can afford.
+        self.udp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.tcp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.dropped = 0
+        for z in self.zones:
+            self.answers.update(z.apex)
+            self.names[z.wire] = z
+
+    def refresh_apex(self) -> None:
+        for z in self.zones:
+            self.answers.update(z.apex)
+
+    def respond(self, data: bytes, udp: bool = True) -> bytes | None:
+        """The reply to one query, or None to drop it. ``udp`` applies size limits."""
+        # Fast path: one question, nothing else but maybe an OPT record, opcode QUERY.
+        if len(data) < 17 or data[2] & 0xF8 or data[4:11] != b"\x00\x01\x00\x00\x00\x00\x00":
+            return self._respond_slow(data, udp)
+        i = 12
+        try:
+            n = data[i]
+            while n:
+                if n > 63:
+                    return self._respond_slow(data, udp)
+                i += n + 1
+                n = data[i]
+        except IndexError:
+            return self._respond_slow(data, udp)
+        qend = i + 5
+        answer = self.answers.get(data[12:qend].lower())
+        if answer is None:
+            return self._respond_slow(data, udp)
+        if data[11] == 0:
+            if udp:
+                limit, edns = PLAIN_UDP_LIMIT, False
+            else:
+                limit, edns = TCP_LIMIT, False
+        elif data[11] == 1 and data[qend : qend + 3] == b"\x00\x00\x29" and len(data) == (
+            qend + 11 + (data[qend + 9] << 8 | data[qend + 10])
+        ) and data[qend + 6] == 0:
+            edns = True
+            limit = (
+                min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+                if udp
+                else TCP_LIMIT
+            )
+        else:
+            return self._respond_slow(data, udp)
+        if udp:
+            self.udp_counts[answer.stat] += 1
+        else:
+            self.tcp_counts[answer.stat] += 1
+        return self._assemble(data, qend, answer, edns, limit)
+
+    @staticmethod
+    def _assemble(data: bytes, qend: int, answer: Answer, edns: bool, limit: int) -> bytes:
+        qlen = qend - 12
+        flags = answer.flags | ((data[2] << 8 | data[3]) & _COPIED_FLAGS)
+        extra = 11 if edns else 0
+        if answer.size + qlen + extra <= limit:
+            counts, body = answer.edns if edns else answer.plain
+        elif answer.size_part + qlen + extra <= limit:
+            counts, body = answer.edns_part if edns else answer.plain_part
+        else:
+            flags |= _TC
+            counts = _TC_COUNTS_EDNS if edns else _TC_COUNTS
+            body = _OPT_RR if edns else b""
+        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body))
+
+    def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
+        reply = self._slow(data, udp)
+        if reply is None:
+            self.dropped += 1
+            return None
+        qtype = 0
+        if reply[5] == 1:  # the reply echoes a question: find its type
+            qend = _question_end(reply)
+            if qend is not None:
+                qtype = reply[qend - 4] << 8 | reply[qend - 3]
+        rcode = reply[3] & 0xF
+        if reply[-11:-8] == b"\x00\x00\x29":
+            rcode |= reply[-6] << 4  # extended rcode (BADVERS) lives in the OPT record
+        (self.udp_counts if udp else self.tcp_counts)[(qtype, rcode)] += 1
+        return reply
+
+    def _slow(self, data: bytes, udp: bool) -> bytes | None:
+        """Every query the fast path did not take: the rules of SPEC §3, one by one."""
+        if len(data) < 12 or data[2] & 0x80:
+            return None  # no readable header, or a response: never answer those
+        if (data[2] >> 3) & 0xF != 0:
+            return _error(data, NOTIMP)
+        qdcount, _an, _ns, arcount = struct.unpack("!4H", data[4:12])
+        if qdcount != 1:
+            return _error(data, FORMERR)
+        qend = _question_end(data)
+        if qend is None:
+            return _error(data, FORMERR)
+        question = data[12:qend]
+        edns, limit, badvers = _read_edns(data, qend, arcount, udp)
+        if edns is None:
+            return _error(data, FORMERR, question)
+        if badvers:
+            return _error(data, BADVERS, question)
+        qname = data[12 : qend - 4].lower()
+        qtype, qclass = struct.unpack("!HH", data[qend - 4 : qend])
+        if qclass != CLASS_IN:
+            return _error(data, REFUSED, question, edns)
+        zone = self._zone_of(qname)
+        if zone is None:
+            return _error(data, REFUSED, question, edns)
+        if not self.ready:
+            return _error(data, SERVFAIL, question, edns)
+        if qtype in (AXFR, IXFR):
+            return _error(data, REFUSED, question, edns)
+        answer = self.answers.get(qname + data[qend - 4 : qend])
+        if answer is None:
+            if qname in self.names:
+                answer = self._any(qname) if qtype == ANY else zone.nodata
+            else:
+                answer = zone.nxdomain
+        return self._assemble(data, qend, answer, edns, limit)
+
+    def _any(self, qname: bytes) -> Answer:
+        # RFC 8482 §4.2: answer ANY with one synthesised HINFO, never the whole node.
+        return Answer(NOERROR, ANY, (_rr(_AT_QUESTION, HINFO, self.zones[0].options.ttl,
+                                         _HINFO_RDATA),))
+
+    def _zone_of(self, qname: bytes) -> Zone | None:
+        i = 0
+        while True:
+            zone = self.zone_by_wire.get(qname[i:])
+            if zone is not None:
+                return zone
+            n = qname[i]
+            if n == 0:
+                return None
+            i += n + 1
+
+
+def _question_end(data: bytes) -> int | None:
+    """End of the (only) question, or None when it is malformed. No pointers allowed:
+    nothing precedes the question that a pointer could legitimately point at."""
+    i = 12
+    total = 0
+    while i < len(data):
+        n = data[i]
+        if n == 0:
+            return i + 5 if i + 5 <= len(data) else None
+        if n > 63:
+            return None
+        total += n + 1
+        if total > 254:
+            return None
+        i += n + 1
+    return None
+
+
+def _read_edns(data: bytes, qend: int, arcount: int, udp: bool) -> tuple[bool | None, int, bool]:
+    """(edns present, size limit, BADVERS) from the additional section; edns None = FORMERR."""
+    limit = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
+    if arcount == 0 and qend == len(data):
+        return False, limit, False
+    from dnslib import DNSError, DNSRecord  # the rare path only
+
+    try:
+        record = DNSRecord.parse(data)
+    except (DNSError, ValueError, IndexError, struct.error, UnicodeError):
+        return None, limit, False
+    opts = [rr for rr in record.ar if rr.rtype == OPT]
+    if not opts:
+        return False, limit, False
+    if len(opts) > 1 or str(opts[0].rname) not in (".", ""):
+        return None, limit, False
+    opt = opts[0]
+    version = (opt.ttl >> 16) & 0xFF
+    if udp:
+        limit = min(max(opt.rclass, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    return True, limit, version > 0

@@ -1,0 +1,98 @@
+"""`dnsside explain NAME [TYPE]`: the answer to a question, and where each record comes from.
+
+It asks the same :class:`~dnsside.dns.Responder` the server uses (so what it
+prints is what a client gets), then walks the global service behind the name
+and says, member by member, which objects it comes from and why it is in or
+out of the answer. Only humans call this; nothing here is on the query path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnslib import RCODE, DNSRecord
+
+from dnsside.dns import published, to_wire
+from dnsside.index import Index
+
+
+class Explainer:
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    def explain(self, name: str, qtype: str = "A") -> dict[str, Any]:
+        report: dict[str, Any] = {"question": {"name": name, "type": qtype.upper()}}
+        try:
+            query = DNSRecord.question(name, qtype.upper())
+        except Exception as exc:  # dnslib raises several types for a bad name or type
+            return {**report, "error": f"cannot build a query for {name!r} {qtype!r}: {exc}"}
+        reply_bytes = self.index.responder.respond(query.pack(), udp=False)
+        if reply_bytes is None:
+            return {**report, "error": "no reply"}
+        reply = DNSRecord.parse(reply_bytes)
+        report["rcode"] = RCODE.get(reply.header.rcode)
+        report["answer"] = [str(rr) for rr in reply.rr]
+        report["authority"] = [str(rr) for rr in reply.auth]
+        report["additional"] = [str(rr) for rr in reply.ar]
+        report.update(self._why(name))
+        return report
+
+    def _why(self, name: str) -> dict[str, Any]:
+        try:
+            wire = to_wire(name)
+        except ValueError as exc:
+            return {"explanation": str(exc)}
+        zone = self.index.responder._zone_of(wire)
+        if zone is None:
+            return {"explanation": "outside every served zone: REFUSED"}
+        if not self.index.synced:
+            return {"explanation": "the source has not finished its initial sync: SERVFAIL"}
+        relative = name.lower().rstrip(".")[: -len(zone.origin.rstrip("."))].rstrip(".")
+        labels = [label for label in relative.split(".") if label]
+        if not labels:
+            return {"explanation": f"the zone apex {zone.origin}"}
+        if labels[0].startswith("_") and len(labels) == 4:
+            labels = labels[2:]
+            port_filter = labels and relative.split(".")[:2]
+        else:
+            port_filter = None
+        if len(labels) == 1:
+            services = sorted(n for ns, n in self.index.global_services if ns == labels[0])
+            return {"explanation": f"namespace {labels[0]}: global services {services}"}
+        svc, ns = labels[-2], labels[-1]
+        gs = self.index.global_services.get((ns, svc))
+        if gs is None:
+            return {"explanation": f"no global service {ns}/{svc}: no mirror of it exists and "
+                                   "the local Service is not exported"}
+        shown = set(map(id, published(gs, self.index.options.zone)))
+        cluster = labels[-3] if len(labels) >= 3 else None
+        host = labels[-4] if len(labels) >= 4 else None
+        members = []
+        for m in gs.members:
+            if cluster is not None and m.cluster != cluster:
+                continue
+            if host is not None and m.hostname != host:
+                continue
+            if id(m) in shown:
+                why = "in the answer"
+            elif not m.addresses:
+                why = "left out: no address"
+            else:
+                why = f"left out: not ready ({m.why_not_ready})"
+            members.append({
+                "cluster": m.cluster,
+                "hostname": m.hostname,
+                "addresses": list(m.addresses),
+                "ports": [f"{p.name or '-'}/{p.protocol}:{p.port}" for p in m.ports],
+                "ready": m.ready,
+                "local": m.local,
+                "from": m.origin,
+                "status": why,
+            })
+        out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members}
+        if port_filter:
+            out["srv_filter"] = ".".join(port_filter)
+        return out
+
+
+__all__ = ["Explainer"]

@@ -1,0 +1,73 @@
+"""`/metrics`, `/healthz`, `/readyz` and `/debug/explain` over a deliberately tiny HTTP/1.1.
+
+Four GET routes for Prometheus and the kubelet do not justify a web framework
+at run time: this reads one request line and its headers (bounded in size and
+time), answers, and closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from dnsside import metrics
+
+log = logging.getLogger("dnsside.http")
+
+Explain = Callable[[str, str], dict[str, object]]
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
+
+
+class HttpServer:
+    def __init__(self, is_ready: Callable[[], bool], explain: Explain | None = None) -> None:
+        self.is_ready = is_ready
+        self.explain = explain
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            status, ctype, body = self.route(head)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
+                ConnectionError):
+            writer.close()
+            return
+        writer.write(
+            f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+    def route(self, head: bytes) -> tuple[int, str, bytes]:
+        try:
+            method, target, _version = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        except ValueError:
+            return 400, "text/plain", b"bad request\n"
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain", b"only GET\n"
+        url = urlsplit(target)
+        if url.path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(metrics.REGISTRY)
+        if url.path == "/healthz":
+            return 200, "text/plain", b"ok\n"
+        if url.path == "/readyz":
+            if self.is_ready():
+                return 200, "text/plain", b"ready\n"
+            return 503, "text/plain", b"not ready: initial sync not done, or stopping\n"
+        if url.path == "/debug/explain" and self.explain is not None:
+            query = parse_qs(url.query)
+            name = query.get("name", [""])[0]
+            if not name:
+                return 400, "text/plain", b"name= is required\n"
+            report = self.explain(name, query.get("type", ["A"])[0])
+            return 200, "application/json", json.dumps(report, indent=2).encode() + b"\n"
+        return 404, "text/plain", b"not found\n"

@@ -1,0 +1,169 @@
+"""Serve a dump of Services and EndpointSlices from a file, reloading it when it changes.
+
+The file is what ``kubectl get services,endpointslices -A -o yaml`` (or ``-o json``)
+prints: a ``List``, or several YAML documents, each an object or a list.
+
+The tricky thing is what "keep the previous state" means for a file that is
+only partly broken. A file that cannot be read or parsed at all changes
+nothing. A file that parses but holds some bad objects still updates
+everything else; each bad object keeps the record it had before (when its kind,
+namespace and name can be read), so a typo in one Service never makes it vanish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dnsside import metrics
+from dnsside.events import Event, Kind, Replace, SourceError, Synced
+from dnsside.linkerd import ObjectError, Record, parse_object
+
+log = logging.getLogger("dnsside.file")
+
+_KINDS = frozenset({Kind.SERVICE, Kind.SLICE})
+
+
+class FileSourceError(Exception):
+    """The file cannot be used at all: the message says which file and why."""
+
+
+def read_objects(path: Path) -> list[tuple[str, Any]]:
+    """(where, object) for every item in the file. Raises FileSourceError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FileSourceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FileSourceError(f"{path}: not UTF-8 text: {exc}") from None
+    try:
+        if text.lstrip().startswith(("{", "[")):
+            docs: list[Any] = [json.loads(text)]
+        else:
+            docs = list(yaml.safe_load_all(text))
+    except json.JSONDecodeError as exc:
+        raise FileSourceError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise FileSourceError(f"{at}: invalid YAML: {problem}") from None
+    return list(_items(docs, str(path)))
+
+
+def _items(docs: list[Any], where: str) -> Iterator[tuple[str, Any]]:
+    for d, doc in enumerate(docs):
+        at = f"{where} document {d + 1}" if len(docs) > 1 else where
+        if doc is None:
+            continue
+        if isinstance(doc, list):
+            yield from ((f"{at} item {i + 1}", o) for i, o in enumerate(doc))
+        elif isinstance(doc, Mapping) and isinstance(doc.get("items"), list):
+            yield from ((f"{at} items[{i}]", o) for i, o in enumerate(doc["items"]))
+        else:
+            yield at, doc
+
+
+def _identity(obj: Any) -> tuple[Kind, str, str] | None:
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
+        return None
+    kind = {"Service": Kind.SERVICE, "EndpointSlice": Kind.SLICE}.get(obj.get("kind", ""))
+    ns, name = obj["metadata"].get("namespace"), obj["metadata"].get("name")
+    if kind is None or not isinstance(ns, str) or not isinstance(name, str):
+        return None
+    return kind, ns, name
+
+
+def load_records(
+    path: Path,
+    namespaces: frozenset[str] = frozenset(),
+    previous: Mapping[tuple[Kind, str, str], Record] | None = None,
+) -> tuple[list[Record], list[str]]:
+    """Records from the file, and a warning per object skipped. Raises FileSourceError."""
+    records: list[Record] = []
+    warnings: list[str] = []
+    unknown: dict[str, int] = {}
+    for where, obj in read_objects(path):
+        try:
+            record = parse_object(obj, where)
+        except ObjectError as exc:
+            ident = _identity(obj)
+            kept = previous.get(ident) if previous is not None and ident else None
+            warnings.append(f"{exc}; {'kept its previous version' if kept else 'skipped'}")
+            if kept is not None and (not namespaces or kept.namespace in namespaces):
+                records.append(kept)
+            continue
+        if record is None:
+            kind = obj.get("kind") if isinstance(obj, Mapping) else None
+            unknown[str(kind)] = unknown.get(str(kind), 0) + 1
+            continue
+        if not namespaces or record.namespace in namespaces:
+            records.append(record)
+    for kind, n in unknown.items():
+        warnings.append(f"{path}: ignored {n} object(s) of kind {kind} (only Service and "
+                        "EndpointSlice are read)")
+    return records, warnings
+
+
+class FileSource:
+    name = "file"
+
+    def __init__(
+        self, path: str | os.PathLike[str], namespaces: frozenset[str] = frozenset(),
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.path = Path(path)
+        self.namespaces = namespaces
+        self.poll_interval = poll_interval
+        self._records: dict[tuple[Kind, str, str], Record] = {}
+
+    def check(self) -> None:
+        """Fail fast, before serving, when the file is missing or unusable."""
+        if not self.path.is_file():
+            raise FileSourceError(f"{self.path}: no such file")
+        read_objects(self.path)
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _load(self) -> list[Event]:
+        records, warnings = load_records(self.path, self.namespaces, self._records)
+        for w in warnings:
+            log.warning("%s", w)
+        self._records = {(Kind.of(r), r.namespace, r.name): r for r in records}
+        metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
+        return [Replace(_KINDS, tuple(records))]
+
+    async def events(self) -> AsyncIterator[list[Event]]:
+        stamp = self._stamp()
+        batch = self._load()  # errors here propagate: a file unusable at start is fatal
+        log.info("loaded %s: %d objects", self.path, len(self._records))
+        metrics.SOURCE_SYNCED.labels(source=self.name).set(1)
+        yield [*batch, Synced()]
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            now = self._stamp()
+            if now == stamp:
+                continue
+            stamp = now
+            try:
+                batch = self._load()
+            except FileSourceError as exc:
+                metrics.RELOAD_ERRORS.inc()
+                log.error("reload failed, still serving the previous state: %s", exc)
+                yield [SourceError(str(exc))]
+                continue
+            log.info("reloaded %s: %d objects", self.path, len(self._records))
+            yield batch
