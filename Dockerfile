@@ -1,0 +1,67 @@
+# syntax=docker/dockerfile:1
+#
+# dnsside container image.
+#
+#   docker build -t ghcr.io/dnsside/dnsside:0.1.0 .
+#   docker build --build-arg EXTRAS= -t dnsside:plain .   # without uvloop
+#
+# Both stages use the same base image on purpose: the virtualenv built in the
+# first stage points at /usr/local/bin/python3.11 of that image, so the final
+# stage must provide the identical interpreter at the identical path.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --------------------------------------------------------------------------
+# build: install the project and its dependencies into /opt/dnsside
+# --------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS build
+
+# Optional extras from pyproject.toml; "fast" pulls in uvloop (manylinux
+# wheels exist for amd64 and arm64, so no compiler is needed).
+ARG EXTRAS=fast
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+RUN ["python", "-m", "venv", "/opt/dnsside"]
+
+WORKDIR /src
+# README.md* / LICENSE*: pyproject.toml names README.md as the long
+# description; the wildcard keeps the build working if it is absent.
+COPY pyproject.toml README.md* LICENSE* ./
+COPY dnsside/ ./dnsside/
+
+# Not an editable install: the package is copied into site-packages and
+# byte-compiled here, so the read-only root filesystem at run time never
+# needs a __pycache__ write.
+RUN ["/bin/sh", "-c", "/opt/dnsside/bin/pip install \".${EXTRAS:+[$EXTRAS]}\" && /opt/dnsside/bin/dnsside --help >/dev/null"]
+
+# --------------------------------------------------------------------------
+# runtime: the interpreter from the base image plus /opt/dnsside, nothing else
+# --------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+
+LABEL org.opencontainers.image.title="dnsside" \
+      org.opencontainers.image.description="DNS-serving discovery sidecar for Linkerd multicluster (*.svc-global)" \
+      org.opencontainers.image.source="https://github.com/dnsside/dnsside" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+COPY --from=build /opt/dnsside /opt/dnsside
+
+ENV PATH=/opt/dnsside/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+
+# Numeric user so Kubernetes' runAsNonRoot can verify it without /etc/passwd.
+USER 65532:65532
+
+# 5353: DNS over UDP and TCP; 9153: /metrics, /healthz, /readyz.
+# Note: dnsside's own defaults are 127.0.0.1; the manifests pass
+# --listen 0.0.0.0:5353 --http-listen 0.0.0.0:9153.
+EXPOSE 5353/udp 5353/tcp 9153/tcp
+
+# Exec form: no shell is involved at run time, signals reach dnsside directly.
+ENTRYPOINT ["dnsside"]
+CMD ["serve"]
