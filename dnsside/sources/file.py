@@ -40,6 +40,8 @@ def read_objects(path: Path) -> list[tuple[str, Any]]:
     """(where, object) for every item in the file. Raises FileSourceError."""
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileSourceError(f"{path}: no such file") from None
     except OSError as exc:
         raise FileSourceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

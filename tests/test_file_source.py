@@ -1,0 +1,160 @@
+"""The file source: formats, bad input, reload, and "keep the last good state" through a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import dns.rcode
+import pytest
+import yaml
+from support import DEMO, Dnsside, answers, run_cli, wait_for
+
+from dnsside.events import Replace
+from dnsside.linkerd import ServiceRecord
+from dnsside.sources.file import FileSource, FileSourceError, load_records, read_objects
+
+NGINX = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
+
+
+def test_list_multidoc_and_json_read_the_same(tmp_path: Path) -> None:
+    items = yaml.safe_load(DEMO.read_text())["items"]
+    multi = tmp_path / "multi.yaml"
+    multi.write_text("\n".join("---\n" + yaml.safe_dump(o) for o in items))
+    as_json = tmp_path / "dump.json"
+    as_json.write_text(json.dumps({"kind": "List", "items": items}))
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(items))
+    expected, _ = load_records(DEMO)
+    for path in (multi, as_json, bare):
+        got, warnings = load_records(path)
+        assert got == expected and warnings == []
+
+
+def test_namespace_filter() -> None:
+    recs, _ = load_records(DEMO, frozenset({"db"}))
+    assert recs and {r.namespace for r in recs} == {"db"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("items: [\n  - {kind: Service\n", r"bad.yaml:\d+:\d+: invalid YAML"),
+        ('{"kind": "List", "items": [}', r"bad.yaml:1:\d+: invalid JSON"),
+    ],
+)
+def test_broken_files_say_where(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(FileSourceError, match=message):
+        read_objects(path)
+
+
+def test_non_utf8_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"kind: Service\nmetadata: {name: caf\xe9}\n")
+    with pytest.raises(FileSourceError, match="not UTF-8"):
+        read_objects(path)
+
+
+def test_bad_objects_are_skipped_with_warnings(tmp_path: Path) -> None:
+    items = yaml.safe_load(DEMO.read_text())["items"]
+    items[2]["spec"]["clusterIPs"] = 42  # nginx-svc-west: wrong type
+    items[4]["metadata"]["annotations"]["mirror.linkerd.io/remote-svc-fq-name"] = (
+        "x" * 64 + ".nginx-svc.default.svc")  # nginx-set-0-west: hostname too long
+    items[6]["metadata"]["annotations"]["mirror.linkerd.io/remote-svc-fq-name"] = (
+        "ñginx.nginx-svc.default.svc")  # non-ASCII
+    items.append({"kind": "Pod", "metadata": {"name": "p", "namespace": "default"}})
+    items.append({"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}})
+    items.append("just a string")
+    path = tmp_path / "dump.yaml"
+    path.write_text(yaml.safe_dump({"kind": "List", "items": items}, allow_unicode=True))
+    recs, warnings = load_records(path)
+    names = {r.name for r in recs if isinstance(r, ServiceRecord)}
+    assert {"nginx-svc-west", "nginx-set-0-west", "nginx-set-1-west"}.isdisjoint(names)
+    assert "nginx-set-2-west" in names
+    text = "\n".join(warnings)
+    assert f"{path} items[2]: Service default/nginx-svc-west: spec.clusterIPs" in text
+    assert "items[4]" in text and "cannot be a DNS label" in text
+    assert "items[6]" in text
+    assert "kind Pod" in text and "kind ConfigMap" in text
+    assert "expected an object" in text
+
+
+def test_bad_object_keeps_its_previous_version(tmp_path: Path) -> None:
+    path = tmp_path / "dump.yaml"
+    shutil.copy(DEMO, path)
+    first, _ = load_records(path)
+    previous = {("Service" if isinstance(r, ServiceRecord) else "EndpointSlice", r.namespace,
+                 r.name): r for r in first}
+    items = yaml.safe_load(DEMO.read_text())["items"]
+    items[4]["spec"]["ports"] = "eighty"
+    path.write_text(yaml.safe_dump({"kind": "List", "items": items}))
+    from dnsside.events import Kind
+
+    prev = {(Kind.SERVICE if k[0] == "Service" else Kind.SLICE, k[1], k[2]): v
+            for k, v in previous.items()}
+    recs, warnings = load_records(path, previous=prev)
+    assert any("kept its previous version" in w for w in warnings)
+    assert recs == first
+
+
+async def test_events_then_reload_then_broken_file(tmp_path: Path) -> None:
+    path = tmp_path / "dump.yaml"
+    shutil.copy(DEMO, path)
+    source = FileSource(path, poll_interval=0.01)
+    stream = source.events()
+    first = await anext(stream)
+    assert isinstance(first[0], Replace) and len(first[0].records) == 45
+    items = yaml.safe_load(DEMO.read_text())["items"][:10]
+    path.write_text(yaml.safe_dump({"kind": "List", "items": items}))
+    second = await anext(stream)
+    assert isinstance(second[0], Replace) and len(second[0].records) == 10
+    path.write_text("{{{ not yaml")
+    third = await anext(stream)
+    assert "invalid" in str(third[0])
+    await stream.aclose()
+
+
+def test_missing_file_exits_nonzero_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    result = run_cli(["serve", "--source", str(missing), "--listen", "127.0.0.1:0",
+                      "--http-listen", "127.0.0.1:0"])
+    assert result.returncode == 2
+    assert f"{missing}: no such file" in result.stderr
+
+
+def test_bad_flags_exit_nonzero() -> None:
+    result = run_cli(["serve", "--source", str(DEMO), "--listen", "nonsense"])
+    assert result.returncode == 2 and "--listen 'nonsense'" in result.stderr
+    result = run_cli(["serve", "--source", str(DEMO), "--cluster-name", "Not_A Label"])
+    assert result.returncode == 2 and "--cluster-name" in result.stderr
+
+
+def test_server_reloads_and_survives_a_broken_file(tmp_path: Path) -> None:
+    path = tmp_path / "dump.yaml"
+    shutil.copy(DEMO, path)
+    with Dnsside("--source", str(path), "--cluster-name", "east",
+                 env={"DNSSIDE_RELOAD_INTERVAL": "0.05"}) as srv:
+        assert answers(srv.query("nginx-svc.default.svc-global")) == NGINX
+        items = yaml.safe_load(DEMO.read_text())["items"]
+        north = [o for o in items if o["kind"] == "EndpointSlice"
+                 and o["metadata"]["name"].startswith("nginx-set-0-north")]
+        north[0]["endpoints"][0]["conditions"]["ready"] = True
+        path.write_text(yaml.safe_dump({"kind": "List", "items": items}))
+        wait_for(lambda: "10.43.61.5" in answers(srv.query("nginx-svc.default.svc-global")),
+                 what="north's nginx-set-0 after reload")
+        path.write_text("items: [ {{ broken")
+        srv.wait_log("reload failed, still serving the previous state")
+        assert "dump.yaml:1:" in srv.wait_log("invalid YAML")
+        assert "10.43.61.5" in answers(srv.query("nginx-svc.default.svc-global"))
+        os.remove(path)
+        srv.wait_log("no such file")
+        msg = srv.query("nginx-svc.default.svc-global")
+        assert msg.rcode() == dns.rcode.NOERROR and len(answers(msg)) == 6
+        status, text = srv.http("/metrics")
+        assert status == 200
+        assert "dnsside_file_reload_errors_total 2.0" in text
+        assert srv.stop() == 0
