@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +87,9 @@ class App:
         options = config.index_options()
         self.responder = make_responder(config.zones, options.zone)
         self.index = Index(self.responder, options)
+        metrics.watch_responder(self.responder)
+        for transport in ("udp", "tcp"):  # export the series before the first sample
+            metrics.ANSWER_SECONDS.labels(transport=transport)
         self.stopping = False
         self.tcp = TcpConnections(
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log
@@ -120,8 +124,11 @@ class App:
         log.info("http listening on %s", _fmt(hhost, hsrv.sockets[0].getsockname()[1]))
 
     async def consume(self) -> None:
+        name = self.source.name
         async for batch in self.source.events():
             self.index.apply(batch)
+            metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
+            metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -26,7 +26,7 @@ class Explainer:
             query = DNSRecord.question(name, qtype.upper())
         except Exception as exc:  # dnslib raises several types for a bad name or type
             return {**report, "error": f"cannot build a query for {name!r} {qtype!r}: {exc}"}
-        reply_bytes = self.index.responder.respond(query.pack(), udp=False)
+        reply_bytes = self.index.responder.respond(bytes(query.pack()), udp=False)
         if reply_bytes is None:
             return {**report, "error": "no reply"}
         reply = DNSRecord.parse(reply_bytes)

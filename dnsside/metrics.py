@@ -8,21 +8,70 @@ measuring does not cost more than answering.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from dnsside import __version__
 
+if TYPE_CHECKING:
+    from dnsside.dns import Responder
+
+_RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
+           16: "BADVERS"}
+_QTYPES = {0: "none", 1: "A", 2: "NS", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA",
+           33: "SRV", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY"}
+
+
+class QueryCollector(Collector):
+    """`dnsside_queries_total` and `dnsside_dropped_packets_total`, read from the
+    responder's plain counters at scrape time so the query path never calls into
+    prometheus-client."""
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        queries = CounterMetricFamily(
+            "dnsside_queries", "DNS queries answered, by query type, response code and transport.",
+            labels=["qtype", "rcode", "transport"],
+        )
+        for transport, counts in (("udp", self.responder.udp_counts),
+                                  ("tcp", self.responder.tcp_counts)):
+            for (qtype, rcode), n in list(counts.items()):
+                queries.add_metric(
+                    [_QTYPES.get(qtype, f"TYPE{qtype}"), _RCODES.get(rcode, str(rcode)), transport],
+                    n,
+                )
+        yield queries
+        dropped = CounterMetricFamily(
+            "dnsside_dropped_packets",
+            "Packets dropped without an answer: unreadable header, or a response (QR=1).",
+        )
+        dropped.add_metric([], self.responder.dropped)
+        yield dropped
+
+
+def watch_responder(responder: Responder) -> QueryCollector:
+    """Export ``responder``'s counters (replacing a previous responder's, if any)."""
+    global _collector
+    if _collector is not None:
+        REGISTRY.unregister(_collector)
+    _collector = QueryCollector(responder)
+    REGISTRY.register(_collector)
+    return _collector
+
+
+_collector: QueryCollector | None = None
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-QUERIES = Counter(
-    "dnsside_queries",
-    "DNS queries answered, by query type, response code and transport.",
-    ["qtype", "rcode", "transport"],
-    registry=REGISTRY,
-)
 DROPPED = Counter(
-    "dnsside_dropped_packets",
-    "Packets dropped without an answer (unreadable header, QR=1, connection cap).",
+    "dnsside_dropped_connections",
+    "TCP connections closed at once because the connection cap was reached.",
     ["reason"],
     registry=REGISTRY,
 )

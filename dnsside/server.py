@@ -148,13 +148,13 @@ class TcpConnection(asyncio.Protocol):
 def _log_query(
     transport: str, peer: tuple[str | int, ...], query: bytes, reply: bytes | None
 ) -> None:
-    from dnslib import DNSError, DNSRecord  # --query-log only
+    from dnslib import QTYPE, RCODE, DNSError, DNSRecord  # --query-log only
 
     try:
         q = DNSRecord.parse(query).q
-        what = f"{q.qname} {q.qtype}"
+        what = f"{q.qname} {QTYPE.get(q.qtype)}"
     except (DNSError, ValueError, IndexError):
         what = f"<{len(query)} undecodable bytes>"
-    rcode = "dropped" if reply is None else str(reply[3] & 0xF)
+    rcode = "dropped" if reply is None else RCODE.get(reply[3] & 0xF)
     query_log.info("%s %s %s rcode=%s size=%d", transport, peer[0] if peer else "?", what, rcode,
                    len(reply or b""))

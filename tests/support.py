@@ -56,10 +56,11 @@ class Dnsside:
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        m = wait_for(lambda: self._match(r"dns listening on udp\+tcp (.*):(\d+)$"), 15, "dns port")
+        dns_re = r"dns listening on udp\+tcp (\[[^\]]+\]|[^\s:\"]+):(\d+)"
+        m = wait_for(lambda: self._match(dns_re), 15, "dns port")
         self.host = m.group(1).strip("[]")
         self.port = int(m.group(2))
-        h = wait_for(lambda: self._match(r"http listening on .*:(\d+)$"), 15, "http port")
+        h = wait_for(lambda: self._match(r"http listening on \S+?:(\d+)\b"), 15, "http port")
         self.http_port = int(h.group(1))
         if wait_synced:
             self.wait_log("initial sync done")
@@ -71,7 +72,8 @@ class Dnsside:
 
     def _match(self, pattern: str) -> re.Match[str] | None:
         if self.proc.poll() is not None and not self._reader.is_alive():
-            raise AssertionError(f"dnsside exited {self.proc.returncode}:\n" + "\n".join(self.lines))
+            log = "\n".join(self.lines)
+            raise AssertionError(f"dnsside exited {self.proc.returncode}:\n{log}")
         for line in list(self.lines):
             m = re.search(pattern, line)
             if m:
