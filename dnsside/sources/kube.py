@@ -1,0 +1,672 @@
+"""The Kubernetes source: list then watch Services and EndpointSlices, as an informer does.
+
+Flow, per resource (core/v1 ``services``, discovery.k8s.io/v1 ``endpointslices``)
+and per namespace when ``namespaces`` is set (else cluster-wide):
+
+1. **List** in pages of ``page_size`` (``limit``/``continue``); each item is
+   parsed straight into a slim record by :mod:`dnsside.linkerd` and the decoded
+   JSON is dropped, so no whole object outlives its page. A ``continue`` token
+   that expired (410) restarts that list from scratch.
+2. Once *both* resources are listed: one batch
+   ``[Replace({SERVICE, SLICE}, records), Synced()]``. Before that the index
+   answers SERVFAIL and ``/readyz`` fails; after it, nothing this module does
+   ever empties the index.
+3. **Watch** each resource (and namespace) concurrently from its list's
+   ``resourceVersion`` with ``allowWatchBookmarks``; each chunk read off a stream
+   becomes one batch of ``Upsert`` / ``Delete`` events. Bookmarks only advance
+   the resume point. An object that does not parse is logged (naming it) and
+   its event skipped, so the index keeps the previous record.
+4. A stream that ends (server ``timeoutSeconds``) is reopened at once from the
+   last resourceVersion seen. A dropped connection, an HTTP error (5xx, 429,
+   401, ...), a timeout or an undecodable line is logged, reported to the index
+   as a ``SourceError`` (it keeps serving what it has) and retried from the last
+   resourceVersion after an exponential backoff with full jitter:
+   ``uniform(0, min(backoff_cap, backoff_base * 2**attempt))``, cap 30 s, reset
+   once a stream delivers something. Lists are retried the same way.
+5. **410 Expired** (as an HTTP status or an ERROR event): the history we would
+   resume from is gone, so every watch of that resource is stopped, the
+   resource is relisted (all namespaces) and the result yielded as
+   ``[Replace({that kind}, records)]``; the index diffs it against what it
+   holds and swaps the result in at once, so objects deleted while we were
+   away disappear and no query sees an empty or partial answer in between.
+
+Every restart and relist is logged on ``dnsside.kube`` with the resource and
+the reason, and counted in ``dnsside_watch_restarts{resource,reason}`` /
+``dnsside_relists{resource}``. Only GET requests are made; RBAC needs
+get/list/watch on services and endpointslices and nothing else.
+
+Server-side label selectors: none, on purpose. They would have to keep
+everything SPEC §1-2 needs, and that is nearly everything:
+
+* Services: mirrors are selectable (``mirror.linkerd.io/mirrored-service=true``),
+  but the local original of a global service is *any* Service whose name
+  matches a mirror's original; it carries the application's arbitrary labels
+  and need not carry ``mirror.linkerd.io/exported`` (that label lives on the
+  exported copy in the *remote* cluster). Selecting by name is not possible
+  with labels, so every Service is needed. The only objects a selector could
+  drop are the gateway probe Services (``!mirror.linkerd.io/mirrored-gateway``),
+  one per link: no measurable saving.
+* EndpointSlices: slices of local originals are ordinary
+  ``endpointslice-controller.k8s.io`` slices labelled only with
+  ``kubernetes.io/service-name`` and the Service's own labels, exactly like the
+  slices of every unrelated local Service; per-pod and gateway mirror slices
+  come from ``endpointslicemirroring-controller.k8s.io``. The unrelated local
+  slices are the only big set that could be filtered, and only by name
+  (``kubernetes.io/service-name in (...)``) from a set that changes whenever a
+  link or mirror appears, which means restarting watches and relisting (more
+  traffic, not less) with a selector as long as the list of originals.
+
+So traffic is cut by scoping to namespaces (``--namespace``), memory by
+keeping slim records instead of objects, and the API server's gzip by the
+client (aiohttp sends ``Accept-Encoding: gzip``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config import (
+    ConfigException,
+    load_incluster_config,
+    load_kube_config,
+    refresh_token,
+)
+
+from dnsside import __version__, metrics
+from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
+from dnsside.linkerd import ObjectError, Record, parse_service, parse_slice
+
+log = logging.getLogger("dnsside.kube")
+
+SOURCE_NAME = "kube"
+
+
+@dataclass(frozen=True, slots=True)
+class _Resource:
+    kind: Kind
+    plural: str
+    prefix: str  # URL of the group version
+    # List items carry no `kind` (the API server leaves it out of list items), so
+    # each resource names its parser instead of going through parse_object.
+    parse: Callable[[Mapping[str, Any], str], Record]
+
+    def path(self, namespace: str | None) -> str:
+        if namespace is None:
+            return f"{self.prefix}/{self.plural}"
+        return f"{self.prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+
+    def where(self, verb: str, namespace: str | None) -> str:
+        return f"{verb} {self.plural}" + (f" in {namespace}" if namespace else "")
+
+
+SERVICES = _Resource(Kind.SERVICE, "services", "/api/v1", parse_service)
+ENDPOINTSLICES = _Resource(
+    Kind.SLICE, "endpointslices", "/apis/discovery.k8s.io/v1", parse_slice
+)
+RESOURCES = (SERVICES, ENDPOINTSLICES)
+
+
+class KubeConfigError(Exception):
+    """No usable kubeconfig or in-cluster configuration."""
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server (or an ERROR watch event), with its Status."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_status(cls, status: Any, default_code: int) -> ApiError:
+        if not isinstance(status, Mapping):
+            return cls(default_code, "", str(status)[:200])
+        code = status.get("code")
+        retry = (status.get("details") or {}).get("retryAfterSeconds")
+        return cls(
+            code if isinstance(code, int) else default_code,
+            str(status.get("reason") or ""),
+            str(status.get("message") or ""),
+            float(retry) if isinstance(retry, (int, float)) else None,
+        )
+
+    @property
+    def expired(self) -> bool:
+        return self.status == 410
+
+
+class _Expired(Exception):
+    """A watch's resourceVersion is gone from the server's history: relist."""
+
+    def __init__(self, resource: _Resource, namespace: str | None, detail: str) -> None:
+        super().__init__(detail)
+        self.resource = resource
+        self.namespace = namespace
+
+
+class Backoff:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
+
+    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
+        self.attempt += 1
+        return self._rng.uniform(0, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where a watch resumes, and whether the current stream delivered anything."""
+
+    resource_version: str
+    progressed: bool = False
+
+
+# Errors a list or watch recovers from by retrying (anything else is a bug, and is
+# retried too, but logged with a traceback).
+_TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
+
+
+def _reason(exc: BaseException) -> str:
+    """A short, low-cardinality reason for logs and the restarts metric."""
+    if isinstance(exc, ApiError):
+        return f"http-{exc.status}"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
+        return "dropped"
+    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+        return "connection"
+    if isinstance(exc, ValueError):
+        return "bad-response"
+    return "error"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
+
+
+class KubeSource:
+    """Services and EndpointSlices from the Kubernetes API, as index events."""
+
+    name = SOURCE_NAME
+
+    def __init__(
+        self,
+        kubeconfig: str | None = None,
+        namespaces: Sequence[str] = (),
+        *,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        watch_timeout: float = 300.0,
+        page_size: int = 500,
+        request_timeout: float = 60.0,
+        queue_size: int = 64,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.request_timeout = request_timeout
+        self.queue_size = queue_size
+        self._rng = random.Random()
+        self._crash: Exception | None = None
+
+    # ------------------------------------------------------------------ public
+
+    async def events(self) -> AsyncIterator[list[Event]]:
+        """Yield batches forever: the initial Replace + Synced, then watch events."""
+        metrics.SOURCE_SYNCED.labels(source=self.name).set(0)
+        api, refresher = await self._connect()
+        queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
+        runner = asyncio.create_task(self._supervise(api, queue), name="kube-source")
+        try:
+            while True:
+                batch = await queue.get()
+                if batch is None:  # the runner died of a bug: surface it
+                    assert self._crash is not None
+                    raise self._crash
+                metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
+                yield batch
+        finally:
+            for task in (runner, refresher):
+                if task is not None:
+                    task.cancel()
+            for task in (runner, refresher):
+                if task is not None:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            await api.close()
+
+    # ------------------------------------------------------------------ configuration
+
+    async def _connect(self) -> tuple[Any, asyncio.Task[None] | None]:
+        """An ApiClient for --kubeconfig, $KUBECONFIG, ~/.kube/config or the pod's account."""
+        config = Configuration()
+        path = self.kubeconfig or os.environ.get("KUBECONFIG") or ""
+        default = Path.home() / ".kube" / "config"
+        if not path and default.is_file():
+            path = str(default)
+        loader: Any = None
+        try:
+            if path:
+                loader = await load_kube_config(
+                    config_file=path, client_configuration=config, persist_config=False
+                )
+                log.info("using kubeconfig %s: API server %s", path, config.host)
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+                log.info("using the in-cluster service account: API server %s", config.host)
+            else:
+                raise KubeConfigError(
+                    "no Kubernetes configuration: pass --kubeconfig, set $KUBECONFIG, "
+                    "create ~/.kube/config, or run in a pod"
+                )
+        except (ConfigException, OSError, ValueError, KeyError) as exc:
+            raise KubeConfigError(f"{path or 'in-cluster config'}: {exc}") from exc
+        api = ApiClient(configuration=config)
+        api.user_agent = f"dnsside/{__version__}"
+        refresher = None
+        user = getattr(loader, "_user", None) or {}
+        if getattr(loader, "provider", None) == "gcp" or "exec" in user:
+            refresher = asyncio.create_task(self._refresh_token(loader, config))
+        return api, refresher
+
+    @staticmethod
+    async def _refresh_token(loader: Any, config: Any) -> None:
+        """Keep exec-plugin / GCP tokens fresh for as long as we watch."""
+        while True:
+            try:
+                await refresh_token(loader, config)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("refreshing the kubeconfig credentials failed: %s", exc)
+                await asyncio.sleep(60)
+
+    # ------------------------------------------------------------------ orchestration
+
+    async def _supervise(self, api: Any, queue: asyncio.Queue[list[Event] | None]) -> None:
+        try:
+            await self._run(api, queue)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: hand it to events() rather than hang
+            log.exception("kube source failed")
+            self._crash = exc
+            await queue.put(None)
+
+    async def _run(self, api: Any, queue: asyncio.Queue[list[Event] | None]) -> None:
+        async with asyncio.TaskGroup() as tg:
+            listings = [tg.create_task(self._list_resource(api, res, queue)) for res in RESOURCES]
+        results = [t.result() for t in listings]
+        records = tuple(r for recs, _ in results for r in recs)
+        await queue.put([Replace(frozenset(r.kind for r in RESOURCES), records), Synced()])
+        metrics.SOURCE_SYNCED.labels(source=self.name).set(1)
+        pairs = list(zip(RESOURCES, results, strict=True))
+        log.info("initial sync: %s", ", ".join(f"{len(r[1][0])} {r[0].plural}" for r in pairs))
+        async with asyncio.TaskGroup() as tg:
+            for res, (_, versions) in pairs:
+                tg.create_task(self._follow(api, res, versions, queue))
+
+    async def _follow(
+        self,
+        api: Any,
+        res: _Resource,
+        versions: dict[str | None, str],
+        queue: asyncio.Queue[list[Event] | None],
+    ) -> None:
+        """Watch one resource in every namespace; relist it when its history expired."""
+        while True:
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for namespace, rv in versions.items():
+                        tg.create_task(self._watch(api, res, namespace, rv, queue))
+            except* _Expired as group:
+                first = group.exceptions[0]
+                assert isinstance(first, _Expired)
+                where = res.where("watch", first.namespace)
+                log.warning("relisting %s: %s: 410 Expired (%s)", res.plural, where, first)
+            metrics.RELISTS.labels(resource=res.plural).inc()
+            records, versions = await self._list_resource(api, res, queue)
+            log.info("relisted %s: %d objects", res.plural, len(records))
+            await queue.put([Replace(frozenset({res.kind}), tuple(records))])
+
+    # ------------------------------------------------------------------ lists
+
+    async def _list_resource(
+        self, api: Any, res: _Resource, queue: asyncio.Queue[list[Event] | None]
+    ) -> tuple[list[Record], dict[str | None, str]]:
+        """List ``res`` in every namespace, retrying until it works."""
+        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        scopes: Sequence[str | None] = self.namespaces or (None,)
+        while True:
+            try:
+                records: list[Record] = []
+                versions: dict[str | None, str] = {}
+                for namespace in scopes:
+                    versions[namespace] = await self._list(api, res, namespace, records)
+                return records, versions
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = self._retry_delay(backoff, exc)
+                message = f"list {res.plural} failed: {_describe(exc)}; retrying in {delay:.1f}s"
+                if isinstance(exc, _TRANSIENT):
+                    log.warning("%s", message)
+                else:
+                    log.exception("%s", message)
+                await queue.put([SourceError(message)])
+                await asyncio.sleep(delay)
+
+    async def _list(
+        self, api: Any, res: _Resource, namespace: str | None, out: list[Record]
+    ) -> str:
+        """One paged list into ``out``; returns the list's resourceVersion."""
+        where = res.where("list", namespace)
+        start = len(out)
+        while True:  # restarted when a continue token expires mid-list
+            params = {"limit": str(self.page_size)}
+            version = ""
+            try:
+                while True:
+                    body = await self._get_json(api, res.path(namespace), params)
+                    meta = body.get("metadata") or {}
+                    version = version or str(meta.get("resourceVersion") or "")
+                    items = body.get("items") or []
+                    if not isinstance(items, list):
+                        raise ValueError(f"{where}: items is not a list")
+                    for item in items:
+                        record = self._parse(res, item, where)
+                        if record is not None:
+                            out.append(record)
+                    token = meta.get("continue")
+                    if not token:
+                        break
+                    params["continue"] = str(token)
+            except ApiError as exc:
+                if not (exc.expired and "continue" in params):
+                    raise
+                log.warning("%s: continue token expired (%s); listing again", where, exc.message)
+                del out[start:]
+                continue
+            if not version:
+                raise ValueError(f"{where}: the list has no metadata.resourceVersion")
+            return version
+
+    async def _get_json(self, api: Any, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
+        resp = await self._request(api, path, params, timeout)
+        try:
+            if resp.status != 200:
+                raise await _api_error(resp)
+            data = await resp.read()
+        finally:
+            resp.release()
+        body = json.loads(data)
+        if not isinstance(body, dict):
+            raise ValueError(f"GET {path}: expected a JSON object")
+        return body
+
+    @staticmethod
+    async def _request(
+        api: Any, path: str, params: Mapping[str, str], timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        """A raw GET through the ApiClient (auth, TLS, proxy); the caller reads the body."""
+        resp = await api.call_api(
+            path,
+            "GET",
+            query_params=list(params.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        assert isinstance(resp, aiohttp.ClientResponse)
+        return resp
+
+    @staticmethod
+    def _parse(res: _Resource, obj: Any, where: str) -> Record | None:
+        if not isinstance(obj, Mapping):
+            log.warning("%s: skipping an item that is not an object", where)
+            return None
+        try:
+            return res.parse(obj, where)
+        except ObjectError as exc:
+            log.warning("skipping %s", exc)
+            return None
+
+    # ------------------------------------------------------------------ watches
+
+    async def _watch(
+        self,
+        api: Any,
+        res: _Resource,
+        namespace: str | None,
+        resource_version: str,
+        queue: asyncio.Queue[list[Event] | None],
+    ) -> None:
+        """Keep one watch open forever, resuming from the last resourceVersion.
+
+        Returns never; raises _Expired when the server no longer has that version.
+        """
+        where = res.where("watch", namespace)
+        cursor = _Cursor(resource_version)
+        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        loop = asyncio.get_running_loop()
+        while True:
+            cursor.progressed = False
+            opened = loop.time()
+            try:
+                await self._stream(api, res, namespace, cursor, queue)
+            except asyncio.CancelledError:
+                raise
+            except _Expired:
+                metrics.WATCH_RESTARTS.labels(resource=res.plural, reason="expired").inc()
+                raise
+            except Exception as exc:
+                if isinstance(exc, ApiError) and exc.expired:
+                    metrics.WATCH_RESTARTS.labels(resource=res.plural, reason="expired").inc()
+                    raise _Expired(res, namespace, str(exc)) from exc
+                reason = _reason(exc)
+                metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=reason).inc()
+                if cursor.progressed:
+                    backoff.reset()
+                delay = self._retry_delay(backoff, exc)
+                message = (
+                    f"{where} failed ({reason}): {_describe(exc)}; resuming from "
+                    f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
+                )
+                if isinstance(exc, _TRANSIENT):
+                    log.warning("%s", message)
+                else:
+                    log.exception("%s", message)
+                await queue.put([SourceError(message)])
+                await asyncio.sleep(delay)
+                continue
+            # The server closed the stream cleanly (timeoutSeconds): reopen at once,
+            # unless it keeps doing so without delivering anything.
+            metrics.WATCH_RESTARTS.labels(resource=res.plural, reason="closed").inc()
+            if cursor.progressed or loop.time() - opened >= 1.0:
+                backoff.reset()
+                delay = 0.0
+            else:
+                delay = backoff.next()
+            log.info(
+                "%s: stream closed by the server; resuming from resourceVersion %s%s",
+                where, cursor.resource_version, f" in {delay:.1f}s" if delay else "",
+            )
+            if delay:
+                await asyncio.sleep(delay)
+
+    def _retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
+        delay = backoff.next()
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            delay = max(delay, min(exc.retry_after, self.backoff_cap))
+        return delay
+
+    async def _stream(
+        self,
+        api: Any,
+        res: _Resource,
+        namespace: str | None,
+        cursor: _Cursor,
+        queue: asyncio.Queue[list[Event] | None],
+    ) -> None:
+        """One watch request: read events until the server closes the stream."""
+        where = res.where("watch", namespace)
+        # Jitter the server-side timeout (like client-go) so watches don't renew in step.
+        seconds = max(1, round(self.watch_timeout * self._rng.uniform(1.0, 1.25)))
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": cursor.resource_version,
+            "timeoutSeconds": str(seconds),
+        }
+        timeout = aiohttp.ClientTimeout(
+            total=seconds + self.request_timeout, sock_connect=self.request_timeout
+        )
+        resp = await self._request(api, res.path(namespace), params, timeout)
+        complete = False
+        try:
+            if resp.status != 200:
+                raise await _api_error(resp)
+            buffer = bytearray()
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                end = buffer.rfind(b"\n")
+                if end < 0:
+                    continue
+                lines = bytes(buffer[:end]).split(b"\n")
+                del buffer[: end + 1]
+                await self._deliver(self._decode(res, namespace, lines, cursor, where), queue)
+            if buffer.strip():
+                tail = [bytes(buffer)]
+                await self._deliver(self._decode(res, namespace, tail, cursor, where), queue)
+            complete = True
+        finally:
+            if complete:
+                resp.release()
+            else:
+                resp.close()
+
+    @staticmethod
+    async def _deliver(
+        decoded: tuple[list[Event], Exception | None], queue: asyncio.Queue[list[Event] | None]
+    ) -> None:
+        batch, error = decoded
+        if batch:
+            await queue.put(batch)
+        if error is not None:
+            raise error
+
+    def _decode(
+        self,
+        res: _Resource,
+        namespace: str | None,
+        lines: list[bytes],
+        cursor: _Cursor,
+        where: str,
+    ) -> tuple[list[Event], Exception | None]:
+        """Events of complete lines, and the error that ends the stream, if any.
+
+        Events before an error are valid (the cursor already moved past them), so
+        the caller delivers them first, then raises the error.
+        """
+        batch: list[Event] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                self._event(res, namespace, json.loads(line), cursor, where, batch)
+            except (_Expired, ApiError, ValueError) as exc:
+                return batch, exc
+        return batch, None
+
+    @staticmethod
+    def _event(
+        res: _Resource,
+        namespace: str | None,
+        event: Any,
+        cursor: _Cursor,
+        where: str,
+        batch: list[Event],
+    ) -> None:
+        if not isinstance(event, Mapping) or not isinstance(event.get("object"), Mapping):
+            raise ValueError(f"{where}: a watch event without an object")
+        kind, obj = event.get("type"), event["object"]
+        if kind == "ERROR":
+            error = ApiError.from_status(obj, 500)
+            if error.expired:
+                raise _Expired(res, namespace, error.message or str(error))
+            raise error
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"{where}: a {kind} event without metadata")
+        version = meta.get("resourceVersion")
+        if kind in ("ADDED", "MODIFIED"):
+            try:
+                batch.append(Upsert(res.parse(obj, where)))
+            except ObjectError as exc:
+                log.warning("skipping %s event, keeping the previous state: %s", kind, exc)
+        elif kind == "DELETED":
+            ns, name = meta.get("namespace"), meta.get("name")
+            if isinstance(ns, str) and isinstance(name, str) and ns and name:
+                batch.append(Delete(res.kind, ns, name))
+            else:
+                log.warning("%s: skipping a DELETED event without namespace/name", where)
+        elif kind != "BOOKMARK":
+            log.warning("%s: skipping an event of unknown type %r", where, kind)
+        if isinstance(version, str) and version:
+            cursor.resource_version = version
+        cursor.progressed = True
+
+
+async def _api_error(resp: aiohttp.ClientResponse) -> ApiError:
+    """Read a failed response's Status body into an ApiError."""
+    retry_after: float | None = None
+    with contextlib.suppress(ValueError, TypeError):
+        retry_after = float(resp.headers.get("Retry-After", ""))
+    try:
+        body = await resp.read()
+        status = json.loads(body)
+    except (ValueError, aiohttp.ClientError, TimeoutError):
+        status = None
+    if isinstance(status, Mapping) and status.get("kind") == "Status":
+        error = ApiError.from_status(status, resp.status)
+        error.status = resp.status
+    else:
+        error = ApiError(resp.status, resp.reason or "", "")
+    if error.retry_after is None:
+        error.retry_after = retry_after
+    return error
