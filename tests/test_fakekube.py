@@ -62,6 +62,7 @@ class Stream:
         async with asyncio.timeout(timeout):
             while (ev := await self.next(timeout)) is not None:
                 out.append(ev)
+        self.resp.release()
         return out
 
 
@@ -330,6 +331,7 @@ async def test_drop_streams(fake_kube: FakeKube, http: aiohttp.ClientSession):
     for s in streams:
         with pytest.raises(aiohttp.ClientError):
             await s.rest()
+        s.resp.close()
     assert fake_kube.open_streams == 0
     async with http.get(SVC) as resp:  # the server itself is fine
         assert resp.status == 200
