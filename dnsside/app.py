@@ -44,6 +44,7 @@ class Config:
     tcp_max_connections: int = 512
     query_log: bool = False
     reload_interval: float = 1.0
+    kube_backoff_cap: float = 30.0
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
@@ -71,7 +72,10 @@ def make_source(config: Config) -> Source:
     if config.source == "kube":
         from dnsside.sources.kube import KubeSource
 
-        kube: Source = KubeSource(kubeconfig=config.kubeconfig, namespaces=sorted(namespaces))
+        kube: Source = KubeSource(
+            kubeconfig=config.kubeconfig, namespaces=sorted(namespaces),
+            backoff_base=min(0.5, config.kube_backoff_cap), backoff_cap=config.kube_backoff_cap,
+        )
         return kube
     from dnsside.sources.file import FileSource
 

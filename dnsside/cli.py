@@ -54,6 +54,8 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
     _add(p, "--srv-priority", default="equal", choices=["equal", "local-first"],
          help="SRV priority: all 0, or local members 0 and remote 10")
     _add(p, "--namespace", action="append", help="watch only this namespace, repeatable")
+    _add(p, "--kube-backoff-cap", type=float, default=30.0,
+         help="longest wait, in seconds, between retries against the API server")
     _add(p, "--reload-interval", type=float, default=1.0,
          help="seconds between checks of a --source FILE for changes")
     _add(p, "--log-format", default="text", choices=["text", "json"])
@@ -117,6 +119,7 @@ def config_from(args: argparse.Namespace) -> Config:
         srv_priority=args.srv_priority,
         namespaces=tuple(args.namespace or ()),
         reload_interval=args.reload_interval,
+        kube_backoff_cap=args.kube_backoff_cap,
     )
     if args.command == "serve":
         config.listen = args.listen
