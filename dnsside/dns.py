@@ -332,6 +332,16 @@ def _error(data: bytes, rcode: int, question: bytes = b"", edns: bool = False) -
     )
 
 
+def _notimp(data: bytes, udp: bool) -> bytes:
+    """NOTIMP for an opcode other than QUERY; with the question and an OPT record when both
+    are readable (RFC 6891 §7: a request with OPT gets a reply with OPT)."""
+    qend = _question_end(data) if data[4:6] == b"\x00\x01" else None
+    if qend is None:
+        return _error(data, NOTIMP)
+    edns, _limit, _badvers = _read_edns(data, qend, data[10] << 8 | data[11], udp)
+    return _error(data, NOTIMP, data[12:qend], bool(edns))
+
+
 _HINFO_RDATA = b"\x07RFC8482\x00"
 
 
@@ -385,9 +395,11 @@ class Responder:
                 limit, edns = PLAIN_UDP_LIMIT, False
             else:
                 limit, edns = TCP_LIMIT, False
-        elif data[11] == 1 and data[qend : qend + 3] == b"\x00\x00\x29" and len(data) == (
-            qend + 11 + (data[qend + 9] << 8 | data[qend + 10])
-        ) and data[qend + 6] == 0:
+        elif data[11] == 1 and data[qend : qend + 3] == b"\x00\x00\x29" and len(data) >= (
+            qend + 11  # a cut-off OPT record is the slow path's to reject
+        ) and len(data) == qend + 11 + (data[qend + 9] << 8 | data[qend + 10]) and (
+            data[qend + 6] == 0
+        ):
             edns = True
             limit = (
                 min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
@@ -438,7 +450,7 @@ class Responder:
         if len(data) < 12 or data[2] & 0x80:
             return None  # no readable header, or a response: never answer those
         if (data[2] >> 3) & 0xF != 0:
-            return _error(data, NOTIMP)
+            return _notimp(data, udp)
         qdcount, _an, _ns, arcount = struct.unpack("!4H", data[4:12])
         if qdcount != 1:
             return _error(data, FORMERR)
@@ -506,23 +518,49 @@ def _question_end(data: bytes) -> int | None:
 
 
 def _read_edns(data: bytes, qend: int, arcount: int, udp: bool) -> tuple[bool | None, int, bool]:
-    """(edns present, size limit, BADVERS) from the additional section; edns None = FORMERR."""
-    limit = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
-    if arcount == 0 and qend == len(data):
-        return False, limit, False
-    from dnslib import DNSError, DNSRecord  # the rare path only
+    """(edns present, size limit, BADVERS) from the records after the question; edns None = FORMERR.
 
-    try:
-        record = DNSRecord.parse(data)
-    except (DNSError, ValueError, IndexError, struct.error, UnicodeError):
-        return None, limit, False
-    opts = [rr for rr in record.ar if rr.rtype == OPT]
-    if not opts:
+    A bounded walk over every record, no pointer followed (so no pointer loop can
+    bite): an owner name is labels ending in the root label or in one compression
+    pointer, which must point backwards, past the header. Bytes after the last
+    record are ignored, as on the fast path.
+    """
+    limit = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
+    end = len(data)
+    before_ar = (data[6] << 8 | data[7]) + (data[8] << 8 | data[9])
+    i = qend
+    opt: tuple[int, int] | None = None
+    for n in range(before_ar + arcount):
+        owner = i
+        while True:
+            if i >= end:
+                return None, limit, False
+            length = data[i]
+            if length == 0:
+                i += 1
+                break
+            if length >= 0xC0:
+                if i + 1 >= end or not 12 <= ((length & 0x3F) << 8 | data[i + 1]) < i:
+                    return None, limit, False
+                i += 2
+                break
+            if length > 63:
+                return None, limit, False
+            i += length + 1
+        if i + 10 > end:
+            return None, limit, False
+        rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
+        i += 10 + rdlen
+        if i > end:
+            return None, limit, False
+        if rtype == OPT:
+            # RFC 6891 §6.1.1: one OPT, owned by the root, in the additional section.
+            if opt is not None or n < before_ar or i - rdlen - 10 != owner + 1:
+                return None, limit, False
+            opt = (rclass, ttl)
+    if opt is None:
         return False, limit, False
-    if len(opts) > 1 or str(opts[0].rname) not in (".", ""):
-        return None, limit, False
-    opt = opts[0]
-    version = (opt.ttl >> 16) & 0xFF
+    payload, ttl = opt
     if udp:
-        limit = min(max(opt.rclass, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
-    return True, limit, version > 0
+        limit = min(max(payload, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    return True, limit, (ttl >> 16) & 0xFF > 0

@@ -88,6 +88,7 @@ class TcpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.peer: tuple[str | int, ...] = ()
+        self.paused = False  # the client is not reading its answers
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -110,13 +111,13 @@ class TcpConnection(asyncio.Protocol):
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        self._answer_buffered()
+
+    def _answer_buffered(self) -> None:
         buf = self.buffer
-        buf += data
-        if len(buf) > 2 + 65535 * 2:  # a client that never reads its answers
-            self._expire()
-            return
         answered = False
-        while len(buf) >= 2:
+        while len(buf) >= 2 and not self.paused:
             size = buf[0] << 8 | buf[1]
             if len(buf) < 2 + size:
                 break
@@ -130,6 +131,23 @@ class TcpConnection(asyncio.Protocol):
                 self.transport.write(len(reply).to_bytes(2, "big") + reply)
         if answered:
             self._arm()
+
+    # Flow control: a client that pipelines queries but does not read its answers would
+    # make us buffer replies without bound. When the transport's write buffer is full,
+    # stop reading (and answering) until it drains; nothing re-arms the idle timer
+    # meanwhile, so a client that never reads loses its connection after the timeout.
+    # Reading is paused, so the query buffer holds at most one read's worth.
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.transport is not None:
+            self.transport.resume_reading()
+        self._answer_buffered()
 
     def close(self) -> None:
         if self.transport is not None:
