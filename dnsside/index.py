@@ -51,10 +51,13 @@ class Index:
         self.zone_wires = [z.wire for z in responder.zones]
         self.services: dict[Key, ServiceRecord] = {}
         self.slices: dict[Key, SliceRecord] = {}
-        self.slices_by_service: dict[Key, set[str]] = {}
+        # Usually one slice per service: a tuple costs a third of a one-element set.
+        self.slices_by_service: dict[Key, tuple[str, ...]] = {}
         self.mirrors_by_key: dict[Key, set[str]] = {}
         self.global_services: dict[Key, GlobalService] = {}
-        self._published: dict[Key, ServiceAnswers] = {}
+        # What each service put into the responder's tables, to take it out again.
+        # Tuples of the keys, not the dicts: the responder already holds the answers.
+        self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
         self._namespace_refs: Counter[bytes] = Counter()
         self._members: Counter[tuple[str, bool]] = Counter()
         self.synced = False
@@ -116,9 +119,9 @@ class Index:
             key = (record.namespace, record.name)
             self._forget_slice(key, dirty)
             self.slices[key] = record
-            self.slices_by_service.setdefault(
-                (record.namespace, record.service_name), set()
-            ).add(record.name)
+            svc_key = (record.namespace, record.service_name)
+            names = self.slices_by_service.get(svc_key, ())
+            self.slices_by_service[svc_key] = (*names, record.name)
             self._touch_service((record.namespace, record.service_name), dirty)
 
     def _delete(self, kind: Kind, key: Key, dirty: set[Key]) -> None:
@@ -171,11 +174,11 @@ class Index:
         if old is None:
             return
         svc_key = (old.namespace, old.service_name)
-        names = self.slices_by_service.get(svc_key)
-        if names is not None:
-            names.discard(old.name)
-            if not names:
-                del self.slices_by_service[svc_key]
+        rest = tuple(n for n in self.slices_by_service.get(svc_key, ()) if n != old.name)
+        if rest:
+            self.slices_by_service[svc_key] = rest
+        else:
+            self.slices_by_service.pop(svc_key, None)
         self._touch_service(svc_key, dirty)
 
     def _touch_service(self, svc_key: Key, dirty: set[Key]) -> None:
@@ -253,12 +256,15 @@ class Index:
         for name in new.names:
             r.names[name] = r.zone_by_wire[self._zone_suffix(name)]
         if old is not None:
-            for k in old.answers.keys() - new.answers.keys():
-                r.answers.pop(k, None)
-            for name in old.names - new.names:
-                r.names.pop(name, None)
+            old_answers, old_names = old
+            for k in old_answers:
+                if k not in new.answers:
+                    r.answers.pop(k, None)
+            for name in old_names:
+                if name not in new.names:
+                    r.names.pop(name, None)
         if new.names:
-            self._published[key] = new
+            self._published[key] = (tuple(new.answers), tuple(new.names))
         delta = (1 if new.names else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)

@@ -18,9 +18,11 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from sys import intern
+from typing import Any, TypeVar
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
 MIRRORED_SERVICE = "mirror.linkerd.io/mirrored-service"
@@ -33,6 +35,23 @@ REMOTE_SVC_FQ_NAME = "mirror.linkerd.io/remote-svc-fq-name"
 SERVICE_NAME = "kubernetes.io/service-name"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+
+# Values that repeat across thousands of objects (port lists, the gateway endpoint
+# of every per-pod mirror slice) are shared rather than copied: at 100k members
+# that halves the memory records take. Bounded so churn cannot grow it for ever.
+_SHARED: dict[object, object] = {}
+_SHARED_MAX = 50_000
+T = TypeVar("T")
+
+
+def _share(value: T) -> T:
+    found = _SHARED.get(value)
+    if found is not None:
+        return found  # type: ignore[return-value]
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    _SHARED[value] = value
+    return value
 
 
 class ObjectError(ValueError):
@@ -126,6 +145,20 @@ class GlobalService:
 # --------------------------------------------------------------------------- parsing
 
 
+def normal_ip(text: str) -> str:
+    """The canonical text of an IP address; ValueError when it is none.
+
+    Dotted-quad IPv4, by far the common case, is checked by inet_pton in C and
+    kept as is (inet_pton accepts only the canonical form); the rest goes through
+    ipaddress, which also canonicalises IPv6.
+    """
+    try:
+        socket.inet_pton(socket.AF_INET, text)
+        return intern(text)
+    except OSError:
+        return intern(str(ipaddress.ip_address(text)))
+
+
 def is_dns_label(value: str) -> bool:
     """Kubernetes names and hostnames are RFC 1123 labels; anything else can't be served."""
     return bool(_DNS_LABEL.match(value))
@@ -185,8 +218,8 @@ def _ports(raw: Any, ident: str, field: str) -> tuple[Port, ...]:
             raise ObjectError(f"{ident}: {field}[{i}].port must be an integer 1-65535")
         if not isinstance(name, str) or not isinstance(protocol, str):
             raise ObjectError(f"{ident}: {field}[{i}].name/protocol must be strings")
-        ports.append(Port(name.lower(), number, protocol.upper()))
-    return tuple(ports)
+        ports.append(_share(Port(intern(name.lower()), number, intern(protocol.upper()))))
+    return _share(tuple(ports))
 
 
 def _strip_cluster(name: str, cluster: str) -> str:
@@ -211,7 +244,7 @@ def _cluster_ips(spec: Mapping[str, Any], ident: str) -> tuple[str, ...]:
         if ip in ("None", ""):
             continue
         try:
-            ips.append(str(ipaddress.ip_address(ip)))
+            ips.append(normal_ip(ip))
         except ValueError:
             raise ObjectError(f"{ident}: spec.clusterIPs has {ip!r}, not an IP address") from None
     return tuple(ips)
@@ -254,11 +287,11 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
             if value and not is_dns_label(value.lower()):
                 raise ObjectError(f"{ident}: {what} {value!r} cannot be a DNS label")
     return ServiceRecord(
-        namespace=namespace,
+        namespace=intern(namespace),
         name=name,
         role=role,
-        original=original.lower(),
-        cluster=cluster.lower(),
+        original=intern(original.lower()),
+        cluster=intern(cluster.lower()),
         hostname=hostname.lower(),
         cluster_ips=ips,
         ports=ports,
@@ -282,12 +315,19 @@ def parse_slice(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
         for i, e in enumerate(raw_endpoints):
             endpoints.append(_endpoint(e, f"{ident}: endpoints[{i}]"))
     return SliceRecord(
-        namespace=namespace,
+        namespace=intern(namespace),
         name=name,
         service_name=service_name,
-        endpoints=tuple(endpoints),
+        endpoints=_shared_endpoints(tuple(endpoints)),
         ports=_ports(obj.get("ports"), ident, "ports"),
     )
+
+
+def _shared_endpoints(endpoints: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+    # A per-pod mirror slice holds one gateway endpoint, the same in all of them.
+    if len(endpoints) == 1 and endpoints[0].hostname is None and endpoints[0].pod_name is None:
+        return _share(endpoints)
+    return endpoints
 
 
 def _endpoint(e: Any, ident: str) -> Endpoint:
@@ -297,9 +337,10 @@ def _endpoint(e: Any, ident: str) -> Endpoint:
     if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
         raise ObjectError(f"{ident}.addresses must be a list of strings")
     try:
-        addresses = tuple(str(ipaddress.ip_address(a)) for a in raw)
-    except ValueError as exc:
-        raise ObjectError(f"{ident}.addresses: {exc}") from None
+        addresses = tuple(normal_ip(a) for a in raw)
+    except ValueError:
+        raise ObjectError(f"{ident}.addresses: {raw!r} has a value that is not an IP address"
+                          ) from None
     conditions = e.get("conditions") or {}
     if not isinstance(conditions, Mapping):
         raise ObjectError(f"{ident}.conditions must be an object")
@@ -311,12 +352,14 @@ def _endpoint(e: Any, ident: str) -> Endpoint:
         raise ObjectError(f"{ident}.hostname must be a string")
     ref = e.get("targetRef") or {}
     pod_name = ref.get("name") if isinstance(ref, Mapping) and ref.get("kind") == "Pod" else None
-    return Endpoint(
+    endpoint = Endpoint(
         addresses=addresses,
         ready=ready is not False,  # a nil ready condition counts as ready
         hostname=hostname or None,
         pod_name=pod_name if isinstance(pod_name, str) else None,
     )
+    # A gateway endpoint (no hostname, no pod) is the same in every per-pod mirror slice.
+    return _share(endpoint) if endpoint.hostname is None and endpoint.pod_name is None else endpoint
 
 
 # --------------------------------------------------------------------------- assembling
