@@ -21,7 +21,8 @@ exactly as the client sent it (RFC 0x20 case echo), and the pre-encoded body.
 
 from __future__ import annotations
 
-import ipaddress
+import functools
+import socket
 import struct
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -89,14 +90,16 @@ def question_key(name: str, qtype: int) -> bytes:
 
 
 class Answer:
-    """A reply minus its first four bytes and its question, in the variants a query may need.
+    """A reply minus its first four bytes and its question.
 
-    ``plain``/``edns`` are (counts, body) pairs for a client without/with EDNS;
-    ``*_part`` drop the additional section, for a UDP limit the full reply misses.
+    ``body`` holds the answer, authority and additional sections; ``part`` is its
+    prefix without the additional section (a zero-copy view), for a UDP limit the
+    full reply misses. The OPT record is appended at send time, so one body
+    serves clients with and without EDNS. Section counts are shared bytes.
     """
 
-    __slots__ = ("edns", "edns_part", "flags", "plain", "plain_part", "qtype", "rcode", "size",
-                 "size_part", "stat")
+    __slots__ = ("body", "counts", "counts_edns", "counts_part", "counts_part_edns", "flags",
+                 "part", "qtype", "rcode", "size", "size_part", "stat")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
@@ -107,17 +110,19 @@ class Answer:
         self.stat = (qtype, rcode)  # the key this answer is counted under, built once
         self.flags = _QR_AA | rcode
         an, ns, ar = len(answer), len(authority), len(additional)
-        body_part = b"".join((*answer, *authority))
-        body = body_part + b"".join(additional)
-        self.plain = (struct.pack("!4H", 1, an, ns, ar), body)
-        self.edns = (struct.pack("!4H", 1, an, ns, ar + 1), body + _OPT_RR)
-        if ar:
-            self.plain_part = (struct.pack("!4H", 1, an, ns, 0), body_part)
-            self.edns_part = (struct.pack("!4H", 1, an, ns, 1), body_part + _OPT_RR)
-        else:
-            self.plain_part, self.edns_part = self.plain, self.edns
-        self.size = 12 + len(body)  # reply size minus the question
-        self.size_part = 12 + len(body_part)
+        part = b"".join((*answer, *authority))
+        self.body = part + b"".join(additional) if ar else part
+        self.part: bytes | memoryview = memoryview(self.body)[: len(part)] if ar else self.body
+        self.counts, self.counts_edns = _counts(an, ns, ar), _counts(an, ns, ar + 1)
+        self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
+        self.size = 12 + len(self.body)  # reply size minus the question and OPT
+        self.size_part = 12 + len(part)
+
+
+@functools.lru_cache(maxsize=4096)
+def _counts(an: int, ns: int, ar: int) -> bytes:
+    """QDCOUNT..ARCOUNT; cached, so the thousands of answers with the same counts share it."""
+    return struct.pack("!4H", 1, an, ns, ar)
 
 
 def _rr(owner: bytes, rtype: int, ttl: int, rdata: bytes) -> bytes:
@@ -137,10 +142,10 @@ def _address_rrs(owner: bytes, addresses: Iterable[str], rtype: int, ttl: int) -
 
 
 def _packed(addresses: Iterable[str], rtype: int) -> Iterable[bytes]:
+    # Addresses were validated and normalised when parsed; inet_pton is the C fast path.
     for a in addresses:
-        ip = ipaddress.ip_address(a)
-        if (ip.version == 4) == (rtype == A):
-            yield ip.packed
+        if (":" in a) == (rtype == AAAA):
+            yield socket.inet_pton(socket.AF_INET6 if rtype == AAAA else socket.AF_INET, a)
 
 
 def _fit(rrs: list[bytes], room: int) -> list[bytes]:
@@ -419,15 +424,17 @@ class Responder:
         qlen = qend - 12
         flags = answer.flags | ((data[2] << 8 | data[3]) & _COPIED_FLAGS)
         extra = 11 if edns else 0
+        body: bytes | memoryview
         if answer.size + qlen + extra <= limit:
-            counts, body = answer.edns if edns else answer.plain
+            counts, body = (answer.counts_edns if edns else answer.counts), answer.body
         elif answer.size_part + qlen + extra <= limit:
-            counts, body = answer.edns_part if edns else answer.plain_part
+            counts = answer.counts_part_edns if edns else answer.counts_part
+            body = answer.part
         else:
             flags |= _TC
-            counts = _TC_COUNTS_EDNS if edns else _TC_COUNTS
-            body = _OPT_RR if edns else b""
-        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body))
+            counts, body = (_TC_COUNTS_EDNS if edns else _TC_COUNTS), b""
+        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
+                         _OPT_RR if edns else b""))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
         reply = self._slow(data, udp)
