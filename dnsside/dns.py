@@ -134,18 +134,51 @@ _TC_COUNTS = struct.pack("!4H", 1, 0, 0, 0)
 _TC_COUNTS_EDNS = struct.pack("!4H", 1, 0, 0, 1)
 
 
-def _address_rrs(owner: bytes, addresses: Iterable[str], rtype: int, ttl: int) -> list[bytes]:
-    rrs = []
-    for packed in dict.fromkeys(_packed(addresses, rtype)):
-        rrs.append(_rr(owner, rtype, ttl, packed))
-    return rrs
-
-
-def _packed(addresses: Iterable[str], rtype: int) -> Iterable[bytes]:
-    # Addresses were validated and normalised when parsed; inet_pton is the C fast path.
+def _packed(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """(IPv4, IPv6) addresses in wire form, deduplicated. Addresses were validated and
+    normalised when parsed; inet_pton is the C fast path."""
+    v4: dict[bytes, None] = {}
+    v6: dict[bytes, None] = {}
     for a in addresses:
-        if (":" in a) == (rtype == AAAA):
-            yield socket.inet_pton(socket.AF_INET6 if rtype == AAAA else socket.AF_INET, a)
+        if ":" in a:
+            v6[socket.inet_pton(socket.AF_INET6, a)] = None
+        else:
+            v4[socket.inet_pton(socket.AF_INET, a)] = None
+    return tuple(v4), tuple(v6)
+
+
+class _MemberWire:
+    """One member's pieces in wire form, computed once per rebuild of its service and
+    reused by every RRset it appears in (its own name, its cluster, the service, each SRV)."""
+
+    __slots__ = ("a", "aaaa", "member", "name", "target")
+
+    def __init__(self, member: Member, svc_name: bytes, ttl: int) -> None:
+        self.member = member
+        cluster = _label(member.cluster) + svc_name
+        host = _label(member.hostname) if member.hostname is not None else b""
+        self.target = host + cluster
+        self.name = self.target if member.hostname is not None else None
+        v4, v6 = _packed(member.addresses)
+        head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+        self.a = tuple(head_a + p for p in v4)  # an A record minus its owner name
+        self.aaaa = tuple(head_aaaa + p for p in v6)
+
+
+@functools.lru_cache(maxsize=256)
+def _rr_head(rtype: int, ttl: int, rdlength: int) -> bytes:
+    return struct.pack("!HHIH", rtype, CLASS_IN, ttl, rdlength)
+
+
+def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_MemberWire]) -> None:
+    out.names.add(name)
+    for rtype, tails in ((A, [t for w in group for t in w.a]),
+                         (AAAA, [t for w in group for t in w.aaaa])):
+        if tails:
+            rrs = [_AT_QUESTION + t for t in dict.fromkeys(tails)]
+            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = Answer(
+                NOERROR, rtype, _fit(rrs, MAX_BODY)
+            )
 
 
 def _fit(rrs: list[bytes], room: int) -> list[bytes]:
@@ -194,39 +227,27 @@ def _encode_in_zone(
     gs: GlobalService, members: list[Member], zone: bytes, options: ZoneOptions,
     out: ServiceAnswers,
 ) -> None:
-    ttl = options.ttl
     svc_name = _label(gs.name) + _label(gs.namespace) + zone
-
-    def put_addresses(name: bytes, group: Sequence[Member]) -> None:
-        out.names.add(name)
-        room = MAX_BODY
-        for rtype in (A, AAAA):
-            rrs = _address_rrs(_AT_QUESTION, (a for m in group for a in m.addresses), rtype, ttl)
-            if rrs:
-                out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = Answer(
-                    NOERROR, rtype, _fit(rrs, room)
-                )
-
-    put_addresses(svc_name, members)
-    by_cluster: dict[str, list[Member]] = {}
-    for m in members:
-        by_cluster.setdefault(m.cluster, []).append(m)
+    wires = [_MemberWire(m, svc_name, options.ttl) for m in members]
+    _address_answers(out, svc_name, wires)
+    by_cluster: dict[str, list[_MemberWire]] = {}
+    for w in wires:
+        by_cluster.setdefault(w.member.cluster, []).append(w)
     for cluster, group in by_cluster.items():
-        cluster_name = _label(cluster) + svc_name
-        put_addresses(cluster_name, group)
-        for m in group:
-            if m.hostname is not None:
-                put_addresses(_label(m.hostname) + cluster_name, [m])
+        _address_answers(out, _label(cluster) + svc_name, group)
+        for w in group:
+            if w.name is not None:
+                _address_answers(out, w.name, [w])
 
     # SRV: the service name answers for every port; `_<port>._<proto>` for named ones.
-    pairs = [(m, p) for m in members for p in m.ports]
+    pairs = [(w, p) for w in wires for p in w.member.ports]
     if not pairs:
         return
-    _put_srv(out, svc_name, pairs, svc_name, options)
-    named: dict[tuple[str, str], list[tuple[Member, Port]]] = {}
-    for m, p in pairs:
+    _put_srv(out, svc_name, pairs, options)
+    named: dict[tuple[str, str], list[tuple[_MemberWire, Port]]] = {}
+    for w, p in pairs:
         if p.name and p.protocol in _PROTO_LABEL:
-            named.setdefault((p.name, p.protocol), []).append((m, p))
+            named.setdefault((p.name, p.protocol), []).append((w, p))
     for (port_name, protocol), group_pairs in named.items():
         proto_name = _label(_PROTO_LABEL[protocol]) + svc_name
         out.names.add(proto_name)
@@ -234,7 +255,7 @@ def _encode_in_zone(
             srv_name = _label("_" + port_name) + proto_name
         except ValueError:
             continue
-        _put_srv(out, srv_name, group_pairs, svc_name, options)
+        _put_srv(out, srv_name, group_pairs, options)
 
 
 def _label(text: str) -> bytes:
@@ -245,42 +266,38 @@ def _label(text: str) -> bytes:
 
 
 def _put_srv(
-    out: ServiceAnswers, name: bytes, pairs: list[tuple[Member, Port]], svc_name: bytes,
-    options: ZoneOptions,
+    out: ServiceAnswers, name: bytes, pairs: list[tuple[_MemberWire, Port]], options: ZoneOptions,
 ) -> None:
     out.names.add(name)
     ttl = options.ttl
+    local_first = options.srv_priority == "local-first"
 
-    def priority(m: Member) -> int:
-        return 10 if options.srv_priority == "local-first" and not m.local else 0
+    def priority(w: _MemberWire) -> int:
+        return 10 if local_first and not w.member.local else 0
 
     per_priority: dict[int, int] = {}
-    for m, _ in pairs:
-        per_priority[priority(m)] = per_priority.get(priority(m), 0) + 1
+    for w, _ in pairs:
+        per_priority[priority(w)] = per_priority.get(priority(w), 0) + 1
     # Offsets below are absolute in the reply: header, then the question (name + 4).
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
-    target_at: dict[bytes, int] = {}
-    targets: dict[bytes, Member] = {}
+    target_at: dict[bytes, tuple[int, _MemberWire]] = {}
     size = 0
-    for m, p in sorted(pairs, key=lambda mp: priority(mp[0])):
-        host = _label(m.hostname) if m.hostname is not None else b""
-        target = host + _label(m.cluster) + svc_name
-        prio = priority(m)
-        weight = max(1, 100 // per_priority[prio])
-        rr = _rr(_AT_QUESTION, SRV, ttl, struct.pack("!HHH", prio, weight, p.port) + target)
+    for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
+        prio = priority(w)
+        rdata = struct.pack("!HHH", prio, max(1, 100 // per_priority[prio]), p.port) + w.target
+        rr = _AT_QUESTION + _rr_head(SRV, ttl, len(rdata)) + rdata
         if size + len(rr) > MAX_BODY:
             break
-        target_at.setdefault(target, offset + size + 2 + 10 + 6)
-        targets.setdefault(target, m)
+        # The glue's owner will point at the target inside this record's RDATA.
+        target_at.setdefault(w.target, (offset + size + 2 + 10 + 6, w))
         answer.append(rr)
         size += len(rr)
     additional: list[bytes] = []
-    for target, m in targets.items():
-        at = target_at[target]
+    for target, (at, w) in target_at.items():
         owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
-        for rtype in (A, AAAA):
-            additional.extend(_address_rrs(owner, m.addresses, rtype, ttl))
+        additional.extend(owner + t for t in w.a)
+        additional.extend(owner + t for t in w.aaaa)
     additional = _fit(additional, MAX_BODY - size)
     key = name + struct.pack("!HH", SRV, CLASS_IN)
     out.answers[key] = Answer(NOERROR, SRV, answer, (), additional)
