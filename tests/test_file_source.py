@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import dns.rcode
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from support import DEMO, Dnsside, answers, run_cli, wait_for
 
 from dnsside.events import Replace
 from dnsside.linkerd import ServiceRecord
-from dnsside.sources.file import FileSource, FileSourceError, load_records, read_objects
+from dnsside.sources.file import (
+    FileSource,
+    FileSourceError,
+    _json_items,
+    load_records,
+    read_objects,
+)
 
 NGINX = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
 
@@ -49,14 +59,14 @@ def test_broken_files_say_where(tmp_path: Path, text: str, message: str) -> None
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(FileSourceError, match=message):
-        read_objects(path)
+        list(read_objects(path))
 
 
 def test_non_utf8_file(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes(b"kind: Service\nmetadata: {name: caf\xe9}\n")
     with pytest.raises(FileSourceError, match="not UTF-8"):
-        read_objects(path)
+        list(read_objects(path))
 
 
 def test_bad_objects_are_skipped_with_warnings(tmp_path: Path) -> None:
@@ -148,7 +158,7 @@ def test_server_reloads_and_survives_a_broken_file(tmp_path: Path) -> None:
                  what="north's nginx-set-0 after reload")
         path.write_text("items: [ {{ broken")
         srv.wait_log("reload failed, still serving the previous state")
-        assert "dump.yaml:1:" in srv.wait_log("invalid YAML")
+        assert re.search(r"dump\.yaml:\d+:\d+: invalid YAML", srv.wait_log("invalid YAML"))
         assert "10.43.61.5" in answers(srv.query("nginx-svc.default.svc-global"))
         os.remove(path)
         srv.wait_log("no such file")
@@ -158,3 +168,37 @@ def test_server_reloads_and_survives_a_broken_file(tmp_path: Path) -> None:
         assert status == 200
         assert "dnsside_file_reload_errors_total 2.0" in text
         assert srv.stop() == 0
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    items=st.lists(st.dictionaries(st.sampled_from(["kind", "items", "metadata", "x"]), _values,
+                                   max_size=4), max_size=5),
+    extra=st.dictionaries(st.sampled_from(["apiVersion", "kind", "metadata"]), _values),
+    items_first=st.booleans(),
+    indent=st.sampled_from([None, 0, 2, "\t"]),
+)
+def test_streamed_json_list_equals_json_loads(items: list[Any], extra: dict[str, Any],
+                                              items_first: bool, indent: Any) -> None:
+    doc = {"items": items, **extra} if items_first else {**extra, "items": items}
+    text = json.dumps(doc, indent=indent)
+    assert [o for _, o in _json_items(text, "f")] == items
+    assert [w for w, _ in _json_items(text, "f")] == [f"f items[{i}]" for i in range(len(items))]
+
+
+def test_json_shapes_and_errors() -> None:
+    single = {"kind": "Service", "metadata": {"items": [1, 2]}}
+    assert list(_json_items(json.dumps(single), "f")) == [("f", single)]
+    assert list(_json_items('[{"a": 1}, {"b": 2}]', "f")) == [("f item 1", {"a": 1}),
+                                                             ("f item 2", {"b": 2})]
+    for bad in ('{"items": [1 2]}', '{"items": [1], }', '{"items": [1,]}', '{"items": [1]} x',
+                '{"a" 1}', "{1: 2}"):
+        with pytest.raises(json.JSONDecodeError):
+            list(_json_items(bad, "f"))

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
@@ -36,8 +37,8 @@ class FileSourceError(Exception):
     """The file cannot be used at all: the message says which file and why."""
 
 
-def read_objects(path: Path) -> list[tuple[str, Any]]:
-    """(where, object) for every item in the file. Raises FileSourceError."""
+def read_objects(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, object) for every item in the file, lazily. Raises FileSourceError."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -48,9 +49,10 @@ def read_objects(path: Path) -> list[tuple[str, Any]]:
         raise FileSourceError(f"{path}: not UTF-8 text: {exc}") from None
     try:
         if text.lstrip().startswith(("{", "[")):
-            docs: list[Any] = [json.loads(text)]
+            yield from _json_items(text, str(path))
         else:
-            docs = list(yaml.safe_load_all(text))
+            docs = list(yaml.load_all(text, Loader=_YAML_LOADER))
+            yield from _items(docs, str(path))
     except json.JSONDecodeError as exc:
         raise FileSourceError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
     except yaml.YAMLError as exc:
@@ -58,7 +60,69 @@ def read_objects(path: Path) -> list[tuple[str, Any]]:
         at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise FileSourceError(f"{at}: invalid YAML: {problem}") from None
-    return list(_items(docs, str(path)))
+
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _json_items(text: str, where: str) -> Iterator[tuple[str, Any]]:
+    """The items of a JSON ``List`` one at a time; any other JSON document whole.
+
+    A 100 MB dump decoded at once is 200k dicts alive together, and the heap
+    never gives that memory back; decoding item by item (the C decoder on each)
+    keeps one object alive at a time while it becomes a slim record.
+    """
+    decoder = json.JSONDecoder()
+
+    def skip(j: int, *, after: str = "") -> int:
+        j = _WS.match(text, j).end()  # type: ignore[union-attr]
+        if after:
+            if not text.startswith(after, j):
+                raise json.JSONDecodeError(f"Expecting {after!r}", text, j)
+            j = _WS.match(text, j + 1).end()  # type: ignore[union-attr]
+        return j
+
+    i = skip(0)
+    if not text.startswith("{", i):
+        yield from _items([json.loads(text)], where)
+        return
+    top: dict[str, Any] = {}
+    streamed = False
+    j = skip(i + 1)
+    while not text.startswith("}", j):
+        key, j = decoder.raw_decode(text, j)
+        if not isinstance(key, str):
+            raise json.JSONDecodeError("Expecting property name", text, j)
+        j = skip(j, after=":")
+        if key == "items" and text.startswith("[", j):
+            streamed, n = True, 0
+            j = skip(j + 1)
+            while not text.startswith("]", j):
+                item, j = decoder.raw_decode(text, j)
+                yield f"{where} items[{n}]", item
+                n += 1
+                j = skip(j)
+                if text.startswith(",", j):
+                    j = skip(j + 1)
+                    if text.startswith("]", j):
+                        raise json.JSONDecodeError("Trailing comma", text, j)
+                elif not text.startswith("]", j):
+                    raise json.JSONDecodeError("Expecting ',' delimiter", text, j)
+            j += 1
+        else:
+            top[key], j = decoder.raw_decode(text, j)
+        j = skip(j)
+        if text.startswith(",", j):
+            j = skip(j + 1)
+            if text.startswith("}", j):
+                raise json.JSONDecodeError("Trailing comma", text, j)
+        elif not text.startswith("}", j):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, j)
+    if skip(j + 1) != len(text):
+        raise json.JSONDecodeError("Extra data", text, skip(j + 1))
+    if not streamed:
+        yield from _items([top], where)
 
 
 def _items(docs: list[Any], where: str) -> Iterator[tuple[str, Any]]:
@@ -128,10 +192,14 @@ class FileSource:
         self._records: dict[tuple[Kind, str, str], Record] = {}
 
     def check(self) -> None:
-        """Fail fast, before serving, when the file is missing or unusable."""
+        """Fail fast, before binding sockets, when the file is missing or unreadable.
+        (A file that does not parse fails the first load, which is just as fatal.)"""
         if not self.path.is_file():
             raise FileSourceError(f"{self.path}: no such file")
-        read_objects(self.path)
+        try:
+            self.path.open("rb").close()
+        except OSError as exc:
+            raise FileSourceError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
