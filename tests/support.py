@@ -7,6 +7,7 @@ test can wait for one ("poll with a deadline", never a bare sleep).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -130,3 +132,39 @@ def demo_server(*extra: str, **kw: Any) -> Dnsside:
 def run_cli(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "dnsside", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
+
+
+class ThreadedKube:
+    """The fake API server (tests/fakekube.py) on a private event loop in a daemon thread,
+    so a test or bench can block on DNS polls while it keeps serving watches."""
+
+    def __init__(self, tmp: Path, **kwargs: Any) -> None:
+        from fakekube import FakeKube
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.kube = FakeKube(**{"bookmark_interval": 0.2, **kwargs})
+        self.run(self.kube.start(tmp))
+        self.kubeconfig = self.kube.kubeconfig
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """Run ``fn`` on the fake's loop thread (its state is not thread-safe)."""
+        done: Future[T] = Future()
+
+        def invoke() -> None:
+            try:
+                done.set_result(fn(*args, **kw))
+            except Exception as exc:
+                done.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(invoke)
+        return done.result(600)
+
+    def close(self) -> None:
+        self.run(self.kube.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)

@@ -7,57 +7,21 @@ marshalled onto that thread.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dns.exception
 import dns.rcode
 import pytest
 import yaml
-from fakekube import FakeKube
-from support import DEMO, Dnsside, answers, demo_server, wait_for
+from support import DEMO, Dnsside, ThreadedKube, answers, demo_server, wait_for
 
-T = TypeVar("T")
 NGINX = "nginx-svc.default.svc-global"
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
-
-
-class ThreadedKube:
-    """A FakeKube on a private event loop in a daemon thread."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.kube = FakeKube(bookmark_interval=0.2)
-        self.run(self.kube.start(tmp))
-        self.kubeconfig = self.kube.kubeconfig
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(15)
-
-    def call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        done: Future[T] = Future()
-
-        def invoke() -> None:
-            try:
-                done.set_result(fn(*args, **kw))
-            except Exception as exc:
-                done.set_exception(exc)
-
-        self.loop.call_soon_threadsafe(invoke)
-        return done.result(15)
-
-    def close(self) -> None:
-        self.run(self.kube.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @pytest.fixture
