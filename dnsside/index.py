@@ -60,6 +60,7 @@ class Index:
         self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
         self._namespace_refs: Counter[bytes] = Counter()
         self._members: Counter[tuple[str, bool]] = Counter()
+        self._clusters: set[str] = set()  # clusters with members, for "link seen/gone" logs
         self.synced = False
         self.serial = int(time.time())
         self.last_error = ""
@@ -92,8 +93,9 @@ class Index:
         if became_synced:
             self.responder.ready = True
             log.info(
-                "initial sync done: %d global services, %d members",
+                "initial sync done: %d global services, %d members, clusters %s",
                 len(self.global_services), sum(self._members.values()),
+                ", ".join(sorted(self._clusters)) or "none",
             )
         if changed or became_synced:
             self.serial = (self.serial + 1) & 0xFFFFFFFF
@@ -234,7 +236,21 @@ class Index:
             metrics.GLOBAL_SERVICES.set(len(self.global_services))
             for (cluster, ready), n in self._members.items():
                 metrics.MEMBERS.labels(cluster=cluster, ready=str(ready).lower()).set(n)
+            self._log_links(quiet)
         return changed
+
+    def _log_links(self, quiet: bool) -> None:
+        """One line when a linked cluster first contributes members, and when it stops."""
+        per_cluster: Counter[str] = Counter()
+        for (cluster, _ready), n in self._members.items():
+            per_cluster[cluster] += n
+        clusters = {c for c, n in per_cluster.items() if n > 0}
+        if not quiet:
+            for c in sorted(clusters - self._clusters):
+                log.info("link %s seen: %d members", c, per_cluster[c])
+            for c in sorted(self._clusters - clusters):
+                log.info("link %s gone: no members left", c)
+        self._clusters = clusters
 
     def _count_members(self, gs: GlobalService | None, sign: int) -> None:
         if gs is None:

@@ -95,7 +95,8 @@ def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
     assert addrs(index, "nginx-set-2.west.nginx-svc.default.svc-global") == ["10.43.245.244"]
 
 
-def test_link_removed_then_added(index: Index) -> None:
+def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="dnsside.index")
     west = [r for r in demo_records()
             if isinstance(r, ServiceRecord) and r.cluster == "west" and r.namespace == "default"]
     index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in west])
@@ -103,6 +104,11 @@ def test_link_removed_then_added(index: Index) -> None:
     assert ask(index, "west.web.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     index.apply([Upsert(r) for r in west])
     assert len(addrs(index, "nginx-svc.default.svc-global")) == 5
+    west_db = [r for r in demo_records() if isinstance(r, ServiceRecord) and r.cluster == "west"]
+    index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in west_db])
+    assert "link west gone: no members left" in caplog.text
+    index.apply([Upsert(r) for r in west_db])
+    assert "link west seen: 7 members" in caplog.text
 
 
 def test_last_member_gone_makes_names_and_namespace_vanish(index: Index) -> None:

@@ -99,6 +99,7 @@ def test_new_link_appears_and_per_pod_mirror_goes(kube: ThreadedKube) -> None:
             kube.call(kube.kube.apply, o)
         wait_for(lambda: "10.44.0.9" in answers(srv.query(NGINX)), what="the south link")
         assert answers(srv.query("nginx-set-0.south.nginx-svc.default.svc-global")) == ["10.44.0.9"]
+        srv.wait_log("link south seen: 1 members")
         kube.call(kube.kube.delete, "Service", "default", "nginx-set-2-west")
         wait_for(lambda: "10.43.245.244" not in answers(srv.query(NGINX)), what="mirror removal")
         gone = srv.query("nginx-set-2.west.nginx-svc.default.svc-global")
