@@ -51,11 +51,9 @@ class Explainer:
         labels = [label for label in relative.split(".") if label]
         if not labels:
             return {"explanation": f"the zone apex {zone.origin}"}
-        if labels[0].startswith("_") and len(labels) == 4:
-            labels = labels[2:]
-            port_filter = labels and relative.split(".")[:2]
-        else:
-            port_filter = None
+        srv_filter = None
+        if labels[0].startswith("_") and len(labels) == 4:  # _<port>._<proto>.<svc>.<ns>
+            srv_filter, labels = ".".join(labels[:2]), labels[2:]
         if len(labels) == 1:
             services = sorted(n for ns, n in self.index.global_services if ns == labels[0])
             return {"explanation": f"namespace {labels[0]}: global services {services}"}
@@ -90,8 +88,8 @@ class Explainer:
                 "status": why,
             })
         out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members}
-        if port_filter:
-            out["srv_filter"] = ".".join(port_filter)
+        if srv_filter:
+            out["srv_filter"] = srv_filter
         return out
 
 
