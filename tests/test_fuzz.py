@@ -7,7 +7,8 @@ also get the right question back, byte for byte, whatever their case.
 
 The CI run is short (profile ``dnsside-ci``, 300 examples per property);
 ``bench/fuzz.py`` runs the same properties with many more examples
-(``DNSSIDE_FUZZ_PROFILE=dnsside-long``) and blasts a live server with mangled packets.
+(``DNSSIDE_FUZZ_PROFILE=dnsside-long`` or ``DNSSIDE_FUZZ_EXAMPLES=N``) and blasts a
+live server with mangled packets.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 PROFILE = settings.get_profile(os.environ.get("DNSSIDE_FUZZ_PROFILE", "dnsside-ci"))
+if os.environ.get("DNSSIDE_FUZZ_EXAMPLES"):  # bench/fuzz.py --examples N
+    PROFILE = settings(PROFILE, max_examples=int(os.environ["DNSSIDE_FUZZ_EXAMPLES"]))
 
 
 @functools.cache

@@ -7,6 +7,7 @@ sent too; replies are read with dnspython and, where the rule is about bytes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import threading
@@ -35,15 +36,14 @@ from rawdns import (
     Tcp,
     bulk_objects,
     exchange,
-    option,
     opt_rr,
+    option,
     parse,
     query,
     question_of,
     udp,
     wire_name,
 )
-
 from support import DEMO, Dnsside, answers, wait_for
 
 TRANSPORTS = ["udp", "tcp"]
@@ -456,7 +456,7 @@ def test_0x20_owner_names_follow_the_question(srv: Dnsside) -> None:
     assert answers(msg) == NGINX_A
 
 
-# --------------------------------------------------------------------------- NODATA, NXDOMAIN, REFUSED
+# ------------------------------------------------------------------ NODATA, NXDOMAIN, REFUSED
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -577,7 +577,7 @@ def test_tcp_trickling_a_message_does_not_extend_the_deadline(short_idle: Dnssid
         conn.send_raw(struct.pack("!H", 300))
         sent = 0
         closed = False
-        for _ in range(60):  # 60 × 0.2 s = 12 s at most, the deadline
+        for _ in range(60):  # 60 x 0.2 s = 12 s at most, the deadline
             if conn.closed_within(0.2):
                 closed = True
                 break
@@ -601,10 +601,8 @@ def test_tcp_connection_cap(tmp_path: Path) -> None:
                 assert reply is not None and reply[:2] == struct.pack("!H", i)
             for _ in range(3):
                 with Tcp(s.host, s.port) as extra:
-                    try:
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                         extra.send(query(NGINX, qid=999))
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
                     assert extra.recv() is None, "a connection beyond the cap was served"
                 assert answers(parse(ask(s, query(NGINX)))) == NGINX_A  # UDP unaffected
             for conn in held:  # the 20 are still served
