@@ -304,6 +304,8 @@ class FakeKube:
     _watchers: set[_Watcher] = field(default_factory=set)
     _failures: collections.deque[_Failure] = field(default_factory=collections.deque)
     _unreachable: bool = False
+    _key_indexes: dict[str, tuple[tuple[int, int], list[str], list[Key]]] = field(
+        default_factory=dict)
     _runner: web.AppRunner | None = None
     _site: web.SockSite | None = None
     host: str = "127.0.0.1"
@@ -490,6 +492,17 @@ class FakeKube:
 
     # ------------------------------------------------------------------ storage internals
 
+    def _key_index(self, plural: str) -> tuple[list[str], list[Key]]:
+        """Sort keys and keys of ``plural``, in list order; rebuilt only when keys come or go
+        (a new key changes the count; only compact() removes keys)."""
+        stamp = (len(self._versions), self._compacted)
+        cached = self._key_indexes.get(plural)
+        if cached is None or cached[0] != stamp:
+            ordered = sorted((_sort_key(k), k) for k in self._versions if k[0] == plural)
+            cached = (stamp, [sk for sk, _ in ordered], [k for _, k in ordered])
+            self._key_indexes[plural] = cached
+        return cached[1], cached[2]
+
     def _current(self, key: Key) -> dict[str, Any] | None:
         versions = self._versions.get(key)
         return versions[-1][1] if versions else None
@@ -626,24 +639,31 @@ class FakeKube:
             limit = int(q.get("limit") or 0)
         except ValueError:
             return _status_response(400, f"invalid limit {q.get('limit')!r}", "BadRequest")
-        matching: list[tuple[str, dict[str, Any]]] = []
-        for key in self._versions:
-            if key[0] != res.plural or (namespace is not None and key[1] != namespace):
-                continue
-            sort_key = _sort_key(key)
-            if start and sort_key <= start:
+        # Walk the ordered key index from the continue point, as etcd's range read does:
+        # a page costs its own size, not the size of the collection.
+        sort_keys, keys = self._key_index(res.plural)
+        i = bisect.bisect_right(sort_keys, start) if start else 0
+        page: list[tuple[str, dict[str, Any]]] = []
+        more = False
+        for j in range(i, len(keys)):
+            key = keys[j]
+            if namespace is not None and key[1] != namespace:
                 continue
             obj = self._at(key, snapshot)
-            if obj is not None and selector(_labels(obj)):
-                matching.append((sort_key, obj))
-        matching.sort(key=lambda item: item[0])
+            if obj is None or not selector(_labels(obj)):
+                continue
+            if 0 < limit == len(page):
+                more = True
+                break
+            page.append((sort_keys[j], obj))
         meta: dict[str, Any] = {"resourceVersion": str(snapshot)}
-        page = matching
-        if 0 < limit < len(matching):
-            page = matching[:limit]
+        if more:
             meta["continue"] = _encode_continue(snapshot, page[-1][0])
             if not q.get("labelSelector"):
-                meta["remainingItemCount"] = len(matching) - limit
+                # An estimate, as the API allows: keys of objects deleted at the
+                # snapshot are counted too.
+                meta["remainingItemCount"] = len(keys) - bisect.bisect_right(
+                    sort_keys, page[-1][0])
         items = []
         for _, obj in page:
             item = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
