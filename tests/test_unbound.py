@@ -1,0 +1,263 @@
+"""unbound in front of dnsside: the CoreDNS forward-stub-zone path with a real resolver.
+
+The test writes an unbound.conf with a stub zone for svc-global pointing at
+dnsside, QNAME minimisation on (so unbound walks through the empty
+non-terminals, where an NXDOMAIN would break resolution: RFC 8020),
+`harden-below-nxdomain` and 0x20 (`use-caps-for-id`, so unbound checks that the
+question comes back as sent), and runs it on a free port. Answers through
+unbound must equal the direct ones. Upstream once over UDP (with truncation and
+the retry over TCP for a large answer) and once with `tcp-upstream: yes`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.exception
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import pytest
+import yaml
+from rawdns import bulk_objects
+from support import DEMO, Dnsside, answers, wait_for
+
+NGINX = "nginx-svc.default.svc-global"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Unbound:
+    def __init__(self, tmp: Path, upstream_port: int, tcp_upstream: bool) -> None:
+        self.tmp = tmp
+        self.conf = tmp / "unbound.conf"
+        self.log = tmp / "unbound.log"
+        self.upstream_port = upstream_port
+        self.tcp_upstream = tcp_upstream
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def write_conf(self) -> None:
+        self.port = free_port()
+        self.conf.write_text(f"""
+server:
+    interface: 127.0.0.1
+    port: {self.port}
+    do-ip6: no
+    do-daemonize: no
+    use-syslog: no
+    logfile: ""
+    verbosity: 1
+    chroot: ""
+    username: ""
+    directory: "{self.tmp}"
+    pidfile: "{self.tmp}/unbound.pid"
+    num-threads: 1
+    module-config: "iterator"
+    harden-below-nxdomain: yes
+    qname-minimisation: yes
+    qname-minimisation-strict: yes
+    use-caps-for-id: yes
+    do-not-query-localhost: no
+    domain-insecure: "svc-global"
+    tcp-upstream: {"yes" if self.tcp_upstream else "no"}
+    access-control: 127.0.0.0/8 allow
+
+remote-control:
+    control-enable: no
+
+stub-zone:
+    name: "svc-global"
+    stub-addr: 127.0.0.1@{self.upstream_port}
+""")
+
+    def start(self) -> None:
+        for _ in range(3):  # the free port may be taken between probe and bind: try another
+            self.write_conf()
+            check = subprocess.run(["unbound-checkconf", str(self.conf)], capture_output=True,
+                                   text=True, timeout=30)
+            assert check.returncode == 0, check.stdout + check.stderr
+            with self.log.open("wb") as log:
+                self.proc = subprocess.Popen(["unbound", "-d", "-c", str(self.conf)],
+                                             stdout=log, stderr=subprocess.STDOUT)
+            try:
+                wait_for(self._answers, 15, "unbound to answer")
+                return
+            except AssertionError:
+                self.stop()
+        raise AssertionError("unbound did not start:\n" + self.log.read_text())
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError("unbound exited:\n" + self.log.read_text())
+        try:
+            msg = self.query("svc-global", "SOA", timeout=0.5)
+        except (dns.exception.Timeout, OSError):
+            return False
+        return msg.rcode() == dns.rcode.NOERROR and bool(msg.answer)
+
+    def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
+        q = dns.message.make_query(name, rdtype)  # RD set: a stub resolver's query
+        msg, _tcp = dns.query.udp_with_fallback(q, "127.0.0.1", port=self.port, timeout=timeout)
+        return msg
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def dnsside(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
+    """The demo plus `big.bulk` (120 addresses: truncated over UDP, so unbound retries on TCP)."""
+    demo = yaml.safe_load(DEMO.read_text())
+    demo["items"] += bulk_objects("big", "bulk", 120, 99)
+    path = tmp_path_factory.mktemp("zone") / "zone.json"
+    path.write_text(json.dumps(demo))
+    with Dnsside("--source", str(path), "--cluster-name", "east", "--query-log") as s:
+        yield s
+
+
+@pytest.fixture(scope="module", params=["udp", "tcp-upstream"])
+def unbound(request: pytest.FixtureRequest, dnsside: Dnsside,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Unbound]:
+    u = Unbound(tmp_path_factory.mktemp("unbound"), dnsside.port, request.param == "tcp-upstream")
+    u.start()
+    yield u
+    u.stop()
+
+
+def same_answer(dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str) -> dns.message.Message:
+    """Ask both; the rcode, answer RRsets (rdata) and negative SOA owner must agree."""
+    direct = dnsside.query(name, rdtype, tcp=True)
+    via = unbound.query(name, rdtype)
+    assert via.rcode() == direct.rcode(), f"{name} {rdtype}: {via}"
+    assert via.flags & dns.flags.RA
+    for t in ("A", "AAAA", "SRV", "SOA", "NS"):
+        assert answers(via, t) == answers(direct, t), f"{name} {rdtype} {t}"
+    if not direct.answer:
+        assert [r.name for r in via.authority if r.rdtype == dns.rdatatype.SOA] == [
+            r.name for r in direct.authority if r.rdtype == dns.rdatatype.SOA
+        ]
+    return via
+
+
+DEMO_NAMES = [
+    (NGINX, "A"),
+    (NGINX, "SRV"),
+    ("_http._tcp.nginx-svc.default.svc-global", "SRV"),
+    ("east.nginx-svc.default.svc-global", "A"),
+    ("nginx-set-2.west.nginx-svc.default.svc-global", "A"),
+    ("cockroachdb.db.svc-global", "A"),
+    ("cockroachdb.db.svc-global", "SRV"),  # 774 bytes: needs EDNS, which unbound sends
+    ("_grpc._tcp.cockroachdb.db.svc-global", "SRV"),
+    ("cockroachdb-1.west.cockroachdb.db.svc-global", "A"),
+    ("web.default.svc-global", "A"),
+    ("svc-global", "SOA"),
+    ("svc-global", "NS"),
+]
+
+
+@pytest.mark.parametrize(("name", "rdtype"), DEMO_NAMES)
+def test_demo_names_resolve_through_unbound(
+    dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str
+) -> None:
+    via = same_answer(dnsside, unbound, name, rdtype)
+    assert via.rcode() == dns.rcode.NOERROR and via.answer
+
+
+def test_large_answer_truncated_then_retried_over_tcp(dnsside: Dnsside, unbound: Unbound) -> None:
+    direct_udp = dnsside.query("big.bulk.svc-global", "A", edns=0, payload=1232)
+    if not unbound.tcp_upstream:
+        assert direct_udp.flags & dns.flags.TC  # over 1232 bytes: unbound must use TCP
+    via = same_answer(dnsside, unbound, "big.bulk.svc-global", "A")
+    assert len(answers(via)) == 120
+    assert len(answers(same_answer(dnsside, unbound, "big.bulk.svc-global", "SRV"), "SRV")) == 120
+
+
+@pytest.mark.parametrize(
+    ("name", "rdtype"),
+    [("nope.svc-global", "A"), ("metrics.default.svc-global", "A"),
+     ("_grpc._tcp.nginx-svc.default.svc-global", "SRV"),
+     ("x.nginx-set-0.east.nginx-svc.default.svc-global", "A"),
+     ("deep.below.nope.svc-global", "AAAA")],
+)
+def test_nxdomain_propagates(dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str) -> None:
+    via = same_answer(dnsside, unbound, name, rdtype)
+    assert via.rcode() == dns.rcode.NXDOMAIN
+
+
+@pytest.mark.parametrize(
+    ("name", "rdtype"),
+    [("default.svc-global", "A"), ("db.svc-global", "A"),
+     ("_tcp.nginx-svc.default.svc-global", "SRV"), (NGINX, "AAAA"), (NGINX, "TXT")],
+)
+def test_nodata_propagates(dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str) -> None:
+    via = same_answer(dnsside, unbound, name, rdtype)
+    assert via.rcode() == dns.rcode.NOERROR and not via.answer
+
+
+@pytest.mark.parametrize(
+    ("ent", "below"),
+    [
+        (("default.svc-global", "A"), (NGINX, "A")),
+        (("db.svc-global", "SRV"), ("cockroachdb-0.east.cockroachdb.db.svc-global", "A")),
+        (("_tcp.nginx-svc.default.svc-global", "A"),
+         ("_http._tcp.nginx-svc.default.svc-global", "SRV")),
+        (("_tcp.cockroachdb.db.svc-global", "SRV"),
+         ("_grpc._tcp.cockroachdb.db.svc-global", "SRV")),
+    ],
+)
+def test_names_below_an_empty_non_terminal_resolve_after_it_was_asked(
+    dnsside: Dnsside, unbound: Unbound, ent: tuple[str, str], below: tuple[str, str]
+) -> None:
+    """The cached NODATA for the ENT must not prune what lies below it (RFC 8020)."""
+    assert unbound.query(*ent).rcode() == dns.rcode.NOERROR
+    via = same_answer(dnsside, unbound, *below)
+    assert via.rcode() == dns.rcode.NOERROR and via.answer
+
+
+def test_mixed_case_through_unbound(dnsside: Dnsside, unbound: Unbound) -> None:
+    via = unbound.query("NgInX-SvC.DeFaUlT.SvC-GlObAl", "A")
+    assert via.rcode() == dns.rcode.NOERROR
+    assert answers(via) == answers(dnsside.query(NGINX, "A"))
+
+
+def test_unbound_logged_no_errors(unbound: Unbound) -> None:
+    """No 0x20 mismatch, no FORMERR, no failed lookups towards dnsside."""
+    text = unbound.log.read_text()
+    for bad in ("error", "0x20", "FORMERR", "failed", "SERVFAIL"):
+        assert bad not in text, text
+
+
+def test_unbound_walks_the_empty_non_terminals_in_mixed_case(
+    dnsside: Dnsside, unbound: Unbound
+) -> None:
+    """dnsside's query log shows the minimised queries (one label at a time, RFC 9156) and
+    the random case of each (0x20), which unbound accepted since the answers came back."""
+    name = "_grpc._tcp.cockroachdb.db.svc-global"
+    assert unbound.query(name, "SRV").answer
+
+    def asked() -> set[str]:
+        return {line.split()[6].lower() for line in list(dnsside.lines)
+                if "dnsside.query: udp" in line or "dnsside.query: tcp" in line}
+
+    walk = {"db.svc-global.", "cockroachdb.db.svc-global.", "_tcp.cockroachdb.db.svc-global.",
+            name + "."}
+    wait_for(lambda: walk <= asked(), 10, f"minimised queries for {sorted(walk)}")
+    names = [line.split()[6] for line in list(dnsside.lines) if "dnsside.query:" in line]
+    assert any(n != n.lower() and n != n.upper() for n in names), "unbound sent 0x20 case"
