@@ -1,0 +1,349 @@
+"""Generate a realistic Linkerd multicluster topology as a `kind: List` JSON file.
+
+The shape of every object is copied from ``examples/demo-east.yaml`` (what
+``kubectl get services,endpointslices -A -o json`` prints in the local cluster
+``east``): for each global service, a local headless StatefulSet Service
+exported with ``mirror.linkerd.io/exported`` and its EndpointSlice(s), and per
+linked cluster a headless root mirror ``<svc>-<cluster>`` with its mirrored
+slice plus one per-pod mirror Service ``<pod>-<cluster>`` (a ClusterIP) with a
+slice holding the gateway address on port 4143. A few percent of the services
+are gateway-mode ClusterIP mirrors or remote-discovery mirrors (one
+cluster-level member per link), and the noise of a real cluster is there too:
+federated Services, gateway probe Services, plain local Services.
+
+Members are counted the way dnsside counts them (SPEC §2): one per local
+endpoint hostname, one per per-pod mirror, one per cluster-level mirror or
+local ClusterIP Service. A global service has 10-50 members: the same
+StatefulSet (3-12 replicas) in the local cluster and in 2-4 of the 4 links.
+
+    python bench/topology.py --members 100000 --out bench/out/topo-100000.json
+
+also writes ``<out>.queries``: a dnsperf query file (an A/SRV mix over names
+that exist and have ready members) and ``<out>.meta.json`` (counts, and one
+per-pod mirror the propagation benchmark can flip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOCAL = "east"
+LINKS = ("west", "north", "south", "central")
+GATEWAY = {"west": "172.18.0.3", "north": "172.18.0.4", "south": "172.18.0.5",
+           "central": "172.18.0.6"}
+ZONE = "svc-global"
+STAMP = "2026-11-01T00:00:00Z"
+# (app kind, ports) — what multicluster StatefulSets typically expose.
+APPS: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = (
+    ("cockroachdb", (("grpc", 26257), ("http", 8080))),
+    ("cassandra", (("cql", 9042), ("intra", 7000))),
+    ("etcd", (("client", 2379), ("peer", 2380))),
+    ("consul", (("http", 8500), ("serflan", 8301))),
+    ("nats", (("client", 4222), ("cluster", 6222))),
+    ("redis", (("redis", 6379),)),
+    ("kafka", (("broker", 9092),)),
+    ("web", (("http", 80),)),
+)
+VERSION = 3  # bump when the output changes, so cached files are regenerated
+
+
+class Ips:
+    """Deterministic, unique addresses from a /10."""
+
+    def __init__(self, base: tuple[int, int]) -> None:
+        self.base = base[0] << 24 | base[1] << 16
+        self.n = 0
+
+    def next(self) -> str:
+        self.n += 1
+        v = self.base + self.n
+        return f"{v >> 24 & 255}.{v >> 16 & 255}.{v >> 8 & 255}.{v & 255}"
+
+
+@dataclass
+class Topology:
+    rng: random.Random
+    items: list[dict[str, Any]] = field(default_factory=list)
+    members: int = 0
+    global_services: int = 0
+    # (qname, qtype) of names that answer, by kind, for the query file
+    names: dict[str, list[str]] = field(default_factory=dict)
+    flip: dict[str, Any] = field(default_factory=dict)  # one per-pod mirror slice to toggle
+    service_ips: Ips = field(default_factory=lambda: Ips((10, 64)))  # mirror ClusterIPs
+    pod_ips: Ips = field(default_factory=lambda: Ips((10, 128)))  # local pod IPs
+    rv: int = 4000
+
+    def uid(self) -> str:
+        h = f"{self.rng.getrandbits(128):032x}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+    def suffix(self) -> str:
+        return f"{self.rng.getrandbits(20):05x}"
+
+    def name(self, kind: str, value: str) -> None:
+        self.names.setdefault(kind, []).append(value)
+
+
+def _ports(ports: tuple[tuple[str, int], ...], target: bool = True) -> list[dict[str, Any]]:
+    out = []
+    for name, port in ports:
+        p: dict[str, Any] = {"name": name, "port": port, "protocol": "TCP"}
+        if target:
+            p["targetPort"] = port
+        out.append(p)
+    return out
+
+
+def _service(t: Topology, ns: str, name: str, labels: dict[str, str],
+             annotations: dict[str, str] | None, cluster_ip: str | None,
+             ports: tuple[tuple[str, int], ...], selector: dict[str, str] | None = None
+             ) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": t.uid(),
+                            "resourceVersion": "1", "creationTimestamp": STAMP, "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    ip = cluster_ip or "None"
+    spec: dict[str, Any] = {
+        "ports": _ports(ports), "type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+        "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None",
+        "internalTrafficPolicy": "Cluster",
+    }
+    if selector:
+        spec["selector"] = selector
+    obj = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+    t.items.append(obj)
+    return obj
+
+
+def _slice(t: Topology, ns: str, service: str, labels: dict[str, str],
+           endpoints: list[dict[str, Any]], ports: tuple[tuple[str, int], ...],
+           owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f"{service}-{t.suffix()}", "namespace": ns, "uid": t.uid(),
+        "resourceVersion": "1", "generateName": f"{service}-",
+        "labels": {**labels, "kubernetes.io/service-name": service},
+        "creationTimestamp": STAMP,
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Service", "name": service,
+                                    "uid": owner["metadata"]["uid"], "controller": True,
+                                    "blockOwnerDeletion": True}]
+    obj = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta,
+           "addressType": "IPv4", "endpoints": endpoints, "ports": _ports(ports, target=False)}
+    t.items.append(obj)
+    return obj
+
+
+def _endpoint(address: str, ready: bool, hostname: str | None = None,
+              pod: tuple[str, str, str] | None = None) -> dict[str, Any]:
+    e: dict[str, Any] = {"addresses": [address],
+                         "conditions": {"ready": ready, "serving": ready, "terminating": False}}
+    if hostname:
+        e["hostname"] = hostname
+    if pod:
+        e["targetRef"] = {"kind": "Pod", "name": pod[0], "namespace": pod[1], "uid": pod[2]}
+    return e
+
+
+def _mirror_labels(cluster: str, app: str) -> dict[str, str]:
+    return {"mirror.linkerd.io/mirrored-service": "true",
+            "mirror.linkerd.io/cluster-name": cluster, "app": app}
+
+
+_MIRROR_SLICE = {"endpointslice.kubernetes.io/managed-by":
+                 "endpointslicemirroring-controller.k8s.io"}
+_LOCAL_SLICE = {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}
+
+
+def statefulset(t: Topology, ns: str, svc: str, app: str, ports: tuple[tuple[str, int], ...],
+                replicas: int, links: list[str], local: bool) -> None:
+    """One global headless service: a StatefulSet of ``replicas`` pods in each cluster."""
+    fq = f"{svc}.{ns}.svc.cluster.local"
+    served = False
+    if local:
+        owner = _service(t, ns, svc, {"app": app, "mirror.linkerd.io/exported": "true"}, None,
+                         None, ports, selector={"app": app})
+        eps = []
+        for i in range(replicas):
+            pod = f"{svc}-{i}"
+            ready = t.rng.random() > 0.02
+            eps.append(_endpoint(t.pod_ips.next(), ready, pod, (pod, ns, t.uid())))
+            t.members += 1
+            if ready:
+                served = True
+                t.name("host", f"{pod}.{LOCAL}.{svc}.{ns}.{ZONE}")
+        for start in range(0, len(eps), 100):  # the controller's 100-endpoint slices
+            _slice(t, ns, svc, {**_LOCAL_SLICE, "app": app}, eps[start : start + 100], ports,
+                   owner)
+        if served:
+            t.name("cluster", f"{LOCAL}.{svc}.{ns}.{ZONE}")
+    for link in links:
+        root = f"{svc}-{link}"
+        t.rv += 1
+        _service(t, ns, root, _mirror_labels(link, app),
+                 {"mirror.linkerd.io/remote-svc-fq-name": fq,
+                  "mirror.linkerd.io/remote-resource-version": str(t.rv)}, None, ports)
+        root_eps = []
+        link_served = False
+        for i in range(replicas):
+            pod = f"{svc}-{i}"
+            ip = t.service_ips.next()
+            labels = {**_mirror_labels(link, app), "mirror.linkerd.io/headless-mirror-svc-name":
+                      root}
+            _service(t, ns, f"{pod}-{link}", labels,
+                     {"mirror.linkerd.io/remote-svc-fq-name": f"{pod}.{fq}",
+                      "mirror.linkerd.io/remote-resource-version": str(t.rv + 1)}, ip, ports)
+            ready = t.rng.random() > 0.02  # a few gateways failing their probe
+            s = _slice(t, ns, f"{pod}-{link}", {**_MIRROR_SLICE, **labels},
+                       [_endpoint(GATEWAY[link], ready)], tuple((n, 4143) for n, _ in ports[:1]))
+            root_eps.append(_endpoint(ip, True, pod))
+            t.members += 1
+            if ready:
+                link_served = served = True
+                t.name("host", f"{pod}.{link}.{svc}.{ns}.{ZONE}")
+                if not t.flip:
+                    t.flip = {"slice": s["metadata"]["name"], "namespace": ns,
+                              "service": f"{pod}-{link}", "qname": f"{svc}.{ns}.{ZONE}",
+                              "host": f"{pod}.{link}.{svc}.{ns}.{ZONE}", "address": ip}
+        _slice(t, ns, root, {**_MIRROR_SLICE, **_mirror_labels(link, app)}, root_eps, ports)
+        if link_served:
+            t.name("cluster", f"{link}.{svc}.{ns}.{ZONE}")
+    if served:
+        t.global_services += 1
+        t.name("svc", f"{svc}.{ns}.{ZONE}")
+        for port_name, _ in ports:
+            t.name("srv", f"_{port_name}._tcp.{svc}.{ns}.{ZONE}")
+
+
+def clusterip_service(t: Topology, ns: str, svc: str, app: str,
+                      ports: tuple[tuple[str, int], ...], links: list[str]) -> None:
+    """A global ClusterIP service: local exported Service, gateway or remote-discovery mirrors."""
+    fq = f"{svc}.{ns}.svc.cluster.local"
+    owner = _service(t, ns, svc, {"app": app, "mirror.linkerd.io/exported": "true"},
+                     None, t.service_ips.next(), ports, selector={"app": app})
+    _slice(t, ns, svc, {**_LOCAL_SLICE, "app": app},
+           [_endpoint(t.pod_ips.next(), True, pod=(f"{svc}-{t.suffix()}", ns, t.uid()))
+            for _ in range(3)], ports, owner)
+    t.members += 1
+    for n, link in enumerate(links):
+        labels = _mirror_labels(link, app)
+        ann = {"mirror.linkerd.io/remote-svc-fq-name": fq,
+               "mirror.linkerd.io/remote-resource-version": str(t.rv)}
+        if n % 2:  # remote-discovery (flat network): no endpoints at all
+            labels = {**labels, "multicluster.linkerd.io/remote-discovery": link,
+                      "multicluster.linkerd.io/remote-service": svc}
+            _service(t, ns, f"{svc}-{link}", labels, ann, t.service_ips.next(), ports)
+        else:  # gateway mode: the slice is the gateway, ready follows the probe
+            _service(t, ns, f"{svc}-{link}", labels, ann, t.service_ips.next(), ports)
+            _slice(t, ns, f"{svc}-{link}", {**_MIRROR_SLICE, **labels},
+                   [_endpoint(GATEWAY[link], True)], tuple((p, 4143) for p, _ in ports[:1]))
+        t.members += 1
+        t.name("cluster", f"{link}.{svc}.{ns}.{ZONE}")
+    t.global_services += 1
+    t.name("svc", f"{svc}.{ns}.{ZONE}")
+    for port_name, _ in ports:
+        t.name("srv", f"_{port_name}._tcp.{svc}.{ns}.{ZONE}")
+    # the noise around it: a federated Service (no cluster-name, not a member)
+    _service(t, ns, f"{svc}-federated", {"mirror.linkerd.io/mirrored-service": "true", "app": app},
+             {"multicluster.linkerd.io/remote-discovery": ",".join(f"{svc}@{x}" for x in links),
+              "multicluster.linkerd.io/local-discovery": svc}, t.service_ips.next(), ports)
+
+
+def generate(members: int, seed: int = 1) -> Topology:
+    t = Topology(random.Random(seed))
+    for link in LINKS:
+        _service(t, "linkerd-multicluster", f"probe-gateway-{link}",
+                 {"mirror.linkerd.io/cluster-name": link, "mirror.linkerd.io/mirrored-gateway":
+                  "true"}, None, None, (("mc-probe", 4191),))
+        t.items[-1]["spec"]["clusterIP"] = t.items[-1]["spec"]["clusterIPs"][0] = (
+            t.service_ips.next())
+    n = 0
+    while t.members < members:
+        ns = f"team-{n // 40:03d}"  # 40 global services per namespace
+        app, ports = APPS[n % len(APPS)]
+        svc = f"{app}-{n:05d}"
+        left = members - t.members
+        if n % 25 == 7 and left >= 5:
+            clusterip_service(t, ns, svc, app, ports, t.rng.sample(LINKS, 4))
+        else:
+            links = t.rng.sample(LINKS, t.rng.randint(2, 4))
+            local = t.rng.random() < 0.8
+            clusters = len(links) + local
+            replicas = t.rng.randint(3, 12)
+            if replicas * clusters > left:  # the last one: land exactly on `members`
+                links, local, clusters = [LINKS[0]], False, 1
+                replicas = left
+            statefulset(t, ns, svc, app, ports, replicas, links, local)
+        if n % 10 == 3:  # a plain local Service, not exported: never a member
+            _service(t, ns, f"{svc}-metrics", {"app": app}, None, t.service_ips.next(),
+                     (("prom", 9090),), selector={"app": app})
+        n += 1
+    return t
+
+
+def queries(t: Topology, count: int, seed: int = 2) -> list[str]:
+    """A dnsperf query file: 70% A, 30% SRV, over names that exist and answer.
+
+    A: 40% one pod (`<pod>.<cluster>.<svc>.<ns>.Z`), 15% one cluster, 15% the whole
+    service; SRV: 20% `_<port>._tcp.<svc>.<ns>.Z`, 10% `<svc>.<ns>.Z`.
+    """
+    rng = random.Random(seed)
+    mix = (("host", "A", 40), ("cluster", "A", 15), ("svc", "A", 15), ("srv", "SRV", 20),
+           ("svc", "SRV", 10))
+    kinds = [(k, qt) for k, qt, w in mix for _ in range(w)]
+    out = []
+    for _ in range(count):
+        kind, qtype = rng.choice(kinds)
+        out.append(f"{rng.choice(t.names[kind])} {qtype}")
+    return out
+
+
+def write(members: int, out: Path, n_queries: int = 50000, seed: int = 1) -> dict[str, Any]:
+    t = generate(members, seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"apiVersion": "v1", "items": t.items, "kind": "List",
+           "metadata": {"resourceVersion": ""}}
+    tmp = out.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    tmp.replace(out)
+    Path(str(out) + ".queries").write_text("\n".join(queries(t, n_queries)) + "\n")
+    meta = {"version": VERSION, "members": t.members, "global_services": t.global_services,
+            "objects": len(t.items), "bytes": out.stat().st_size, "flip": t.flip,
+            "names": {k: len(v) for k, v in t.names.items()}}
+    Path(str(out) + ".meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def cached(members: int, directory: Path) -> tuple[Path, dict[str, Any]]:
+    """The topology file of ``members`` in ``directory``, generated unless already there."""
+    out = directory / f"topo-{members}.json"
+    meta_path = Path(str(out) + ".meta.json")
+    if out.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("version") == VERSION:
+            return out, meta
+    return out, write(members, out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--members", type=int, default=1000)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--queries", type=int, default=50000, help="lines in the query file")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    meta = write(args.members, args.out, args.queries, args.seed)
+    json.dump(meta, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
