@@ -14,11 +14,24 @@ from dnslib import RCODE, DNSRecord
 
 from dnsside.dns import published, to_wire
 from dnsside.index import Index
+from dnsside.linkerd import Member
 
 
 class Explainer:
     def __init__(self, index: Index) -> None:
         self.index = index
+
+    def _origin(self, namespace: str, m: Member) -> str:
+        """The objects a member comes from, spelled out from the index."""
+        if m.local and m.hostname is not None:  # endpoints of the local headless Service
+            svc = self.index.slices[(namespace, m.source)].service_name
+            slices = [s.name for s in self.index.slices_of(namespace, svc)
+                      if any(m.hostname in (e.hostname, e.pod_name) or (
+                          e.addresses and e.addresses[0] in m.addresses) for e in s.endpoints)]
+            return ", ".join(f"EndpointSlice {namespace}/{name}" for name in slices)
+        slices = [s.name for s in self.index.slices_of(namespace, m.source)]
+        return ", ".join([f"Service {namespace}/{m.source}",
+                          *(f"EndpointSlice {namespace}/{name}" for name in slices)])
 
     def explain(self, name: str, qtype: str = "A") -> dict[str, Any]:
         report: dict[str, Any] = {"question": {"name": name, "type": qtype.upper()}}
@@ -84,7 +97,7 @@ class Explainer:
                 "ports": [f"{p.name or '-'}/{p.protocol}:{p.port}" for p in m.ports],
                 "ready": m.ready,
                 "local": m.local,
-                "from": m.origin,
+                "from": self._origin(ns, m),
                 "status": why,
             })
         out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members}

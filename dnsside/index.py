@@ -190,7 +190,7 @@ class Index:
 
     # ----------------------------------------------------------------- rebuild
 
-    def _slices_of(self, namespace: str, service: str) -> list[SliceRecord]:
+    def slices_of(self, namespace: str, service: str) -> list[SliceRecord]:
         names = self.slices_by_service.get((namespace, service), ())
         return [self.slices[(namespace, n)] for n in sorted(names)]
 
@@ -200,14 +200,14 @@ class Index:
         if local is not None and local.role is not Role.LOCAL:
             local = None
         mirrors = [
-            (self.services[(namespace, m)], self._slices_of(namespace, m))
+            (self.services[(namespace, m)], self.slices_of(namespace, m))
             for m in sorted(self.mirrors_by_key.get(key, ()))
         ]
         return assemble(
             namespace,
             name,
             local,
-            self._slices_of(namespace, name) if local is not None else [],
+            self.slices_of(namespace, name) if local is not None else [],
             mirrors,
             cluster_name=self.options.cluster_name,
             include_local=self.options.include_local,

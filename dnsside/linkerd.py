@@ -131,7 +131,9 @@ class Member:
     ports: tuple[Port, ...]
     ready: bool
     local: bool
-    origin: str  # the object(s) it comes from, for `explain` and logs
+    # The Service it comes from or, for a local endpoint, its EndpointSlice: a name the
+    # record already holds, so 100k members cost no new strings. `explain` spells it out.
+    source: str
     why_not_ready: str = ""
 
 
@@ -373,7 +375,6 @@ def dashed_ip(address: str) -> str:
 def _local_members(
     svc: ServiceRecord, slices: Sequence[SliceRecord], cluster_name: str
 ) -> list[Member]:
-    origin = f"Service {svc.namespace}/{svc.name}"
     if not svc.headless:
         ready = any(s.has_ready_endpoint for s in slices)
         return [
@@ -384,13 +385,13 @@ def _local_members(
                 ports=svc.ports,
                 ready=ready,
                 local=True,
-                origin=origin,
+                source=svc.name,
                 why_not_ready="" if ready else "its EndpointSlices have no ready endpoint",
             )
         ]
     # Headless: one member per endpoint hostname. A dual-stack pod shows up once per
     # address family, in two slices, under the same hostname: merge those.
-    merged: dict[str, tuple[list[str], list[Port], bool, list[str]]] = {}
+    merged: dict[str, tuple[list[str], list[Port], bool, str]] = {}
     for s in sorted(slices, key=lambda s: s.name):
         for e in s.endpoints:
             if not e.addresses:
@@ -398,14 +399,13 @@ def _local_members(
             host = (e.hostname or e.pod_name or dashed_ip(e.addresses[0])).lower()
             if not is_dns_label(host):
                 continue
-            addrs, ports, ready, origins = merged.setdefault(host, ([], [], False, []))
+            addrs, ports, ready, first_slice = merged.setdefault(host, ([], [], False, s.name))
             addrs.extend(a for a in e.addresses if a not in addrs)
             ports.extend(p for p in s.ports if p not in ports)
             if e.ready and not ready:
-                merged[host] = (addrs, ports, True, origins)
-            origins.append(f"EndpointSlice {s.namespace}/{s.name}")
+                merged[host] = (addrs, ports, True, first_slice)
     members = []
-    for host, (addrs, ports, ready, origins) in sorted(merged.items()):
+    for host, (addrs, ports, ready, first_slice) in sorted(merged.items()):
         members.append(
             Member(
                 cluster=cluster_name,
@@ -414,7 +414,7 @@ def _local_members(
                 ports=tuple(ports),
                 ready=ready,
                 local=True,
-                origin=", ".join(dict.fromkeys(origins)),
+                source=first_slice,
                 why_not_ready="" if ready else "endpoint condition ready is false",
             )
         )
@@ -422,7 +422,6 @@ def _local_members(
 
 
 def _mirror_member(svc: ServiceRecord, slices: Sequence[SliceRecord]) -> Member:
-    origin = f"Service {svc.namespace}/{svc.name}"
     if svc.remote_discovery:
         ready, why = True, ""
     else:
@@ -440,7 +439,7 @@ def _mirror_member(svc: ServiceRecord, slices: Sequence[SliceRecord]) -> Member:
         ports=svc.ports,
         ready=ready,
         local=False,
-        origin=origin + "".join(f", EndpointSlice {s.namespace}/{s.name}" for s in slices),
+        source=svc.name,
         why_not_ready=why,
     )
 
