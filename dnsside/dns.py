@@ -107,7 +107,7 @@ class Answer:
     ) -> None:
         self.rcode = rcode
         self.qtype = qtype
-        self.stat = (qtype, rcode)  # the key this answer is counted under, built once
+        self.stat = _stat(qtype, rcode)  # the key this answer is counted under, shared
         self.flags = _QR_AA | rcode
         an, ns, ar = len(answer), len(authority), len(additional)
         part = b"".join((*answer, *authority))
@@ -117,6 +117,11 @@ class Answer:
         self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
         self.size_part = 12 + len(part)
+
+
+@functools.lru_cache(maxsize=512)
+def _stat(qtype: int, rcode: int) -> tuple[int, int]:
+    return (qtype, rcode)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -365,6 +370,7 @@ def _notimp(data: bytes, udp: bool) -> bytes:
 
 
 _HINFO_RDATA = b"\x07RFC8482\x00"
+_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS))
 
 
 class Responder:
@@ -501,13 +507,16 @@ class Responder:
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:
             if qname in self.names:
-                answer = self._any(qname) if qtype == ANY else zone.nodata
+                answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain
         return self._assemble(data, qend, answer, edns, limit)
 
-    def _any(self, qname: bytes) -> Answer:
-        # RFC 8482 §4.2: answer ANY with one synthesised HINFO, never the whole node.
+    def _any(self, qname: bytes, zone: Zone) -> Answer:
+        # RFC 8482 §4.2: answer ANY with one synthesised HINFO, never the whole node. An
+        # empty non-terminal owns no RRset for the HINFO to stand for: NODATA.
+        if not any(qname + rrtype in self.answers for rrtype in _OWNED_TYPES):
+            return zone.nodata
         return Answer(NOERROR, ANY, (_rr(_AT_QUESTION, HINFO, self.zones[0].options.ttl,
                                          _HINFO_RDATA),))
 

@@ -405,6 +405,16 @@ def test_any_is_one_small_hinfo(srv: Dnsside, transport: str, name: str) -> None
     assert len(reply) < 512 and len(reply) < 2 * len(wire) + 40, "not an amplifier"
 
 
+@pytest.mark.parametrize(
+    "name", ["default.svc-global", "db.svc-global", "_tcp.nginx-svc.default.svc-global"]
+)
+def test_any_at_an_empty_non_terminal_is_nodata(srv: Dnsside, name: str) -> None:
+    """An empty non-terminal owns no RRset for a synthesised HINFO to stand for."""
+    msg = parse(ask(srv, query(name, ANY)))
+    assert msg.rcode() == dns.rcode.NOERROR and not msg.answer
+    soa_only_authority(msg)
+
+
 def test_any_for_missing_name_is_nxdomain(srv: Dnsside) -> None:
     msg = parse(ask(srv, query("nope.svc-global", ANY)))
     assert msg.rcode() == dns.rcode.NXDOMAIN
