@@ -83,6 +83,17 @@ def _json_items(text: str, where: str) -> Iterator[tuple[str, Any]]:
             j = _WS.match(text, j + 1).end()  # type: ignore[union-attr]
         return j
 
+    def separator(j: int, close: str) -> int:
+        """After a value: a comma and more to come, or ``close``. Where the next value starts."""
+        j = skip(j)
+        if text.startswith(",", j):
+            j = skip(j + 1)
+            if text.startswith(close, j):
+                raise json.JSONDecodeError("Trailing comma", text, j)
+        elif not text.startswith(close, j):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, j)
+        return j
+
     i = skip(0)
     if not text.startswith("{", i):
         yield from _items([json.loads(text)], where)
@@ -102,23 +113,11 @@ def _json_items(text: str, where: str) -> Iterator[tuple[str, Any]]:
                 item, j = decoder.raw_decode(text, j)
                 yield f"{where} items[{n}]", item
                 n += 1
-                j = skip(j)
-                if text.startswith(",", j):
-                    j = skip(j + 1)
-                    if text.startswith("]", j):
-                        raise json.JSONDecodeError("Trailing comma", text, j)
-                elif not text.startswith("]", j):
-                    raise json.JSONDecodeError("Expecting ',' delimiter", text, j)
+                j = separator(j, "]")
             j += 1
         else:
             top[key], j = decoder.raw_decode(text, j)
-        j = skip(j)
-        if text.startswith(",", j):
-            j = skip(j + 1)
-            if text.startswith("}", j):
-                raise json.JSONDecodeError("Trailing comma", text, j)
-        elif not text.startswith("}", j):
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, j)
+        j = separator(j, "}")
     if skip(j + 1) != len(text):
         raise json.JSONDecodeError("Extra data", text, skip(j + 1))
     if not streamed:
