@@ -382,12 +382,7 @@ class KubeSource:
             except Exception as exc:
                 delay = self._retry_delay(backoff, exc)
                 message = f"list {res.plural} failed: {_describe(exc)}; retrying in {delay:.1f}s"
-                if isinstance(exc, _TRANSIENT):
-                    log.warning("%s", message)
-                else:
-                    log.exception("%s", message)
-                await queue.put([SourceError(message)])
-                await asyncio.sleep(delay)
+                await self._report_and_wait(queue, exc, message, delay)
 
     async def _list(
         self, api: Any, res: _Resource, namespace: str | None, out: list[Record]
@@ -507,12 +502,7 @@ class KubeSource:
                     f"{where} failed ({reason}): {_describe(exc)}; resuming from "
                     f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
                 )
-                if isinstance(exc, _TRANSIENT):
-                    log.warning("%s", message)
-                else:
-                    log.exception("%s", message)
-                await queue.put([SourceError(message)])
-                await asyncio.sleep(delay)
+                await self._report_and_wait(queue, exc, message, delay)
                 continue
             # The server closed the stream cleanly (timeoutSeconds): reopen at once,
             # unless it keeps doing so without delivering anything.
@@ -528,6 +518,19 @@ class KubeSource:
             )
             if delay:
                 await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _report_and_wait(
+        queue: asyncio.Queue[list[Event] | None], exc: BaseException, message: str, delay: float
+    ) -> None:
+        """Log a failed request (with a traceback only when it is not an expected network or
+        API error), tell the index, and back off before the retry."""
+        if isinstance(exc, _TRANSIENT):
+            log.warning("%s", message)
+        else:
+            log.exception("%s", message)
+        await queue.put([SourceError(message)])
+        await asyncio.sleep(delay)
 
     def _retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
         delay = backoff.next()
