@@ -8,7 +8,8 @@ Two halves, both pure (no sockets, no clocks):
 * **Answering** — :meth:`Responder.respond` turns query bytes into reply bytes.
   The common case is a header check, a label walk, one dict lookup and a
   concatenation; everything unusual falls to :meth:`Responder._respond_slow`,
-  which uses dnslib to decode the packet.
+  which reads the rest of the packet with a bounded walk that never follows a
+  compression pointer.
 
 The one tricky thing: answers are encoded once, for a lower-case question, and
 reused for every query of that name whatever its case. That is sound because
@@ -49,9 +50,6 @@ _OPT_RR = struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, 0, 0, 0, 0)
 _OPT_BADVERS = struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, BADVERS >> 4, 0, 0, 0)
 _PROTO_LABEL = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
 
-TYPE_NAMES = {A: "A", NS: "NS", SOA: "SOA", AAAA: "AAAA", SRV: "SRV", ANY: "ANY", HINFO: "HINFO"}
-
-
 # --------------------------------------------------------------------------- names
 
 
@@ -69,21 +67,6 @@ def to_wire(name: str) -> bytes:
     if len(out) > 255:
         raise ValueError(f"name longer than 255 bytes: {name!r}")
     return bytes(out)
-
-
-def to_text(wire: bytes) -> str:
-    """Wire-format name (uncompressed) → dotted text with a trailing dot."""
-    labels, i = [], 0
-    while wire[i]:
-        n = wire[i]
-        labels.append(wire[i + 1 : i + 1 + n].decode("ascii", "backslashreplace"))
-        i += n + 1
-    return ".".join(labels) + "."
-
-
-def question_key(name: str, qtype: int) -> bytes:
-    """The lookup key of a question: lower-case wire name, type and class IN."""
-    return to_wire(name) + struct.pack("!HH", qtype, CLASS_IN)
 
 
 # --------------------------------------------------------------------------- answers
