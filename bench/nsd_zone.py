@@ -25,12 +25,21 @@ from pathlib import Path
 
 from dnslib import QTYPE, DNSRecord
 
-from dnsside.dns import CLASS_IN, NS, SOA, Responder, to_text
+from dnsside.dns import CLASS_IN, NS, SOA, Responder
 from dnsside.events import Synced
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.sources.file import FileSource
 
 ORIGIN = "svc-global."
+
+
+def to_text(wire: bytes) -> str:
+    """Wire-format name (uncompressed) → dotted text with a trailing dot."""
+    labels, i = [], 0
+    while wire[i]:
+        labels.append(wire[i + 1 : i + 1 + wire[i]].decode("ascii", "backslashreplace"))
+        i += wire[i] + 1
+    return ".".join(labels) + "."
 
 
 def build_index(path: Path, cluster_name: str = "east") -> Index:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnsside.dns import question_key
+from dnsside.dns import to_wire
 from dnsside.events import Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.linkerd import Role, SliceRecord
@@ -72,7 +72,7 @@ def main() -> int:
                        min(args.events // 2, len(by_service)))
 
     def query(name: str) -> bytes:
-        return struct.pack("!6H", 0x1234, 0, 1, 0, 0, 0) + question_key(name, 1)
+        return struct.pack("!6H", 0x1234, 0, 1, 0, 0, 0) + to_wire(name) + b"\x00\x01\x00\x01"
 
     timings: list[float] = []
     for sl in picks:
