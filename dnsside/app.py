@@ -99,7 +99,7 @@ class App:
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log
         )
         self._closers: list[asyncio.AbstractServer] = []
-        self._udp: list[asyncio.DatagramTransport] = []
+        self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()
 
     def is_ready(self) -> bool:
@@ -112,10 +112,16 @@ class App:
                                        backlog=1024)
         port = tcp.sockets[0].getsockname()[1]  # with port 0, UDP takes the port TCP got
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        udp, _ = await loop.create_datagram_endpoint(
-            lambda: UdpServer(self.responder, self.config.query_log),
-            local_addr=(host, port), family=family,
-        )
+        af, kind, proto, _, addr = (await loop.getaddrinfo(host, port, family=family,
+                                                           type=socket.SOCK_DGRAM))[0]
+        sock = socket.socket(af, kind, proto)
+        try:
+            sock.bind(addr)
+        except OSError:
+            sock.close()
+            raise
+        udp = UdpServer(sock, self.responder, self.config.query_log)
+        udp.start()
         self._closers.append(tcp)
         self._udp.append(udp)
         log.info("dns listening on udp+tcp %s", _fmt(host, port))
