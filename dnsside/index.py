@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dnsside import metrics
+from dnsside.bulk import bulk
 from dnsside.dns import Responder, ServiceAnswers, Zone, ZoneOptions, encode_service, to_wire
 from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
 from dnsside.linkerd import GlobalService, Role, ServiceRecord, SliceRecord, assemble
@@ -72,6 +73,13 @@ class Index:
 
     def apply(self, events: Iterable[Event]) -> set[Key]:
         """Apply a batch of events; return the global services whose answers changed."""
+        batch = list(events)
+        if any(isinstance(e, Replace | Synced) for e in batch):  # a full list: bulk work
+            with bulk():
+                return self._apply(batch)
+        return self._apply(batch)
+
+    def _apply(self, events: list[Event]) -> set[Key]:
         started = time.perf_counter()
         dirty: set[Key] = set()
         became_synced = False

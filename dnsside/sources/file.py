@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from dnsside import metrics
+from dnsside.bulk import bulk
 from dnsside.events import Event, Kind, Replace, SourceError, Synced
 from dnsside.linkerd import ObjectError, Record, parse_object
 
@@ -208,10 +209,11 @@ class FileSource:
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _load(self) -> list[Event]:
-        records, warnings = load_records(self.path, self.namespaces, self._records)
+        with bulk():
+            records, warnings = load_records(self.path, self.namespaces, self._records)
+            self._records = {(Kind.of(r), r.namespace, r.name): r for r in records}
         for w in warnings:
             log.warning("%s", w)
-        self._records = {(Kind.of(r), r.namespace, r.name): r for r in records}
         metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
         return [Replace(_KINDS, tuple(records))]
 
