@@ -387,17 +387,12 @@ class Responder:
         # Fast path: one question, nothing else but maybe an OPT record, opcode QUERY.
         if len(data) < 17 or data[2] & 0xF8 or data[4:11] != b"\x00\x01\x00\x00\x00\x00\x00":
             return self._respond_slow(data, udp)
-        i = 12
-        try:
-            n = data[i]
-            while n:
-                if n > 63:
-                    return self._respond_slow(data, udp)
-                i += n + 1
-                n = data[i]
-        except IndexError:
-            return self._respond_slow(data, udp)
-        qend = i + 5
+        # The question name ends at the first zero byte *if* the key that gives is one
+        # of ours: our keys are well-formed names, and a well-formed name read from
+        # offset 12 by its length bytes ends exactly there (lower() never touches a
+        # length byte). Any other zero (inside a label, after a pointer) misses the
+        # table and takes the slow path, which walks the labels properly.
+        qend = data.find(0, 12) + 5
         answer = self.answers.get(data[12:qend].lower())
         if answer is None:
             return self._respond_slow(data, udp)
@@ -406,17 +401,15 @@ class Responder:
                 limit, edns = PLAIN_UDP_LIMIT, False
             else:
                 limit, edns = TCP_LIMIT, False
-        elif data[11] == 1 and data[qend : qend + 3] == b"\x00\x00\x29" and len(data) >= (
-            qend + 11  # a cut-off OPT record is the slow path's to reject
-        ) and len(data) == qend + 11 + (data[qend + 9] << 8 | data[qend + 10]) and (
-            data[qend + 6] == 0
-        ):
+        elif data[11] == 1:
+            # One lookup for the OPT records clients keep sending; the full check once.
+            opt_limit = _EDNS_LIMITS.get(data[qend:])
+            if opt_limit is None:
+                opt_limit = _plain_opt_limit(data, qend)
+                if opt_limit is None:
+                    return self._respond_slow(data, udp)
             edns = True
-            limit = (
-                min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
-                if udp
-                else TCP_LIMIT
-            )
+            limit = opt_limit if udp else TCP_LIMIT
         else:
             return self._respond_slow(data, udp)
         if udp:
@@ -513,6 +506,25 @@ class Responder:
             if n == 0:
                 return None
             i += n + 1
+
+
+_EDNS_LIMITS: dict[bytes, int] = {}  # OPT records (no options) seen on the fast path → UDP limit
+
+
+def _plain_opt_limit(data: bytes, qend: int) -> int | None:
+    """The UDP size limit of the query's OPT record (ARCOUNT is 1) when it directly
+    follows the question, is version 0 and whole; None for anything else (the slow
+    path's to judge)."""
+    if not (
+        data[qend : qend + 3] == b"\x00\x00\x29" and len(data) >= qend + 11
+        and len(data) == qend + 11 + (data[qend + 9] << 8 | data[qend + 10])
+        and data[qend + 6] == 0
+    ):
+        return None
+    limit = min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    if len(data) == qend + 11 and len(_EDNS_LIMITS) < 256:  # no options: the tail is the key
+        _EDNS_LIMITS[data[qend:]] = limit
+    return limit
 
 
 def _question_end(data: bytes) -> int | None:
