@@ -520,7 +520,7 @@ def report(results: dict[str, Any]) -> str:
         "",
         f"Produced by `.venv/bin/python bench/run.py{' --quick' if results['quick'] else ''}` "
         f"on {results['date']} in {results['elapsed_s'] / 60:.1f} min "
-        "(raw numbers in `bench/out/results.json`). "
+        f"(raw numbers in `bench/out/results{'-quick' if results['quick'] else ''}.json`). "
         "How it measures: `bench/README.md`.",
         "",
     ]
@@ -735,11 +735,14 @@ def main() -> int:
     results["elapsed_s"] = time.monotonic() - started
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = json.dumps(results, indent=1, default=str)
-    (OUT / "results.json").write_text(text)
-    (OUT / f"results-{stamp}.json").write_text(text)
+    # A quick run is a smoke test: it never replaces the full run's RESULTS.md.
+    name = "results-quick" if quick else "results"
+    (OUT / f"{name}.json").write_text(text)
+    (OUT / f"{name}-{stamp}.json").write_text(text)
     if not args.no_report and not args.only:
-        (BENCH / "RESULTS.md").write_text(report(results))
-        log("wrote bench/RESULTS.md")
+        target = OUT / "RESULTS-quick.md" if quick else BENCH / "RESULTS.md"
+        target.write_text(report(results))
+        log(f"wrote {target.relative_to(ROOT)}")
     print(report(results))
     return 0
 
