@@ -96,7 +96,7 @@ class Index:
                 self.last_error = event.message
         if became_synced:
             self.synced = True
-            dirty = {k for k in self._all_keys()}
+            dirty = self._all_keys()
         changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
         if became_synced:
             self.responder.ready = True
