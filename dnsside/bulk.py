@@ -7,8 +7,9 @@ of the sync time. Once built, they still cost: any later full collection walks
 the whole index and holds the GIL for about 0.3 s, a stall the query path
 feels. So :func:`bulk` pauses the collector for the bulk step and then *freezes*
 what survived (``gc.freeze``): later collections skip those objects; freed ones
-still go by reference counting. Nothing in a bulk step creates reference
-cycles, and the young generations are collected on the way in, so freezing
+still go by reference counting. A full collection on the way in clears any
+cyclic garbage left since the last bulk step (cheap: frozen objects are not
+scanned), and nothing in a bulk step creates reference cycles, so freezing
 keeps no garbage alive.
 """
 
@@ -29,7 +30,7 @@ def bulk() -> Iterator[None]:
     outer = _depth == 0
     enabled = gc.isenabled()
     if outer:
-        gc.collect(1)
+        gc.collect()
         gc.disable()
     _depth += 1
     try:
