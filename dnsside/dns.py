@@ -436,65 +436,53 @@ class Responder:
                          _OPT_RR if edns else b""))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
-        reply = self._slow(data, udp)
+        reply, stat = self._slow(data, udp)
         if reply is None:
             self.dropped += 1
             return None
-        qtype = 0
-        if reply[5] == 1:  # the reply echoes a question: find its type
-            qend = _question_end(reply)
-            if qend is not None:
-                qtype = reply[qend - 4] << 8 | reply[qend - 3]
-        rcode = reply[3] & 0xF
-        if reply[-11:-8] == b"\x00\x00\x29":
-            rcode |= reply[-6] << 4  # extended rcode (BADVERS) lives in the OPT record
-        (self.udp_counts if udp else self.tcp_counts)[(qtype, rcode)] += 1
+        (self.udp_counts if udp else self.tcp_counts)[stat] += 1
         return reply
 
-    def _slow(self, data: bytes, udp: bool) -> bytes | None:
-        """Every query the fast path did not take: the rules of SPEC §3, one by one."""
+    def _slow(self, data: bytes, udp: bool) -> tuple[bytes | None, tuple[int, int]]:
+        """Every query the fast path did not take: the rules of SPEC §3, one by one.
+        Returns the reply (None: drop) and the (qtype, rcode) it is counted under."""
         if len(data) < 12 or data[2] & 0x80:
-            return None  # no readable header, or a response: never answer those
+            return None, (0, 0)  # no readable header, or a response: never answer those
         if (data[2] >> 3) & 0xF != 0:
-            return _notimp(data, udp)
+            return _notimp(data, udp), (0, NOTIMP)
         qdcount, _an, _ns, arcount = struct.unpack("!4H", data[4:12])
-        if qdcount != 1:
-            return _error(data, FORMERR)
-        qend = _question_end(data)
+        qend = _question_end(data) if qdcount == 1 else None
         if qend is None:
-            return _error(data, FORMERR)
+            return _error(data, FORMERR), (0, FORMERR)
         question = data[12:qend]
+        qtype, qclass = struct.unpack("!HH", data[qend - 4 : qend])
         edns, limit, badvers = _read_edns(data, qend, arcount, udp)
         if edns is None:
-            return _error(data, FORMERR, question)
+            return _error(data, FORMERR, question), (qtype, FORMERR)
         if badvers:
-            return _error(data, BADVERS, question)
+            return _error(data, BADVERS, question), (qtype, BADVERS)
         qname = data[12 : qend - 4].lower()
-        qtype, qclass = struct.unpack("!HH", data[qend - 4 : qend])
-        if qclass != CLASS_IN:
-            return _error(data, REFUSED, question, edns)
-        zone = self._zone_of(qname)
-        if zone is None:
-            return _error(data, REFUSED, question, edns)
+        zone = self._zone_of(qname) if qclass == CLASS_IN else None
+        if zone is None:  # another class, or outside every zone: never an open resolver
+            return _error(data, REFUSED, question, edns), (qtype, REFUSED)
         if not self.ready:
-            return _error(data, SERVFAIL, question, edns)
+            return _error(data, SERVFAIL, question, edns), (qtype, SERVFAIL)
         if qtype in (AXFR, IXFR):
-            return _error(data, REFUSED, question, edns)
+            return _error(data, REFUSED, question, edns), (qtype, REFUSED)
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:
             if qname in self.names:
                 answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain
-        return self._assemble(data, qend, answer, edns, limit)
+        return self._assemble(data, qend, answer, edns, limit), (qtype, answer.rcode)
 
     def _any(self, qname: bytes, zone: Zone) -> Answer:
         # RFC 8482 §4.2: answer ANY with one synthesised HINFO, never the whole node. An
         # empty non-terminal owns no RRset for the HINFO to stand for: NODATA.
         if not any(qname + rrtype in self.answers for rrtype in _OWNED_TYPES):
             return zone.nodata
-        return Answer(NOERROR, ANY, (_rr(_AT_QUESTION, HINFO, self.zones[0].options.ttl,
-                                         _HINFO_RDATA),))
+        return Answer(NOERROR, ANY, (_rr(_AT_QUESTION, HINFO, zone.options.ttl, _HINFO_RDATA),))
 
     def _zone_of(self, qname: bytes) -> Zone | None:
         i = 0
