@@ -360,6 +360,17 @@ def warm_up(server: Server, queries: Path) -> None:
 # --------------------------------------------------------------------------- sections
 
 
+def topology_files(size: int) -> tuple[Path, Path]:
+    """(topology, dnsperf query file) of ``size`` members; 0 is the demo topology."""
+    from topology import cached, demo
+
+    if size == 0:
+        topology, _ = demo(OUT)
+        return topology, OUT / "demo-east.queries"
+    topology, _ = cached(size, OUT)
+    return topology, Path(str(topology) + ".queries")
+
+
 def med(xs: Sequence[float | None]) -> float | None:
     vals = [x for x in xs if x is not None and x == x]
     return statistics.median(vals) if vals else None

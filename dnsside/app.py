@@ -45,6 +45,7 @@ class Config:
     query_log: bool = False
     reload_interval: float = 1.0
     kube_backoff_cap: float = 30.0
+    udp_io: str = "batch"
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
@@ -120,8 +121,10 @@ class App:
         except OSError:
             sock.close()
             raise
-        udp = UdpServer(sock, self.responder, self.config.query_log)
+        udp = UdpServer(sock, self.responder, self.config.query_log, self.config.udp_io)
         udp.start()
+        log.info("udp io: %s", "batch (recvmmsg/sendmmsg)" if udp.io == "batch"
+                 else "plain (recvfrom/sendto)")
         self._closers.append(tcp)
         self._udp.append(udp)
         log.info("dns listening on udp+tcp %s", _fmt(host, port))
