@@ -157,6 +157,7 @@ class BatchIO:
         self.send_bytes = view[send_at:recv_iov_at]
         self.pristine_send = bytes(self.send_bytes)
         self.data_at = data_at
+        self.names_at = names_at  # sender i's address is mem[names_at + i * 128:]
         #: message i's data starts at ``mem[slot_starts[i]]``
         self.slot_starts = [data_at + i * SLOT for i in range(batch)]
 

@@ -17,7 +17,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import cast
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from dnsside import metrics, mmsg
 from dnsside.dns import Responder
@@ -73,8 +77,15 @@ class UdpServer:
         self.io = "batch" if self._batch is not None else "plain"
         if io == "batch" and self._batch is None:
             log.warning("udp: recvmmsg/sendmmsg not available here, using recvfrom/sendto")
+        #: batch mode: recvmmsg calls that returned datagrams, and the datagrams they returned
+        self.receive_calls = 0
+        self.received = 0
+        self._collector: _BatchCollector | None = None
 
     def start(self) -> None:
+        if self._batch is not None:
+            self._collector = _BatchCollector(self)
+            metrics.REGISTRY.register(self._collector)
         target = self._serve_plain if self._batch is None else self._serve_batch
         self._thread = threading.Thread(target=target, name="dnsside-udp", daemon=True)
         self._thread.start()
@@ -87,6 +98,9 @@ class UdpServer:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         self.sock.close()
+        if self._collector is not None:
+            metrics.REGISTRY.unregister(self._collector)
+            self._collector = None
         if self._batch is not None and (self._thread is None or not self._thread.is_alive()):
             self._batch.release()
 
@@ -101,7 +115,6 @@ class UdpServer:
         slots = [(io.slot_starts[i], i * io.len_stride + io.len_at, 2 * i + 1)
                  for i in range(batch)]
         slot_size, wait_for_one = mmsg.SLOT, mmsg.MSG_WAITFORONE
-        answered = 0
         next_sample = 0  # observe the latency of one batch per 64 queries
         started = 0.0
         while True:
@@ -112,7 +125,9 @@ class UdpServer:
                 if got < 0:  # e.g. an ICMP error queued on the socket, or EINTR
                     log.debug("udp socket error: %s", os.strerror(io.last_errno()))
                 continue
-            sample = answered >= next_sample
+            self.receive_calls += 1
+            self.received += got
+            sample = self.received >= next_sample
             if sample:
                 started = time.perf_counter()
             out = 0
@@ -142,11 +157,10 @@ class UdpServer:
                     io.send(out, max(sent, 0))
             if out != got:
                 io.reset()
-            answered += got
             if sample:
                 metrics.ANSWER_SECONDS.labels(transport="udp").observe(
                     time.perf_counter() - started)
-                next_sample = answered + _SAMPLE_MASK + 1
+                next_sample = self.received + _SAMPLE_MASK + 1
 
     def _serve_plain(self) -> None:
         recvfrom, sendto, respond = self.sock.recvfrom, self.sock.sendto, self.respond
@@ -180,6 +194,25 @@ class UdpServer:
                 log.debug("udp send to %s failed: %s", addr[0], exc)
             except Exception:  # never let one datagram stop UDP service
                 log.exception("error answering a udp query from %s", addr[0])
+
+
+class _BatchCollector(Collector):
+    """`dnsside_udp_receive_calls_total` and `dnsside_udp_received_datagrams_total`
+    (batch mode): their ratio is the mean batch, which says how far behind the
+    arrivals the UDP thread runs (1 when idle, up to mmsg.BATCH when saturated)."""
+
+    def __init__(self, server: UdpServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        calls = CounterMetricFamily(
+            "dnsside_udp_receive_calls", "recvmmsg calls that returned UDP datagrams.")
+        calls.add_metric([], self.server.receive_calls)
+        yield calls
+        datagrams = CounterMetricFamily(
+            "dnsside_udp_received_datagrams", "UDP datagrams received by recvmmsg.")
+        datagrams.add_metric([], self.server.received)
+        yield datagrams
 
 
 class TcpConnections:
