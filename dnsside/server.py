@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 
 from prometheus_client.core import CounterMetricFamily
@@ -34,24 +34,30 @@ _MAX_DATAGRAM = 65535
 _RCVBUF = 4 << 20  # asked for; the kernel caps it at net.core.rmem_max
 
 
-UDP_IO_MODES = ("batch", "plain")
+UDP_IO_MODES = ("auto", "batch", "plain")
+_PLAIN_STRETCH = 1024  # auto: queries answered one by one before batches are tried again
+_MIN_BATCH = 1.5  # auto: below this mean batch, recvfrom/sendto cost less than ctypes calls
 
 
 class UdpServer:
     """UDP in a thread of its own: receive, :meth:`Responder.respond`, send; nothing else.
 
-    Two ways to move the datagrams, the same answers (``--udp-io``):
+    Three ways to move the datagrams, the same answers (``--udp-io``):
 
-    * ``batch`` (the default where it works, see :mod:`dnsside.mmsg`): one
-      ``recvmmsg`` takes every query waiting in the socket (blocking for the first
-      only), the responder answers each into its buffer, one ``sendmmsg`` sends the
-      lot. At a steady trickle that is the same two system calls per query as the
-      plain loop, with no address objects; under load the calls are shared by the
-      whole batch.
+    * ``batch`` (see :mod:`dnsside.mmsg`): one ``recvmmsg`` takes every query waiting
+      in the socket (blocking for the first only), the responder answers each into
+      its buffer, one ``sendmmsg`` sends the lot. Under load the two system calls
+      are shared by the whole batch.
     * ``plain``: a blocking ``recvfrom`` and a ``sendto`` per datagram, the fallback
-      where batching is not available. Either way there is no event-loop machinery:
-      an event loop also pays an ``epoll_wait`` and a ``recvfrom`` that fails with
-      EAGAIN per wakeup.
+      where batching is not available.
+    * ``auto`` (the default): batches while they form, one by one while they do not.
+      At low load every wakeup brings a single query, and then the two ctypes calls
+      cost more than ``recvfrom``/``sendto`` (bench/discussion.md has the
+      measurement); so when the mean batch falls below 1.5 the thread answers the
+      next 1024 queries one by one, then tries batches again.
+
+    Either way there is no event-loop machinery: an event loop also pays an
+    ``epoll_wait`` and a ``recvfrom`` that fails with EAGAIN per wakeup.
 
     The responder's tables are shared with the event loop thread, which applies
     index updates: every lookup is one dict operation and the index inserts new
@@ -61,7 +67,7 @@ class UdpServer:
     """
 
     def __init__(self, sock: socket.socket, responder: Responder,
-                 log_queries: bool = False, io: str = "batch") -> None:
+                 log_queries: bool = False, io: str = "auto") -> None:
         if io not in UDP_IO_MODES:
             raise ValueError(f"--udp-io {io!r}: expected one of {', '.join(UDP_IO_MODES)}")
         sock.setblocking(True)
@@ -72,21 +78,27 @@ class UdpServer:
         self.log_queries = log_queries
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._batch = mmsg.open_batch(sock) if io == "batch" else None
-        #: what this server really does: "batch" can fall back to "plain"
-        self.io = "batch" if self._batch is not None else "plain"
-        if io == "batch" and self._batch is None:
+        self._batch = mmsg.open_batch(sock) if io != "plain" else None
+        #: what this server really does: "auto" and "batch" fall back to "plain"
+        self.io = io if self._batch is not None else "plain"
+        if io != "plain" and self._batch is None:
             log.warning("udp: recvmmsg/sendmmsg not available here, using recvfrom/sendto")
-        #: batch mode: recvmmsg calls that returned datagrams, and the datagrams they returned
+        #: system calls that received datagrams, and the datagrams they received
+        #: (published at least every 64 queries, and when the thread stops)
         self.receive_calls = 0
         self.received = 0
-        self._collector: _BatchCollector | None = None
+        #: "batch" or "plain": how the thread is reading right now (auto switches)
+        self.phase = self.io
+        self._collector: _UdpCollector | None = None
 
     def start(self) -> None:
-        if self._batch is not None:
-            self._collector = _BatchCollector(self)
-            metrics.REGISTRY.register(self._collector)
-        target = self._serve_plain if self._batch is None else self._serve_batch
+        self._collector = _UdpCollector(self)
+        metrics.REGISTRY.register(self._collector)
+        target: Callable[[], object] = self._serve_plain
+        if self.io == "auto":
+            target = self._serve_auto
+        elif self.io == "batch":
+            target = self._serve_batch
         self._thread = threading.Thread(target=target, name="dnsside-udp", daemon=True)
         self._thread.start()
 
@@ -97,120 +109,182 @@ class UdpServer:
             self.sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        self.sock.close()
         if self._collector is not None:
             metrics.REGISTRY.unregister(self._collector)
             self._collector = None
-        if self._batch is not None and (self._thread is None or not self._thread.is_alive()):
+        if self._batch is not None and self._thread is not None and self._thread.is_alive():
+            # Stuck (the GIL held by a huge index update?): the thread still has the fd
+            # number, which a closed socket would hand to the next socket opened. It is a
+            # daemon thread and the process is stopping; leave both alone.
+            log.warning("udp thread did not stop within 2 s")
+            return
+        self.sock.close()
+        if self._batch is not None:
             self._batch.release()
+            self._batch = None
 
-    def _serve_batch(self) -> None:
+    def _serve_auto(self) -> None:
+        while True:
+            self.phase = "batch"
+            if self._serve_batch(adaptive=True):
+                return
+            self.phase = "plain"
+            if self._serve_plain(_PLAIN_STRETCH):
+                return
+
+    def _serve_batch(self, adaptive: bool = False) -> bool:
+        """Answer in batches until closed (True) or, if ``adaptive``, until they stop
+        forming (False): fewer than 1.5 datagrams per call over the last 32 calls or more."""
         io = self._batch
         assert io is not None
         recvmmsg, sendmmsg, fd, recv_headers, send_headers, batch = (
             io.recvmmsg, io.sendmmsg, io.fd, io.recv_headers, io.send_headers, io.batch)
         mem, lengths, reply_lengths = io.mem, io.lengths, io.reply_lengths
         respond, log_queries = self.respond, self.log_queries
-        # Per message i: where its data starts, the indexes of its msg_len and reply iov_len.
-        slots = [(io.slot_starts[i], i * io.len_stride + io.len_at, 2 * i + 1)
-                 for i in range(batch)]
-        slot_size, wait_for_one = mmsg.SLOT, mmsg.MSG_WAITFORONE
-        next_sample = 0  # observe the latency of one batch per 64 queries
-        started = 0.0
-        while True:
-            got = recvmmsg(fd, recv_headers, batch, wait_for_one, None)
-            if self._closing:
-                return
-            if got <= 0:
-                if got < 0:  # e.g. an ICMP error queued on the socket, or EINTR
-                    log.debug("udp socket error: %s", os.strerror(io.last_errno()))
-                continue
-            self.receive_calls += 1
-            self.received += got
-            sample = self.received >= next_sample
-            if sample:
-                started = time.perf_counter()
-            out = 0
-            for i in range(got):
-                start, len_at, iov_at = slots[i]
-                try:
-                    query = mem[start : start + lengths[len_at]]
-                    reply = respond(query)
-                    if log_queries:
-                        _log_query("udp", io.peer(i), query, reply)
-                    if reply is None:
-                        continue
-                    size = len(reply)
-                    if size > slot_size:  # never from respond(): UDP replies stop at 65,535
-                        continue
-                    mem[start : start + size] = reply  # over the query, in its own slot
-                    reply_lengths[iov_at] = size
-                except Exception:  # never let one datagram stop UDP service
-                    log.exception("error answering a udp query from %s", io.peer(i)[0])
+        first_start, first_len = io.slot_starts[0], io.len_at
+        wait_for_one = mmsg.MSG_WAITFORONE
+        # Datagrams received; below ``next_sample`` a lone query takes the short path
+        # (at low load every wakeup brings one query, and at low load the cost of a
+        # query is mostly the wakeup's: every bytecode saved there counts). At
+        # ``next_sample`` the general path observes the latency of one batch and
+        # publishes the counters, so both are at most 64 queries behind.
+        calls, received = self.receive_calls, self.received
+        next_sample = received  # the first batch is timed
+        calls_mark, received_mark = calls, received
+        try:
+            while True:
+                got = recvmmsg(fd, recv_headers, batch, wait_for_one, None)
+                if self._closing:
+                    return True
+                if got == 1 and received < next_sample:
+                    calls += 1
+                    received += 1
+                    try:
+                        reply = respond(mem[first_start : first_start + lengths[first_len]])
+                        if reply is not None:
+                            size = len(reply)
+                            mem[first_start : first_start + size] = reply
+                            reply_lengths[1] = size
+                            if sendmmsg(fd, send_headers, 1, 0) != 1:
+                                io.send(1)  # logs why and gives up on this reply
+                    except Exception:  # never let one datagram stop UDP service
+                        log.exception("error answering a udp query from %s", io.peer(0)[0])
                     continue
-                if out != i:  # an earlier one had no reply: keep the ones to send together
-                    io.move(i, out)
-                out += 1
-            if out:
-                sent = sendmmsg(fd, send_headers, out, 0)
-                if sent != out:  # a reply that could not be sent: skip it, send the rest
-                    io.send(out, max(sent, 0))
-            if out != got:
-                io.reset()
-            if sample:
+                if got <= 0:
+                    if got < 0:  # e.g. an ICMP error queued on the socket, or EINTR
+                        log.debug("udp socket error: %s", os.strerror(io.last_errno()))
+                    continue
+                calls += 1
+                received += got
+                self.receive_calls, self.received = calls, received
+                started = time.perf_counter()
+                self._answer_batch(got)
                 metrics.ANSWER_SECONDS.labels(transport="udp").observe(
                     time.perf_counter() - started)
-                next_sample = self.received + _SAMPLE_MASK + 1
+                # --query-log: every batch takes this path (and is timed), as in plain mode
+                next_sample = received if log_queries else received + _SAMPLE_MASK + 1
+                if adaptive and calls - calls_mark >= 32:
+                    if received - received_mark < _MIN_BATCH * (calls - calls_mark):
+                        return False
+                    calls_mark, received_mark = calls, received
+        finally:
+            self.receive_calls, self.received = calls, received
 
-    def _serve_plain(self) -> None:
-        recvfrom, sendto, respond = self.sock.recvfrom, self.sock.sendto, self.respond
-        n = 0
-        while True:
+    def _answer_batch(self, got: int) -> None:
+        """Answer and send the ``got`` queries of a batch; only those with a reply go out."""
+        io = self._batch
+        assert io is not None
+        mem, lengths, reply_lengths, respond = io.mem, io.lengths, io.reply_lengths, self.respond
+        log_queries, stride, len_at = self.log_queries, io.len_stride, io.len_at
+        out = 0
+        for i in range(got):
+            start = io.slot_starts[i]
             try:
-                data, addr = recvfrom(_MAX_DATAGRAM)
-            except OSError as exc:  # e.g. an ICMP error queued on the socket
-                if self._closing:
-                    return
-                log.debug("udp socket error: %s", exc)
+                query = mem[start : start + lengths[i * stride + len_at]]
+                reply = respond(query)
+                if log_queries:
+                    _log_query("udp", io.peer(i), query, reply)
+                if reply is None:
+                    continue
+                size = len(reply)
+                if size > mmsg.SLOT:  # never from respond(): UDP replies stop at 65,535
+                    continue
+                mem[start : start + size] = reply  # over the query, in its own slot
+                reply_lengths[2 * i + 1] = size
+            except Exception:  # never let one datagram stop UDP service
+                log.exception("error answering a udp query from %s", io.peer(i)[0])
                 continue
-            if self._closing:
-                return
-            n += 1
-            try:
-                if n & _SAMPLE_MASK and not self.log_queries:
+            if out != i:  # an earlier one had no reply: keep the ones to send together
+                io.move(i, out)
+            out += 1
+        if out:
+            sent = io.sendmmsg(io.fd, io.send_headers, out, 0)
+            if sent != out:  # a reply that could not be sent: skip it, send the rest
+                io.send(out, max(sent, 0))
+        if out != got:
+            io.reset()
+
+    def _serve_plain(self, limit: int = 0) -> bool:
+        """Answer one by one until closed (True) or, given a ``limit``, about that many
+        queries later (False; checked with the latency sample, every 64 queries)."""
+        recvfrom, sendto, respond = self.sock.recvfrom, self.sock.sendto, self.respond
+        n = published = 0
+        try:
+            while True:
+                try:
+                    data, addr = recvfrom(_MAX_DATAGRAM)
+                except OSError as exc:  # e.g. an ICMP error queued on the socket
+                    if self._closing:
+                        return True
+                    log.debug("udp socket error: %s", exc)
+                    continue
+                if self._closing:
+                    return True
+                n += 1
+                try:
+                    if n & _SAMPLE_MASK and not self.log_queries:
+                        reply = respond(data)
+                        if reply is not None:
+                            sendto(reply, addr)
+                        continue
+                    started = time.perf_counter()
                     reply = respond(data)
                     if reply is not None:
                         sendto(reply, addr)
-                    continue
-                started = time.perf_counter()
-                reply = respond(data)
-                if reply is not None:
-                    sendto(reply, addr)
-                metrics.ANSWER_SECONDS.labels(transport="udp").observe(
-                    time.perf_counter() - started)
-                if self.log_queries:
-                    _log_query("udp", addr, data, reply)
-            except OSError as exc:  # the reply could not be sent (unreachable, EPERM...)
-                log.debug("udp send to %s failed: %s", addr[0], exc)
-            except Exception:  # never let one datagram stop UDP service
-                log.exception("error answering a udp query from %s", addr[0])
+                    metrics.ANSWER_SECONDS.labels(transport="udp").observe(
+                        time.perf_counter() - started)
+                    if self.log_queries:
+                        _log_query("udp", addr, data, reply)
+                except OSError as exc:  # the reply could not be sent (unreachable, EPERM...)
+                    log.debug("udp send to %s failed: %s", addr[0], exc)
+                except Exception:  # never let one datagram stop UDP service
+                    log.exception("error answering a udp query from %s", addr[0])
+                self.receive_calls += n - published
+                self.received += n - published
+                published = n
+                if limit and n >= limit:
+                    return False
+        finally:
+            self.receive_calls += n - published
+            self.received += n - published
 
 
-class _BatchCollector(Collector):
-    """`dnsside_udp_receive_calls_total` and `dnsside_udp_received_datagrams_total`
-    (batch mode): their ratio is the mean batch, which says how far behind the
-    arrivals the UDP thread runs (1 when idle, up to mmsg.BATCH when saturated)."""
+class _UdpCollector(Collector):
+    """`dnsside_udp_receive_calls_total` and `dnsside_udp_received_datagrams_total`:
+    their ratio is the mean batch, which says how far behind the arrivals the UDP
+    thread runs (1 when idle or answering one by one, up to mmsg.BATCH when saturated)."""
 
     def __init__(self, server: UdpServer) -> None:
         self.server = server
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         calls = CounterMetricFamily(
-            "dnsside_udp_receive_calls", "recvmmsg calls that returned UDP datagrams.")
+            "dnsside_udp_receive_calls", "System calls (recvmmsg or recvfrom) that returned UDP "
+            "datagrams.")
         calls.add_metric([], self.server.receive_calls)
         yield calls
         datagrams = CounterMetricFamily(
-            "dnsside_udp_received_datagrams", "UDP datagrams received by recvmmsg.")
+            "dnsside_udp_received_datagrams", "UDP datagrams received.")
         datagrams.add_metric([], self.server.received)
         yield datagrams
 

@@ -13,17 +13,19 @@ import errno
 import logging
 import socket
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import generate_latest
 from rawdns import SRV, A, opt_rr, query
 from support import wait_for
 from test_fuzz import MUTATIONS, PROFILE, mutate, queries, responder
 
-from dnsside import mmsg
+from dnsside import metrics, mmsg
 from dnsside.server import UdpServer
 
 NAMES = ["nginx-svc.default.svc-global", "cockroachdb.db.svc-global", "NgInX-sEt-0.EaSt.nginx-svc"
@@ -102,6 +104,7 @@ def test_a_burst_is_answered_byte_for_byte_with_drops_in_between(server: UdpServ
         assert got.pop(MARKER_ID) == r.respond(marker)
         assert got == want
         c.close()
+    server.close()  # the counters are published at least every 64 queries, and at the end
     if server.io == "batch":
         assert server.received == 3 * 201
         assert server.receive_calls <= 3 * 201 // mmsg.BATCH + 2, "queued queries come in batches"
@@ -225,3 +228,77 @@ def test_close_wakes_the_thread_waiting_for_a_datagram(server: UdpServer) -> Non
     wait_for(lambda: task.read_text().rsplit(") ", 1)[1][0] == "S", what="the thread to block")
     server.close()
     assert not server._thread.is_alive()
+
+
+def test_batch_counters_are_exported() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    server = UdpServer(sock, responder(), io="batch")
+    c = client()
+    try:
+        for qid in range(3):
+            c.sendto(query(NAMES[0], A, qid=qid), server.sock.getsockname())
+        server.start()
+        for _ in range(3):
+            c.recv(65535)
+        text = generate_latest(metrics.REGISTRY).decode()
+        assert "dnsside_udp_receive_calls_total 1.0" in text
+        assert "dnsside_udp_received_datagrams_total 3.0" in text
+    finally:
+        server.close()
+        c.close()
+
+
+class Gate:
+    """respond() that waits while the gate is shut: the test queues queries meanwhile."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.waiting = threading.Event()
+
+    def respond(self, data: bytes, udp: bool = True) -> bytes | None:
+        if not self.open.is_set():
+            self.waiting.set()
+            self.open.wait(30)
+        return responder().respond(data, udp)
+
+
+def test_auto_batches_under_load_and_goes_one_by_one_when_queries_come_alone() -> None:
+    """--udp-io auto: queries one at a time → recvfrom/sendto after 64 of them; a burst
+    queued meanwhile → back to batches after 1024 answered one by one; every reply is
+    respond()'s throughout."""
+    r, gate = responder(), Gate()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    server = UdpServer(sock, gate, io="auto")  # type: ignore[arg-type]
+    assert server.io == "auto"
+    c = client()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    addr = sock.getsockname()
+    server.start()
+    try:
+        for qid in range(100):  # one at a time: every batch is a single query
+            q = burst(qid)
+            c.sendto(q, addr)
+            if (want := r.respond(q)) is not None:
+                assert c.recv(65535) == want
+        wait_for(lambda: server.phase == "plain", what="one-by-one after lone queries")
+        gate.open.clear()
+        sent = {qid: burst(qid) for qid in range(1500)}
+        c.sendto(sent[0], addr)
+        assert gate.waiting.wait(30), "the server is answering the first of the burst"
+        for qid in range(1, 1500):  # the rest queue up in the socket meanwhile
+            c.sendto(sent[qid], addr)
+        c.sendto(query(NAMES[0], A, qid=MARKER_ID), addr)
+        gate.open.set()
+        got = receive_until_marker(c)
+        got.pop(MARKER_ID)
+        assert got == {qid: x for qid, q in sent.items() if (x := r.respond(q)) is not None}
+        assert server.phase == "batch", "back to batches once 1024 were answered one by one"
+    finally:
+        gate.open.set()
+        server.close()
+        c.close()
+    assert server.received == 100 + 1501
+    assert server.receive_calls < server.received - 400, "the last ~500 came in batches"
