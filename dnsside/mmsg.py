@@ -160,6 +160,9 @@ class BatchIO:
         self.names_at = names_at  # sender i's address is mem[names_at + i * 128:]
         #: message i's data starts at ``mem[slot_starts[i]]``
         self.slot_starts = [data_at + i * SLOT for i in range(batch)]
+        #: per message i: (data start, index of its msg_len, index of its reply iov_len)
+        self.slots = [(self.slot_starts[i], i * self.len_stride + self.len_at, 2 * i + 1)
+                      for i in range(batch)]
 
     def last_errno(self) -> int:
         """errno of this thread's last failed call (read right after the failure).

@@ -140,14 +140,15 @@ class UdpServer:
         recvmmsg, sendmmsg, fd, recv_headers, send_headers, batch = (
             io.recvmmsg, io.sendmmsg, io.fd, io.recv_headers, io.send_headers, io.batch)
         mem, lengths, reply_lengths = io.mem, io.lengths, io.reply_lengths
-        respond, log_queries = self.respond, self.log_queries
+        respond, log_queries, answer_batch = self.respond, self.log_queries, self._answer_batch
         first_start, first_len = io.slot_starts[0], io.len_at
         wait_for_one = mmsg.MSG_WAITFORONE
+        latency = metrics.ANSWER_SECONDS.labels(transport="udp")
         # Datagrams received; below ``next_sample`` a lone query takes the short path
         # (at low load every wakeup brings one query, and at low load the cost of a
-        # query is mostly the wakeup's: every bytecode saved there counts). At
-        # ``next_sample`` the general path observes the latency of one batch and
-        # publishes the counters, so both are at most 64 queries behind.
+        # query is mostly the wakeup's: every bytecode saved there counts). From
+        # ``next_sample`` on, one batch is timed and the counters published, so both
+        # are at most 64 queries behind.
         calls, received = self.receive_calls, self.received
         next_sample = received  # the first batch is timed
         calls_mark, received_mark = calls, received
@@ -176,13 +177,15 @@ class UdpServer:
                     continue
                 calls += 1
                 received += got
-                self.receive_calls, self.received = calls, received
-                started = time.perf_counter()
-                self._answer_batch(got)
-                metrics.ANSWER_SECONDS.labels(transport="udp").observe(
-                    time.perf_counter() - started)
-                # --query-log: every batch takes this path (and is timed), as in plain mode
-                next_sample = received if log_queries else received + _SAMPLE_MASK + 1
+                if received <= next_sample:
+                    answer_batch(got)
+                else:
+                    self.receive_calls, self.received = calls, received
+                    started = time.perf_counter()
+                    answer_batch(got)
+                    latency.observe(time.perf_counter() - started)
+                    # --query-log: every batch is timed, as every query is in plain mode
+                    next_sample = received if log_queries else received + _SAMPLE_MASK
                 if adaptive and calls - calls_mark >= 32:
                     if received - received_mark < _MIN_BATCH * (calls - calls_mark):
                         return False
@@ -195,22 +198,21 @@ class UdpServer:
         io = self._batch
         assert io is not None
         mem, lengths, reply_lengths, respond = io.mem, io.lengths, io.reply_lengths, self.respond
-        log_queries, stride, len_at = self.log_queries, io.len_stride, io.len_at
+        log_queries, slot_size = self.log_queries, mmsg.SLOT
         out = 0
-        for i in range(got):
-            start = io.slot_starts[i]
+        for i, (start, len_at, iov_at) in zip(range(got), io.slots, strict=False):
             try:
-                query = mem[start : start + lengths[i * stride + len_at]]
+                query = mem[start : start + lengths[len_at]]
                 reply = respond(query)
                 if log_queries:
                     _log_query("udp", io.peer(i), query, reply)
                 if reply is None:
                     continue
                 size = len(reply)
-                if size > mmsg.SLOT:  # never from respond(): UDP replies stop at 65,535
+                if size > slot_size:  # never from respond(): UDP replies stop at 65,535
                     continue
                 mem[start : start + size] = reply  # over the query, in its own slot
-                reply_lengths[2 * i + 1] = size
+                reply_lengths[iov_at] = size
             except Exception:  # never let one datagram stop UDP service
                 log.exception("error answering a udp query from %s", io.peer(i)[0])
                 continue
