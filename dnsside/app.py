@@ -45,7 +45,7 @@ class Config:
     query_log: bool = False
     reload_interval: float = 1.0
     kube_backoff_cap: float = 30.0
-    udp_io: str = "auto"
+    udp_io: str = "batch"
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
@@ -123,10 +123,8 @@ class App:
             raise
         udp = UdpServer(sock, self.responder, self.config.query_log, self.config.udp_io)
         udp.start()
-        log.info("udp io: %s", {"auto": "auto (recvmmsg/sendmmsg while batches form, else "
-                                         "recvfrom/sendto)",
-                                 "batch": "batch (recvmmsg/sendmmsg)",
-                                 "plain": "plain (recvfrom/sendto)"}[udp.io])
+        log.info("udp io: %s", "batch (recvmmsg/sendmmsg)" if udp.io == "batch"
+                 else "plain (recvfrom/sendto)")
         self._closers.append(tcp)
         self._udp.append(udp)
         log.info("dns listening on udp+tcp %s", _fmt(host, port))

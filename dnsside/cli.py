@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "--tcp-max-connections", type=int, default=512)
     _add(serve, "--query-log", action="store_true", help="log every query (slow)")
     _add(serve, "--no-uvloop", action="store_true", help="use asyncio's own event loop")
-    _add(serve, "--udp-io", default="auto", choices=["auto", "batch", "plain"],
-         help="UDP system calls: batch (recvmmsg/sendmmsg, Linux; plain where unavailable), "
-         "plain (one recvfrom and one sendto per query), or auto: batch while batches form")
+    _add(serve, "--udp-io", default="batch", choices=["batch", "plain"],
+         help="UDP system calls: batch (recvmmsg/sendmmsg, Linux; falls back to plain where "
+         "unavailable) or plain (one recvfrom and one sendto per query)")
     explain = sub.add_parser("explain", help="print the answer to NAME and where it comes from")
     _source_flags(explain)
     explain.add_argument("name")

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import cast
 
 from prometheus_client.core import CounterMetricFamily
@@ -34,27 +34,21 @@ _MAX_DATAGRAM = 65535
 _RCVBUF = 4 << 20  # asked for; the kernel caps it at net.core.rmem_max
 
 
-UDP_IO_MODES = ("auto", "batch", "plain")
-_PLAIN_STRETCH = 1024  # auto: queries answered one by one before batches are tried again
-_MIN_BATCH = 1.5  # auto: below this mean batch, recvfrom/sendto cost less than ctypes calls
+UDP_IO_MODES = ("batch", "plain")
 
 
 class UdpServer:
     """UDP in a thread of its own: receive, :meth:`Responder.respond`, send; nothing else.
 
-    Three ways to move the datagrams, the same answers (``--udp-io``):
+    Two ways to move the datagrams, the same answers (``--udp-io``):
 
-    * ``batch`` (see :mod:`dnsside.mmsg`): one ``recvmmsg`` takes every query waiting
-      in the socket (blocking for the first only), the responder answers each into
-      its buffer, one ``sendmmsg`` sends the lot. Under load the two system calls
-      are shared by the whole batch.
+    * ``batch`` (the default where it works, see :mod:`dnsside.mmsg`): one
+      ``recvmmsg`` takes every query waiting in the socket (blocking for the first
+      only), the responder answers each into its buffer, one ``sendmmsg`` sends the
+      lot. Under load the two system calls are shared by the whole batch; at a
+      trickle every wakeup brings one query and a short path answers it.
     * ``plain``: a blocking ``recvfrom`` and a ``sendto`` per datagram, the fallback
       where batching is not available.
-    * ``auto`` (the default): batches while they form, one by one while they do not.
-      At low load every wakeup brings a single query, and then the two ctypes calls
-      cost more than ``recvfrom``/``sendto`` (bench/discussion.md has the
-      measurement); so when the mean batch falls below 1.5 the thread answers the
-      next 1024 queries one by one, then tries batches again.
 
     Either way there is no event-loop machinery: an event loop also pays an
     ``epoll_wait`` and a ``recvfrom`` that fails with EAGAIN per wakeup.
@@ -67,7 +61,7 @@ class UdpServer:
     """
 
     def __init__(self, sock: socket.socket, responder: Responder,
-                 log_queries: bool = False, io: str = "auto") -> None:
+                 log_queries: bool = False, io: str = "batch") -> None:
         if io not in UDP_IO_MODES:
             raise ValueError(f"--udp-io {io!r}: expected one of {', '.join(UDP_IO_MODES)}")
         sock.setblocking(True)
@@ -78,27 +72,21 @@ class UdpServer:
         self.log_queries = log_queries
         self._closing = False
         self._thread: threading.Thread | None = None
-        self._batch = mmsg.open_batch(sock) if io != "plain" else None
-        #: what this server really does: "auto" and "batch" fall back to "plain"
+        self._batch = mmsg.open_batch(sock) if io == "batch" else None
+        #: what this server really does: "batch" falls back to "plain"
         self.io = io if self._batch is not None else "plain"
-        if io != "plain" and self._batch is None:
+        if io == "batch" and self._batch is None:
             log.warning("udp: recvmmsg/sendmmsg not available here, using recvfrom/sendto")
         #: system calls that received datagrams, and the datagrams they received
         #: (published at least every 64 queries, and when the thread stops)
         self.receive_calls = 0
         self.received = 0
-        #: "batch" or "plain": how the thread is reading right now (auto switches)
-        self.phase = self.io
         self._collector: _UdpCollector | None = None
 
     def start(self) -> None:
         self._collector = _UdpCollector(self)
         metrics.REGISTRY.register(self._collector)
-        target: Callable[[], object] = self._serve_plain
-        if self.io == "auto":
-            target = self._serve_auto
-        elif self.io == "batch":
-            target = self._serve_batch
+        target = self._serve_plain if self._batch is None else self._serve_batch
         self._thread = threading.Thread(target=target, name="dnsside-udp", daemon=True)
         self._thread.start()
 
@@ -123,18 +111,7 @@ class UdpServer:
             self._batch.release()
             self._batch = None
 
-    def _serve_auto(self) -> None:
-        while True:
-            self.phase = "batch"
-            if self._serve_batch(adaptive=True):
-                return
-            self.phase = "plain"
-            if self._serve_plain(_PLAIN_STRETCH):
-                return
-
-    def _serve_batch(self, adaptive: bool = False) -> bool:
-        """Answer in batches until closed (True) or, if ``adaptive``, until they stop
-        forming (False): fewer than 1.5 datagrams per call over the last 32 calls or more."""
+    def _serve_batch(self) -> None:
         io = self._batch
         assert io is not None
         recvmmsg, sendmmsg, fd, recv_headers, send_headers, batch = (
@@ -149,14 +126,12 @@ class UdpServer:
         # query is mostly the wakeup's: every bytecode saved there counts). From
         # ``next_sample`` on, one batch is timed and the counters published, so both
         # are at most 64 queries behind.
-        calls, received = self.receive_calls, self.received
-        next_sample = received  # the first batch is timed
-        calls_mark, received_mark = calls, received
+        calls = received = next_sample = 0  # the first batch is timed
         try:
             while True:
                 got = recvmmsg(fd, recv_headers, batch, wait_for_one, None)
                 if self._closing:
-                    return True
+                    return
                 if got == 1 and received < next_sample:
                     calls += 1
                     received += 1
@@ -186,10 +161,6 @@ class UdpServer:
                     latency.observe(time.perf_counter() - started)
                     # --query-log: every batch is timed, as every query is in plain mode
                     next_sample = received if log_queries else received + _SAMPLE_MASK
-                if adaptive and calls - calls_mark >= 32:
-                    if received - received_mark < _MIN_BATCH * (calls - calls_mark):
-                        return False
-                    calls_mark, received_mark = calls, received
         finally:
             self.receive_calls, self.received = calls, received
 
@@ -226,22 +197,20 @@ class UdpServer:
         if out != got:
             io.reset()
 
-    def _serve_plain(self, limit: int = 0) -> bool:
-        """Answer one by one until closed (True) or, given a ``limit``, about that many
-        queries later (False; checked with the latency sample, every 64 queries)."""
+    def _serve_plain(self) -> None:
         recvfrom, sendto, respond = self.sock.recvfrom, self.sock.sendto, self.respond
-        n = published = 0
+        n = 0
         try:
             while True:
                 try:
                     data, addr = recvfrom(_MAX_DATAGRAM)
                 except OSError as exc:  # e.g. an ICMP error queued on the socket
                     if self._closing:
-                        return True
+                        return
                     log.debug("udp socket error: %s", exc)
                     continue
                 if self._closing:
-                    return True
+                    return
                 n += 1
                 try:
                     if n & _SAMPLE_MASK and not self.log_queries:
@@ -261,14 +230,9 @@ class UdpServer:
                     log.debug("udp send to %s failed: %s", addr[0], exc)
                 except Exception:  # never let one datagram stop UDP service
                     log.exception("error answering a udp query from %s", addr[0])
-                self.receive_calls += n - published
-                self.received += n - published
-                published = n
-                if limit and n >= limit:
-                    return False
+                self.receive_calls = self.received = n  # every 64 queries
         finally:
-            self.receive_calls += n - published
-            self.received += n - published
+            self.receive_calls = self.received = n
 
 
 class _UdpCollector(Collector):

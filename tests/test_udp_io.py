@@ -13,7 +13,6 @@ import errno
 import logging
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -247,58 +246,3 @@ def test_batch_counters_are_exported() -> None:
     finally:
         server.close()
         c.close()
-
-
-class Gate:
-    """respond() that waits while the gate is shut: the test queues queries meanwhile."""
-
-    def __init__(self) -> None:
-        self.open = threading.Event()
-        self.open.set()
-        self.waiting = threading.Event()
-
-    def respond(self, data: bytes, udp: bool = True) -> bytes | None:
-        if not self.open.is_set():
-            self.waiting.set()
-            self.open.wait(30)
-        return responder().respond(data, udp)
-
-
-def test_auto_batches_under_load_and_goes_one_by_one_when_queries_come_alone() -> None:
-    """--udp-io auto: queries one at a time → recvfrom/sendto after 64 of them; a burst
-    queued meanwhile → back to batches after 1024 answered one by one; every reply is
-    respond()'s throughout."""
-    r, gate = responder(), Gate()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    server = UdpServer(sock, gate, io="auto")  # type: ignore[arg-type]
-    assert server.io == "auto"
-    c = client()
-    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    addr = sock.getsockname()
-    server.start()
-    try:
-        for qid in range(100):  # one at a time: every batch is a single query
-            q = burst(qid)
-            c.sendto(q, addr)
-            if (want := r.respond(q)) is not None:
-                assert c.recv(65535) == want
-        wait_for(lambda: server.phase == "plain", what="one-by-one after lone queries")
-        gate.open.clear()
-        sent = {qid: burst(qid) for qid in range(1500)}
-        c.sendto(sent[0], addr)
-        assert gate.waiting.wait(30), "the server is answering the first of the burst"
-        for qid in range(1, 1500):  # the rest queue up in the socket meanwhile
-            c.sendto(sent[qid], addr)
-        c.sendto(query(NAMES[0], A, qid=MARKER_ID), addr)
-        gate.open.set()
-        got = receive_until_marker(c)
-        got.pop(MARKER_ID)
-        assert got == {qid: x for qid, q in sent.items() if (x := r.respond(q)) is not None}
-        assert server.phase == "batch", "back to batches once 1024 were answered one by one"
-    finally:
-        gate.open.set()
-        server.close()
-        c.close()
-    assert server.received == 100 + 1501
-    assert server.receive_calls < server.received - 400, "the last ~500 came in batches"
