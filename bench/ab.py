@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import run  # bench/run.py
-from topology import cached
 
 
 class Variant(run.Dnsside):
@@ -69,7 +68,7 @@ def main() -> int:
             server = make()
             server.start()
             servers.append((name, server))
-        for name, server in servers:
+        for _, server in servers:
             server.ready(qname)  # type: ignore[attr-defined]
             run.warm_up(server, queries)
         for rep in range(args.repeats):

@@ -11,22 +11,24 @@ Linux libc (glibc ≥ 2.12/2.14, musl).
 The buffers are allocated once and reused for the life of the socket, laid out
 so that Python touches them with a handful of cheap operations per query:
 
-* one anonymous ``mmap`` holds the ``mmsghdr`` array, the ``iovec`` array, the
-  peers' socket addresses and one 64 KiB data slot per message (untouched pages
-  are never made resident: a slot costs one or two pages in practice);
-* ``mmsghdr[i]`` points at ``sockaddr[i]`` and ``iovec[i]``, which points at
-  slot ``i``; the kernel writes the query and its sender there;
-* the reply is written over the query in the same slot and ``iov_len[i]`` set
-  to its size, so the same headers (and the sender address the kernel left in
-  them) go straight back to ``sendmmsg`` — no address is ever turned into a
-  Python object;
-* after each batch one ``memcpy`` (a slice assignment) restores the iovecs
-  from a pristine copy, and another the headers if the batch had to move some.
+* one anonymous ``mmap`` holds two ``mmsghdr`` arrays (receive, send), their
+  ``iovec`` arrays, the peers' socket addresses and one 64 KiB data slot per
+  message (untouched pages are never made resident: a slot costs one or two
+  pages in practice);
+* receive header ``i`` points at ``sockaddr[i]`` and at an iovec covering slot
+  ``i``: the kernel writes the query and its sender there;
+* the reply is written over the query in the same slot and the *send* iovec's
+  length set to its size; send header ``i`` points at the same ``sockaddr[i]``,
+  so the sender address the kernel left there goes straight back to
+  ``sendmmsg`` — no address is ever turned into a Python object, and nothing
+  has to be restored between batches (only the send headers, after a batch in
+  which some queries had no reply and the rest were moved up).
 
-:func:`open_batch` checks the layout once, on a private socket pair, before a
-server relies on it; anything unexpected (not Linux, a libc without the calls,
-a seccomp filter answering ENOSYS, a layout that does not round-trip) returns
-None and the caller keeps the plain ``recvfrom``/``sendto`` loop.
+:func:`open_batch` checks the whole round trip once, on a private loopback
+socket pair, before a server relies on it; anything unexpected (not Linux, a
+libc without the calls, a seccomp filter answering ENOSYS, a layout that does
+not round-trip) returns None and the caller keeps the plain
+``recvfrom``/``sendto`` loop.
 """
 
 from __future__ import annotations
