@@ -116,16 +116,16 @@ class UdpServer:
         assert io is not None
         recvmmsg, sendmmsg, fd, recv_headers, send_headers, batch = (
             io.recvmmsg, io.sendmmsg, io.fd, io.recv_headers, io.send_headers, io.batch)
-        mem, lengths, reply_lengths = io.mem, io.lengths, io.reply_lengths
-        respond, log_queries, answer_batch = self.respond, self.log_queries, self._answer_batch
-        first_start, first_len = io.slot_starts[0], io.len_at
-        wait_for_one = mmsg.MSG_WAITFORONE
+        mem, lengths, reply_lengths, slots = io.mem, io.lengths, io.reply_lengths, io.slots
+        respond, log_queries = self.respond, self.log_queries
+        first_start, first_len, _ = slots[0]
+        wait_for_one, slot_size, clock = mmsg.MSG_WAITFORONE, mmsg.SLOT, time.perf_counter
         latency = metrics.ANSWER_SECONDS.labels(transport="udp")
         # Datagrams received; below ``next_sample`` a lone query takes the short path
-        # (at low load every wakeup brings one query, and at low load the cost of a
-        # query is mostly the wakeup's: every bytecode saved there counts). From
-        # ``next_sample`` on, one batch is timed and the counters published, so both
-        # are at most 64 queries behind.
+        # (at a trickle every wakeup brings one query, and then the cost of a query is
+        # mostly the wakeup's: every bytecode saved there counts). Past ``next_sample``
+        # one batch is timed and the counters are published, so both are at most 64
+        # queries behind.
         calls = received = next_sample = 0  # the first batch is timed
         try:
             while True:
@@ -152,50 +152,43 @@ class UdpServer:
                     continue
                 calls += 1
                 received += got
-                if received <= next_sample:
-                    answer_batch(got)
-                else:
+                sample = received > next_sample
+                if sample:
                     self.receive_calls, self.received = calls, received
-                    started = time.perf_counter()
-                    answer_batch(got)
-                    latency.observe(time.perf_counter() - started)
+                    started = clock()
+                out = 0  # replies to send: those with one move up to close the gaps
+                for i in range(got):
+                    start, len_at, iov_at = slots[i]
+                    try:
+                        query = mem[start : start + lengths[len_at]]
+                        reply = respond(query)
+                        if log_queries:
+                            _log_query("udp", io.peer(i), query, reply)
+                        if reply is None:
+                            continue
+                        size = len(reply)
+                        if size > slot_size:  # never from respond(): UDP stops at 65,535
+                            continue
+                        mem[start : start + size] = reply  # over the query, in its slot
+                        reply_lengths[iov_at] = size
+                    except Exception:  # never let one datagram stop UDP service
+                        log.exception("error answering a udp query from %s", io.peer(i)[0])
+                        continue
+                    if out != i:
+                        io.move(i, out)
+                    out += 1
+                if out:
+                    sent = sendmmsg(fd, send_headers, out, 0)
+                    if sent != out:  # a reply that could not be sent: skip it, send the rest
+                        io.send(out, max(sent, 0))
+                if out != got:
+                    io.reset()
+                if sample:
+                    latency.observe(clock() - started)
                     # --query-log: every batch is timed, as every query is in plain mode
                     next_sample = received if log_queries else received + _SAMPLE_MASK
         finally:
             self.receive_calls, self.received = calls, received
-
-    def _answer_batch(self, got: int) -> None:
-        """Answer and send the ``got`` queries of a batch; only those with a reply go out."""
-        io = self._batch
-        assert io is not None
-        mem, lengths, reply_lengths, respond = io.mem, io.lengths, io.reply_lengths, self.respond
-        log_queries, slot_size = self.log_queries, mmsg.SLOT
-        out = 0
-        for i, (start, len_at, iov_at) in zip(range(got), io.slots, strict=False):
-            try:
-                query = mem[start : start + lengths[len_at]]
-                reply = respond(query)
-                if log_queries:
-                    _log_query("udp", io.peer(i), query, reply)
-                if reply is None:
-                    continue
-                size = len(reply)
-                if size > slot_size:  # never from respond(): UDP replies stop at 65,535
-                    continue
-                mem[start : start + size] = reply  # over the query, in its own slot
-                reply_lengths[iov_at] = size
-            except Exception:  # never let one datagram stop UDP service
-                log.exception("error answering a udp query from %s", io.peer(i)[0])
-                continue
-            if out != i:  # an earlier one had no reply: keep the ones to send together
-                io.move(i, out)
-            out += 1
-        if out:
-            sent = io.sendmmsg(io.fd, io.send_headers, out, 0)
-            if sent != out:  # a reply that could not be sent: skip it, send the rest
-                io.send(out, max(sent, 0))
-        if out != got:
-            io.reset()
 
     def _serve_plain(self) -> None:
         recvfrom, sendto, respond = self.sock.recvfrom, self.sock.sendto, self.respond
