@@ -559,7 +559,10 @@ def report(results: dict[str, Any]) -> str:
             f"{load['loadavg_min']:.2f}-{load['loadavg_max']:.2f} (median "
             f"{load['loadavg_median']:.2f}; the benchmark itself, one server and dnsperf, "
             f"accounts for up to 2); CPU used by other processes: "
-            f"{load['others_cores']:.2f} cores on average of {m['cores']}.",
+            f"{load['others_cores']:.2f} cores on average of {m['cores']}"
+            + (f"; stolen by the hypervisor: {load['steal_cores']:.2f} cores; a runnable "
+               f"task waited for a CPU {load['cpu_pressure']:.0%} of the time "
+               "(/proc/pressure/cpu)" if "steal_cores" in load else "") + ".",
             "",
         ]
     for key in ("compare", "compare_demo"):
@@ -708,8 +711,12 @@ def targets(results: dict[str, Any]) -> list[str]:
                 x <= 1.0)
         x = c["ratios"].get("throughput dnsside/nsd")
         if x is not None:
-            row(f"answered q/s at full load vs NSD, {what}", f"{x:.2f}\u00d7", "≥ 1.00\u00d7",
-                x >= 1.0)
+            mine, nsd = c["summary"]["dnsside@max"], c["summary"]["nsd@max"]
+            busy = (f" (server CPU {mine['cpu_util']:.0%} vs NSD's {nsd['cpu_util']:.0%}"
+                    + ("; below 90%: dnsperf was the limit" if min(
+                        mine["cpu_util"], nsd["cpu_util"]) < 0.9 else "") + ")")
+            row(f"answered q/s at full load vs NSD, {what}", f"{x:.2f}\u00d7{busy}",
+                "≥ 1.00\u00d7", x >= 1.0)
         y = c["summary"].get(f"dnsside@{max(c['rates'])}")
         if y:
             row(f"lost queries @ {max(c['rates']):,} q/s, {what}",
@@ -741,12 +748,15 @@ def targets(results: dict[str, Any]) -> list[str]:
 
 class LoadSampler:
     """What else ran on the (shared) machine during the benchmark: the 1-minute load
-    average every 10 s, and the CPU time of every process but this one and its
-    children (servers, dnsperf): /proc/stat's busy time minus ours."""
+    average every 10 s, the CPU time of every process but this one and its children
+    (servers, dnsperf: /proc/stat's busy time minus ours), the time the hypervisor
+    gave the virtual CPUs to someone else (steal), and how often a runnable task
+    waited for a CPU (/proc/pressure/cpu, "some")."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.busy0, self.ours0 = self._busy(), self._ours()
+        self.steal0, self.pressure0 = self._steal(), self._pressure()
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -757,6 +767,18 @@ class LoadSampler:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
         idle = fields[3] + fields[4]  # idle, iowait
         return (sum(fields[:8]) - idle) / TICK  # user..steal, without guest (in user)
+
+    @staticmethod
+    def _steal() -> float:
+        return int(Path("/proc/stat").read_text().split("\n")[0].split()[8]) / TICK
+
+    @staticmethod
+    def _pressure() -> float:
+        try:
+            line = Path("/proc/pressure/cpu").read_text().split("\n")[0]
+        except OSError:
+            return float("nan")
+        return int(line.rsplit("total=", 1)[1]) / 1e6  # seconds
 
     @staticmethod
     def _ours() -> float:
@@ -774,7 +796,9 @@ class LoadSampler:
         xs = self.samples or [float(Path("/proc/loadavg").read_text().split()[0])]
         return {"loadavg_min": min(xs), "loadavg_max": max(xs),
                 "loadavg_median": statistics.median(xs),
-                "others_cores": max(0.0, others / wall) if wall else 0.0}
+                "others_cores": max(0.0, others / wall) if wall else 0.0,
+                "steal_cores": (self._steal() - self.steal0) / wall if wall else 0.0,
+                "cpu_pressure": (self._pressure() - self.pressure0) / wall if wall else 0.0}
 
 
 def main() -> int:
