@@ -128,6 +128,23 @@ def test_ipv6(io: str) -> None:
         c.close()
 
 
+@pytest.mark.parametrize("io", ["batch", "plain"])
+def test_ipv4_client_of_an_ipv6_socket(io: str) -> None:
+    """A dual-stack socket sees IPv4 senders as ::ffff:a.b.c.d (28-byte addresses)."""
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.bind(("::ffff:127.0.0.1", 0))
+    srv = UdpServer(sock, responder(), io=io)
+    c = client()
+    q = query(NAMES[0], A, qid=8, edns=opt_rr())
+    c.sendto(q, ("127.0.0.1", sock.getsockname()[1]))
+    srv.start()
+    try:
+        assert c.recv(65535) == responder().respond(q)
+    finally:
+        srv.close()
+        c.close()
+
+
 @settings(parent=PROFILE, max_examples=min(PROFILE.max_examples, 150))
 @given(packets=st.lists(queries().flatmap(
     lambda q: st.just(q) | MUTATIONS.map(lambda ops: mutate(q, ops))), min_size=1, max_size=40))
