@@ -4,7 +4,10 @@ Two halves, both pure (no sockets, no clocks):
 
 * **Encoding** — :func:`encode_service` turns one :class:`~dnsside.linkerd.GlobalService`
   into pre-encoded :class:`Answer` objects keyed by question. The index runs it
-  when a service changes, never per query.
+  when a service changes, never per query. Each zone names things by one of two
+  schemes, each one encoder: :func:`_encode_in_zone` for ``--zone`` (SPEC §3) and
+  :func:`_encode_mcs` for ``--mcs-zone``, the Multi-Cluster Services names of
+  KEP-1645 (SPEC §3b). The query path does not know there are two.
 * **Answering** — :meth:`Responder.respond` turns query bytes into reply bytes.
   The common case is a header check, a label walk, one dict lookup and a
   concatenation; everything unusual falls to :meth:`Responder._respond_slow`,
@@ -28,10 +31,12 @@ import struct
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from dnsside.linkerd import GlobalService, Member, Port
+from dnsside.linkerd import GlobalService, Member, Port, Via
 
-A, NS, SOA, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = 1, 2, 6, 28, 33, 41, 13, 251, 252, 255
+A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
+                                                         255)
 CLASS_IN = 1
 NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED = 0, 1, 2, 3, 4, 5
 BADVERS = 16
@@ -135,14 +140,24 @@ def _packed(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[bytes, .
     return tuple(v4), tuple(v6)
 
 
+class _Target(Protocol):
+    """What an SRV record points at, and the A/AAAA record tails of its glue."""
+
+    target: bytes
+    local: bool  # priority 0 under --srv-priority local-first
+    a: tuple[bytes, ...]
+    aaaa: tuple[bytes, ...]
+
+
 class _MemberWire:
     """One member's pieces in wire form, computed once per rebuild of its service and
     reused by every RRset it appears in (its own name, its cluster, the service, each SRV)."""
 
-    __slots__ = ("a", "aaaa", "member", "name", "target")
+    __slots__ = ("a", "aaaa", "local", "member", "name", "target")
 
     def __init__(self, member: Member, svc_name: bytes, ttl: int) -> None:
         self.member = member
+        self.local = member.local
         cluster = _label(member.cluster) + svc_name
         host = _label(member.hostname) if member.hostname is not None else b""
         self.target = host + cluster
@@ -158,7 +173,22 @@ def _rr_head(rtype: int, ttl: int, rdlength: int) -> bytes:
     return struct.pack("!HHIH", rtype, CLASS_IN, ttl, rdlength)
 
 
-def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_MemberWire]) -> None:
+class _ServiceTarget:
+    """A KEP-1645 ClusterIP service as one SRV target, ``<svc>.<ns>.svc.M.``: its
+    clusterset IP(s) are the addresses of the members it stands for."""
+
+    __slots__ = ("a", "aaaa", "local", "target")
+
+    def __init__(self, svc_name: bytes, members: Iterable[Member], ttl: int) -> None:
+        self.target = svc_name
+        self.local = True  # one target for every cluster: no priority to tell apart
+        v4, v6 = _packed(a for m in members for a in m.addresses)
+        head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+        self.a = tuple(head_a + p for p in v4)
+        self.aaaa = tuple(head_aaaa + p for p in v6)
+
+
+def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target]) -> None:
     out.names.add(name)
     for rtype, tails in ((A, [t for w in group for t in w.a]),
                          (AAAA, [t for w in group for t in w.aaaa])):
@@ -199,15 +229,16 @@ def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
 
 
 def encode_service(
-    gs: GlobalService, zones: Sequence[bytes], options: ZoneOptions
+    gs: GlobalService, zones: Sequence[Zone], options: ZoneOptions
 ) -> ServiceAnswers:
-    """Pre-encode every answer of ``gs`` in every zone. No published member → no names."""
+    """Pre-encode every answer of ``gs`` in every zone, by each zone's naming scheme.
+    No published member → no names."""
     out = ServiceAnswers()
     members = published(gs, options)
     if not members:
         return out
     for zone in zones:
-        _encode_in_zone(gs, members, zone, options, out)
+        _ENCODERS[zone.scheme](gs, members, zone.services_wire, options, out)
     return out
 
 
@@ -215,6 +246,8 @@ def _encode_in_zone(
     gs: GlobalService, members: list[Member], zone: bytes, options: ZoneOptions,
     out: ServiceAnswers,
 ) -> None:
+    """The ``--zone`` names (SPEC §3): ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
+    ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = _label(gs.name) + _label(gs.namespace) + zone
     wires = [_MemberWire(m, svc_name, options.ttl) for m in members]
     _address_answers(out, svc_name, wires)
@@ -226,13 +259,57 @@ def _encode_in_zone(
         for w in group:
             if w.name is not None:
                 _address_answers(out, w.name, [w])
+    _srv_answers(out, svc_name, [(w, p) for w in wires for p in w.member.ports], options)
 
-    # SRV: the service name answers for every port; `_<port>._<proto>` for named ones.
-    pairs = [(w, p) for w in wires for p in w.member.ports]
+
+def _encode_mcs(
+    gs: GlobalService, members: list[Member], services: bytes, options: ZoneOptions,
+    out: ServiceAnswers,
+) -> None:
+    """The Multi-Cluster Services names (KEP-1645 ``specification.md``, SPEC §3b) below
+    ``svc.M`` (``services``), from the same members as :func:`_encode_in_zone`.
+
+    Headless (§2.4): ``<svc>.<ns>.svc.M`` holds every published member's address, and
+    each pod member has ``<hostname>.<clusterid>.<svc>.<ns>.svc.M`` (cluster id = the
+    Linkerd link name), which SRV points at. A cluster-level member of a headless
+    service (a link with headless mirroring off) has no name of its own: it is in the
+    service's A/AAAA, not in SRV. ClusterIP (§2.3): the federated Service's ClusterIP is
+    the clusterset IP when there is one, else every member's ClusterIP stands in; SRV
+    points at ``<svc>.<ns>.svc.M``. Never a ``<clusterid>.<svc>.<ns>.svc.M`` name (§2.3.4,
+    §2.4.4: no per-cluster subsets), so that is NXDOMAIN.
+    """
+    svc_name = _label(gs.name) + _label(gs.namespace) + services
+    pairs: list[tuple[_Target, Port]]
+    if gs.headless:
+        wires = [_MemberWire(m, svc_name, options.ttl) for m in members]
+        _address_answers(out, svc_name, wires)
+        pods = [(w, w.name) for w in wires if w.name is not None]
+        for w, pod_name in pods:
+            _address_answers(out, pod_name, [w])
+        pairs = [(w, p) for w, _ in pods for p in w.member.ports]
+    else:
+        chosen = [m for m in members if m.via is Via.FEDERATED] or members
+        service = _ServiceTarget(svc_name, chosen, options.ttl)
+        _address_answers(out, svc_name, [service])
+        pairs = [(service, p) for p in dict.fromkeys(p for m in chosen for p in m.ports)]
+    _srv_answers(out, svc_name, pairs, options)
+
+
+_ENCODERS = {"svc-global": _encode_in_zone, "mcs": _encode_mcs}  # Zone.scheme → its encoder
+
+
+def _srv_answers(
+    out: ServiceAnswers, svc_name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
+) -> None:
+    """SRV below a service name, the same in both schemes: the service name answers for
+    every port, ``_<port>._<proto>`` for each named one (unnamed ports have none)."""
     if not pairs:
         return
-    _put_srv(out, svc_name, pairs, options)
-    named: dict[tuple[str, str], list[tuple[_MemberWire, Port]]] = {}
+    # One record per target and port number: two port names (or protocols) on one number
+    # would otherwise repeat a record (RFC 2181 §5: an RRset holds no duplicates).
+    distinct = list({(id(w), p.port): (w, p) for w, p in pairs}.values())
+    _put_srv(out, svc_name, distinct, options)
+    named: dict[tuple[str, str], list[tuple[_Target, Port]]] = {}
     for w, p in pairs:
         if p.name and p.protocol in _PROTO_LABEL:
             named.setdefault((p.name, p.protocol), []).append((w, p))
@@ -243,7 +320,8 @@ def _encode_in_zone(
             srv_name = _label("_" + port_name) + proto_name
         except ValueError:
             continue
-        _put_srv(out, srv_name, group_pairs, options)
+        distinct = list({(id(w), p.port): (w, p) for w, p in group_pairs}.values())
+        _put_srv(out, srv_name, distinct, options)
 
 
 def _label(text: str) -> bytes:
@@ -254,14 +332,14 @@ def _label(text: str) -> bytes:
 
 
 def _put_srv(
-    out: ServiceAnswers, name: bytes, pairs: list[tuple[_MemberWire, Port]], options: ZoneOptions,
+    out: ServiceAnswers, name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
 ) -> None:
     out.names.add(name)
     ttl = options.ttl
     local_first = options.srv_priority == "local-first"
 
-    def priority(w: _MemberWire) -> int:
-        return 10 if local_first and not w.member.local else 0
+    def priority(w: _Target) -> int:
+        return 10 if local_first and not w.local else 0
 
     per_priority: dict[int, int] = {}
     for w, _ in pairs:
@@ -269,7 +347,7 @@ def _put_srv(
     # Offsets below are absolute in the reply: header, then the question (name + 4).
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
-    target_at: dict[bytes, tuple[int, _MemberWire]] = {}
+    target_at: dict[bytes, tuple[int, _Target]] = {}
     size = 0
     for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
         prio = priority(w)
@@ -295,13 +373,21 @@ def _put_srv(
 
 
 class Zone:
-    """One served zone: its apex records and the negative answers that carry its SOA."""
+    """One served zone: its apex records and the negative answers that carry its SOA.
+
+    ``scheme`` names the encoder that fills it (``_ENCODERS``); ``services_wire`` is the
+    name namespaces hang below (``<ns>.Z``); ``fixed_names`` exist whatever the index
+    holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``)."""
+
+    scheme = "svc-global"
 
     def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
         self.origin = origin if origin.endswith(".") else origin + "."
         self.wire = to_wire(self.origin)
         self.options = options
         self.ns_host = to_wire("ns.dns." + self.origin)
+        self.services_wire = self.wire
+        self.fixed_names: tuple[bytes, ...] = (self.wire,)
         self.set_serial(serial)
 
     def set_serial(self, serial: int) -> None:
@@ -321,6 +407,32 @@ class Zone:
                 NOERROR, NS, (_rr(self.wire, NS, ttl, self.ns_host),)
             ),
         }
+
+
+MCS_DNS_VERSION = b"1.0.0"  # the KEP-1645 DNS specification's schema version (§1, §2.2)
+
+
+class McsZone(Zone):
+    """A ``--mcs-zone``: the Multi-Cluster Services names (SPEC §3b) of the same global
+    services, all below ``svc.M``, plus ``dns-version.M`` TXT at the top. SOA, NS and
+    every negative answer work as in any zone."""
+
+    scheme = "mcs"
+
+    def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
+        super().__init__(origin, options, serial)
+        self.services_wire = b"\x03svc" + self.wire
+        self.fixed_names = (self.wire, self.services_wire, self._version_wire())
+
+    def _version_wire(self) -> bytes:
+        return b"\x0bdns-version" + self.wire
+
+    def set_serial(self, serial: int) -> None:
+        super().set_serial(serial)
+        txt = bytes([len(MCS_DNS_VERSION)]) + MCS_DNS_VERSION
+        self.apex[self._version_wire() + struct.pack("!HH", TXT, CLASS_IN)] = Answer(
+            NOERROR, TXT, (_AT_QUESTION + _rr_head(TXT, self.options.ttl, len(txt)) + txt,)
+        )
 
 
 # --------------------------------------------------------------------------- answering
@@ -353,7 +465,7 @@ def _notimp(data: bytes, udp: bool) -> bytes:
 
 
 _HINFO_RDATA = b"\x07RFC8482\x00"
-_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS))
+_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS, TXT))
 
 
 class Responder:
@@ -376,7 +488,7 @@ class Responder:
         self.dropped = 0
         for z in self.zones:
             self.answers.update(z.apex)
-            self.names[z.wire] = z
+            self.names.update(dict.fromkeys(z.fixed_names, z))
 
     def refresh_apex(self) -> None:
         for z in self.zones:
