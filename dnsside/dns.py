@@ -193,10 +193,15 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
     for rtype, tails in ((A, [t for w in group for t in w.a]),
                          (AAAA, [t for w in group for t in w.aaaa])):
         if tails:
-            rrs = [_AT_QUESTION + t for t in dict.fromkeys(tails)]
-            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = Answer(
-                NOERROR, rtype, _fit(rrs, MAX_BODY)
-            )
+            rrs = _fit([_AT_QUESTION + t for t in dict.fromkeys(tails)], MAX_BODY)
+            # The owner is a pointer to the question, so the same addresses make the same
+            # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
+            # One Answer object serves them all.
+            body = b"".join(rrs)
+            answer = out.shared.get(body)
+            if answer is None:
+                answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
+            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = answer
 
 
 def _fit(rrs: list[bytes], room: int) -> list[bytes]:
@@ -222,6 +227,8 @@ class ServiceAnswers:
 
     answers: dict[bytes, Answer] = field(default_factory=dict)
     names: set[bytes] = field(default_factory=set)  # every name of the subtree, for NODATA
+    # Address answers by body, while encoding only: identical ones become one object.
+    shared: dict[bytes, Answer] = field(default_factory=dict)
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
