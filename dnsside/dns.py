@@ -189,7 +189,6 @@ class _ServiceTarget:
 
 
 def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target]) -> None:
-    out.names.add(name)
     for rtype, tails in ((A, [t for w in group for t in w.a]),
                          (AAAA, [t for w in group for t in w.aaaa])):
         if tails:
@@ -226,7 +225,9 @@ class ServiceAnswers:
     """Everything one global service contributes to the zone."""
 
     answers: dict[bytes, Answer] = field(default_factory=dict)
-    names: set[bytes] = field(default_factory=set)  # every name of the subtree, for NODATA
+    # Names that exist but own no record (empty non-terminals), for NODATA. A name that
+    # owns a record exists by its answer: 100k pod names need no second copy here.
+    names: set[bytes] = field(default_factory=set)
     # Address answers by body, while encoding only: identical ones become one object.
     shared: dict[bytes, Answer] = field(default_factory=dict)
 
@@ -341,7 +342,6 @@ def _label(text: str) -> bytes:
 def _put_srv(
     out: ServiceAnswers, name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
 ) -> None:
-    out.names.add(name)
     ttl = options.ttl
     local_first = options.srv_priority == "local-first"
 
@@ -478,8 +478,9 @@ _OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA
 class Responder:
     """Query bytes → reply bytes, from the tables the index keeps up to date.
 
-    ``answers`` maps question keys to pre-encoded answers, ``names`` maps every
-    existing name (including empty non-terminals) to its zone, for NODATA.
+    ``answers`` maps question keys to pre-encoded answers, ``names`` maps the names that
+    exist without owning a record (empty non-terminals, the apex) to their zone; a name
+    exists when it is in ``names`` or owns an answer (NODATA, not NXDOMAIN).
     """
 
     def __init__(self, zones: Sequence[Zone]) -> None:
@@ -590,7 +591,7 @@ class Responder:
             return _error(data, REFUSED, question, edns), (qtype, REFUSED)
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:
-            if qname in self.names:
+            if qname in self.names or any(qname + t in self.answers for t in _OWNED_TYPES):
                 answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain

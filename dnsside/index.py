@@ -314,9 +314,9 @@ class Index:
             for name in old_names:
                 if name not in new.names:
                     r.names.pop(name, None)
-        if new.names:
+        if new.answers:
             self._published[key] = (tuple(new.answers), tuple(new.names))
-        delta = (1 if new.names else 0) - (1 if old is not None else 0)
+        delta = (1 if new.answers else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)
 

@@ -59,8 +59,11 @@ def rdata(msg: dns.message.Message, rdtype: str = "A") -> list[str]:
 
 
 def mcs_names(r: Responder) -> set[str]:
+    """Every name that exists in the MCS zone: owners of an answer, and the empty
+    non-terminals the responder keeps in ``names``."""
     wire = to_wire(M)
-    return {dns.name.from_wire(n, 0)[0].to_text() for n in r.names if n.endswith(wire)}
+    existing = {*r.names, *(key[:-4] for key in r.answers)}
+    return {dns.name.from_wire(n, 0)[0].to_text() for n in existing if n.endswith(wire)}
 
 
 SVC = "db.ns.svc.clusterset.local"
