@@ -39,6 +39,7 @@ from run import (  # noqa: E402  (bench/ is not a package)
     OUT,
     PY,
     Dnsside,
+    cpu_seconds,
     dnsperf,
     first_name,
     log,
@@ -82,6 +83,7 @@ def processes(topology: Path, queries: Path, repeats: int, rate: int,
             try:
                 server.ready(first_name(queries))
                 row: dict[str, Any] = {"sync_seconds": server.sync_seconds,
+                                       "sync_cpu_seconds": cpu_seconds(server.pid),
                                        **memory(server.pid)}
                 warm_up(server, queries)
                 row["us_per_query"] = dnsperf(server, queries, rate, seconds, False).us_per_query
@@ -98,24 +100,36 @@ def processes(topology: Path, queries: Path, repeats: int, rate: int,
                     + (f", MCS names {row['mcs_us_per_query']:.1f} us/q" if extra else ""))
             finally:
                 server.stop()
-    keys = ("sync_seconds", "rss_mb", "peak_mb", "us_per_query", "mcs_us_per_query", "mcs_lost")
+    keys = ("sync_seconds", "sync_cpu_seconds", "rss_mb", "peak_mb", "us_per_query", "mcs_us_per_query", "mcs_lost")
     return {name: {**{k: med([r[k] for r in rows if k in r]) for k in keys}, "raw": rows}
             for name, rows in runs.items()}
 
 
-def in_process(topology: Path, events: int) -> dict[str, Any]:
-    out = {}
-    for name, extra in CONFIGS.items():
-        r = subprocess.run([PY, str(BENCH / "propagation.py"), str(topology), "--events",
-                            str(events), "--reloads", "1", *extra],
-                           capture_output=True, text=True, cwd=BENCH.parent)
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr)
-        out[name] = json.loads(r.stdout)
-        e = out[name]["event"]
-        log(f"  {name} in-process: load {out[name]['load_seconds']:.1f}s, "
-            f"{out[name]['answers']} answers, event p50 {e['p50_ms']:.2f} ms p99 "
-            f"{e['p99_ms']:.2f} ms")
+def in_process(topology: Path, events: int, repeats: int) -> dict[str, Any]:
+    """``bench/propagation.py`` per configuration, alternately; medians of the timings."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+    for _ in range(repeats):
+        for name, extra in CONFIGS.items():
+            r = subprocess.run([PY, str(BENCH / "propagation.py"), str(topology), "--events",
+                                str(events), "--reloads", "1", *extra],
+                               capture_output=True, text=True, cwd=BENCH.parent)
+            if r.returncode != 0:
+                raise RuntimeError(r.stderr)
+            run = json.loads(r.stdout)
+            runs[name].append(run)
+            e = run["event"]
+            log(f"  {name} in-process: load {run['load_seconds']:.1f}s (index+encode "
+                f"{run['apply_seconds']:.1f}s), {run['answers']} answers, event p50 "
+                f"{e['p50_ms']:.2f} ms p99 {e['p99_ms']:.2f} ms")
+    out: dict[str, Any] = {}
+    for name, rows in runs.items():
+        out[name] = {
+            "answers": rows[0]["answers"], "names": rows[0]["names"],
+            "load_seconds": med([r["load_seconds"] for r in rows]),
+            "apply_seconds": med([r["apply_seconds"] for r in rows]),
+            "event": {k: med([r["event"][k] for r in rows]) for k in ("p50_ms", "p99_ms")},
+            "raw": rows,
+        }
     return out
 
 
@@ -155,9 +169,17 @@ def report(res: dict[str, Any]) -> str:
         f"| sync (start → initial sync done) | {base['sync_seconds']:.1f} s | "
         f"{both['sync_seconds']:.1f} s | {both['sync_seconds'] - base['sync_seconds']:+.1f} s "
         f"({pct(base['sync_seconds'], both['sync_seconds'])}) |",
-        f"| index load in-process (parse + index + encode) | {ip_base['load_seconds']:.1f} s "
+        f"| CPU of the process at sync | {base['sync_cpu_seconds']:.1f} s | "
+        f"{both['sync_cpu_seconds']:.1f} s | "
+        f"{both['sync_cpu_seconds'] - base['sync_cpu_seconds']:+.1f} s "
+        f"({pct(base['sync_cpu_seconds'], both['sync_cpu_seconds'])}) |",
+        f"| in-process: read + parse + index + encode | {ip_base['load_seconds']:.1f} s "
         f"| {ip_both['load_seconds']:.1f} s | "
         f"{ip_both['load_seconds'] - ip_base['load_seconds']:+.1f} s |",
+        f"| in-process: index + encode only | {ip_base['apply_seconds']:.1f} s "
+        f"| {ip_both['apply_seconds']:.1f} s | "
+        f"{ip_both['apply_seconds'] - ip_base['apply_seconds']:+.1f} s "
+        f"({pct(ip_base['apply_seconds'], ip_both['apply_seconds'])}) |",
         f"| pre-encoded answers held | {ip_base['answers']:,} | {ip_both['answers']:,} | "
         f"{ip_both['answers'] - ip_base['answers']:+,} |",
         f"| empty non-terminals held | {ip_base['names']:,} | {ip_both['names']:,} | "
@@ -203,7 +225,7 @@ def main() -> int:
     log(f"processes at {meta['members']:,} members, {repeats} starts per configuration")
     res["processes"] = processes(topology, queries, repeats, 20000, 3 if args.quick else 8)
     log("in-process load and propagation")
-    res["in_process"] = in_process(topology, 50 if args.quick else 300)
+    res["in_process"] = in_process(topology, 50 if args.quick else 300, repeats)
     res["elapsed_s"] = time.monotonic() - started
     results_path.write_text(json.dumps(res, indent=1, default=str))
     target.write_text(report(res))

@@ -155,17 +155,21 @@ class _MemberWire:
 
     __slots__ = ("a", "aaaa", "local", "member", "name", "target")
 
-    def __init__(self, member: Member, svc_name: bytes, ttl: int) -> None:
+    def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
         self.local = member.local
         cluster = _label(member.cluster) + svc_name
         host = _label(member.hostname) if member.hostname is not None else b""
         self.target = host + cluster
         self.name = self.target if member.hostname is not None else None
-        v4, v6 = _packed(member.addresses)
-        head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
-        self.a = tuple(head_a + p for p in v4)  # an A record minus its owner name
-        self.aaaa = tuple(head_aaaa + p for p in v6)
+        # A and AAAA records minus their owner name: the same in every zone and scheme.
+        tails = out.tails.get(id(member))
+        if tails is None:
+            v4, v6 = _packed(member.addresses)
+            head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+            tails = out.tails[id(member)] = (tuple(head_a + p for p in v4),
+                                             tuple(head_aaaa + p for p in v6))
+        self.a, self.aaaa = tails
 
 
 @functools.lru_cache(maxsize=256)
@@ -228,8 +232,10 @@ class ServiceAnswers:
     # Names that exist but own no record (empty non-terminals), for NODATA. A name that
     # owns a record exists by its answer: 100k pod names need no second copy here.
     names: set[bytes] = field(default_factory=set)
-    # Address answers by body, while encoding only: identical ones become one object.
+    # While encoding only: address answers by body (identical ones become one object),
+    # and each member's address record tails by id(member), for the next zone.
     shared: dict[bytes, Answer] = field(default_factory=dict)
+    tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -257,7 +263,7 @@ def _encode_in_zone(
     """The ``--zone`` names (SPEC §3): ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
     ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = _label(gs.name) + _label(gs.namespace) + zone
-    wires = [_MemberWire(m, svc_name, options.ttl) for m in members]
+    wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
     _address_answers(out, svc_name, wires)
     by_cluster: dict[str, list[_MemberWire]] = {}
     for w in wires:
@@ -289,7 +295,7 @@ def _encode_mcs(
     svc_name = _label(gs.name) + _label(gs.namespace) + services
     pairs: list[tuple[_Target, Port]]
     if gs.headless:
-        wires = [_MemberWire(m, svc_name, options.ttl) for m in members]
+        wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
         _address_answers(out, svc_name, wires)
         pods = [(w, w.name) for w in wires if w.name is not None]
         for w, pod_name in pods:
