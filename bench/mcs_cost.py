@@ -202,6 +202,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--members", type=int, default=100000)
     p.add_argument("--quick", action="store_true", help="one start each, 3 s dnsperf runs")
+    p.add_argument("--repeats", type=int, default=3, help="alternating starts per configuration")
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the report from bench/out/mcs-results.json, run nothing")
     args = p.parse_args()
@@ -216,7 +217,7 @@ def main() -> int:
     started = time.monotonic()
     topology, meta = cached(args.members, OUT)
     queries = Path(str(topology) + ".queries")
-    repeats = 1 if args.quick else 3
+    repeats = 1 if args.quick else args.repeats
     res: dict[str, Any] = {
         "quick": args.quick, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(), "members": meta["members"], "objects": meta["objects"],
