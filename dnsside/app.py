@@ -45,11 +45,25 @@ class Config:
     query_log: bool = False
     reload_interval: float = 1.0
     kube_backoff_cap: float = 30.0
+    no_federated: bool = False
+    gateway_probe: str = "auto"  # on, off, or auto: on for the API source, off for a file
+    gateway_probe_period: float = 1.0
+    gateway_probe_timeout: float = 1.0
+    gateway_probe_failures: int = 2
+
+    @property
+    def probing(self) -> bool:
+        """A file dump is usually served far from its cluster (a laptop, CI), where its
+        ClusterIPs are somebody else's addresses: probe them only when asked to."""
+        if self.gateway_probe == "auto":
+            return self.source == "kube"
+        return self.gateway_probe == "on"
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
             cluster_name=self.cluster_name,
             include_local=not self.no_local,
+            include_federated=not self.no_federated,
             zone=ZoneOptions(
                 ttl=self.ttl,
                 publish_not_ready=self.publish_not_ready,
@@ -75,6 +89,7 @@ def make_source(config: Config) -> Source:
         kube: Source = KubeSource(
             kubeconfig=config.kubeconfig, namespaces=sorted(namespaces),
             backoff_base=min(0.5, config.kube_backoff_cap), backoff_cap=config.kube_backoff_cap,
+            links_retry=config.kube_backoff_cap,
         )
         return kube
     from dnsside.sources.file import FileSource
@@ -134,11 +149,38 @@ class App:
         log.info("http listening on %s", _fmt(hhost, hsrv.sockets[0].getsockname()[1]))
 
     async def consume(self) -> None:
-        name = self.source.name
-        async for batch in self.source.events():
+        """Apply the source's events and, once synced, the gateway prober's. Both run on
+        this event loop, so the index never sees two batches at once."""
+        tasks = [asyncio.create_task(self._consume(self.source), name=self.source.name)]
+        if self.config.probing:
+            from dnsside.prober import GatewayProber
+
+            prober = GatewayProber(
+                self.index.probe_targets, period=self.config.gateway_probe_period,
+                timeout=self.config.gateway_probe_timeout,
+                failures=self.config.gateway_probe_failures,
+            )
+            tasks.append(asyncio.create_task(self._consume(prober), name=prober.name))
+        else:
+            log.info("gateway probe off: Linkerd's readiness of the mirrors is used as is")
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a source that failed stops the process
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _consume(self, source: Source) -> None:
+        name = source.name
+        async for batch in source.events():
             self.index.apply(batch)
-            metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
-            metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
+            if source is self.source:
+                metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
+                metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -53,7 +53,10 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
     _add(p, "--no-local", action="store_true", help="leave this cluster's endpoints out")
     _add(p, "--srv-priority", default="equal", choices=["equal", "local-first"],
          help="SRV priority: all 0, or local members 0 and remote 10")
-    _add(p, "--namespace", action="append", help="watch only this namespace, repeatable")
+    _add(p, "--namespace", action="append", help="watch only this namespace, repeatable "
+         "(Links are always read cluster-wide)")
+    _add(p, "--no-federated", action="store_true",
+         help="leave out the members of Linkerd federated services (<svc>-federated)")
     _add(p, "--kube-backoff-cap", type=float, default=30.0,
          help="longest wait, in seconds, between retries against the API server")
     _add(p, "--reload-interval", type=float, default=1.0,
@@ -74,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "--tcp-idle-timeout", type=float, default=10.0, help="seconds")
     _add(serve, "--tcp-max-connections", type=int, default=512)
     _add(serve, "--query-log", action="store_true", help="log every query (slow)")
+    _add(serve, "--gateway-probe", default="auto", choices=["auto", "on", "off"],
+         help="probe each link's gateway and leave out the members behind a failing one "
+         "(auto: on with --source kube, off with a file)")
+    _add(serve, "--gateway-probe-period", type=float, default=1.0,
+         help="seconds between two probes of a gateway")
+    _add(serve, "--gateway-probe-timeout", type=float, default=1.0,
+         help="seconds a probe may take before it counts as failed")
+    _add(serve, "--gateway-probe-failures", type=int, default=2,
+         help="consecutive failed probes after which a gateway counts as failing")
     _add(serve, "--no-uvloop", action="store_true", help="use asyncio's own event loop")
     explain = sub.add_parser("explain", help="print the answer to NAME and where it comes from")
     _source_flags(explain)
@@ -120,8 +132,13 @@ def config_from(args: argparse.Namespace) -> Config:
         namespaces=tuple(args.namespace or ()),
         reload_interval=args.reload_interval,
         kube_backoff_cap=args.kube_backoff_cap,
+        no_federated=args.no_federated,
     )
     if args.command == "serve":
+        config.gateway_probe = args.gateway_probe
+        config.gateway_probe_period = args.gateway_probe_period
+        config.gateway_probe_timeout = args.gateway_probe_timeout
+        config.gateway_probe_failures = args.gateway_probe_failures
         config.listen = args.listen
         config.http_listen = args.http_listen
         config.tcp_idle_timeout = args.tcp_idle_timeout
@@ -140,6 +157,12 @@ def _check(config: Config) -> None:
         to_wire(zone)
     if config.ttl < 0:
         raise ValueError("--ttl must be >= 0")
+    for flag, value in (("--gateway-probe-period", config.gateway_probe_period),
+                        ("--gateway-probe-timeout", config.gateway_probe_timeout)):
+        if not value > 0:
+            raise ValueError(f"{flag} must be > 0 seconds, not {value}")
+    if config.gateway_probe_failures < 1:
+        raise ValueError("--gateway-probe-failures must be >= 1")
     parse_hostport(config.listen, "--listen")
     parse_hostport(config.http_listen, "--http-listen")
 

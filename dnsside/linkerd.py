@@ -641,6 +641,14 @@ def assemble(
     return GlobalService(namespace, name, tuple(members), tuple(excluded), headless)
 
 
+def is_orphan(member: Member) -> bool:
+    return member.why_not_ready.startswith(ORPHANED[:9])
+
+
+def is_clash(member: Member) -> bool:
+    return member.why_not_ready.startswith(CLASH[:11])
+
+
 def _excluded(member: Member, why: str) -> Member:
     return Member(member.cluster, member.hostname, member.addresses, member.ports, False,
                   member.via, member.source, why)

@@ -49,8 +49,12 @@ class Dnsside:
 
     def __init__(self, *args: str, wait_synced: bool = True, env: dict[str, str] | None = None,
                  listen: str = "127.0.0.1:0") -> None:
+        # Fixtures' probe Services have cluster-range ClusterIPs: a test probes only the
+        # loopback gateways it starts itself, and says so with --gateway-probe.
+        probe = [] if any(a.startswith("--gateway-probe") for a in args) else [
+            "--gateway-probe", "off"]
         cmd = [sys.executable, "-m", "dnsside", "serve", "--listen", listen,
-               "--http-listen", "127.0.0.1:0", *args]
+               "--http-listen", "127.0.0.1:0", *probe, *args]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})}, cwd=ROOT,
