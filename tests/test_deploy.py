@@ -70,7 +70,8 @@ SERVE_FLAGS = {
     "--namespace",
 }
 READ_VERBS = {"get", "list", "watch"}
-ALLOWED_RESOURCES = {("", "services"), ("discovery.k8s.io", "endpointslices")}
+ALLOWED_RESOURCES = {("", "services"), ("discovery.k8s.io", "endpointslices"),
+                     ("multicluster.linkerd.io", "links")}
 IMAGE = "ghcr.io/dnsside/dnsside:0.1.0"
 SIDECAR_STANZA = "svc-global:53 {\n    errors\n    cache 5\n    forward . 127.0.0.1:5353\n}"
 
@@ -268,7 +269,7 @@ def pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("kdir", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_rbac_is_read_only_on_services_and_endpointslices(kdir: Path) -> None:
+def test_rbac_is_read_only_on_services_endpointslices_and_links(kdir: Path) -> None:
     objs = objects(kdir)
     kinds = {o["kind"] for o in objs}
     # No namespaced grants and nothing that could hand out more than this.
