@@ -48,8 +48,9 @@ class Dnsside:
     """A `dnsside serve` subprocess on 127.0.0.1 with ephemeral ports."""
 
     def __init__(self, *args: str, wait_synced: bool = True, env: dict[str, str] | None = None,
-                 listen: str = "127.0.0.1:0") -> None:
-        cmd = [sys.executable, "-m", "dnsside", "serve", "--listen", listen,
+                 listen: str = "127.0.0.1:0", wrap: Sequence[str] = ()) -> None:
+        # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (tests/netns.py).
+        cmd = [*wrap, sys.executable, "-m", "dnsside", "serve", "--listen", listen,
                "--http-listen", "127.0.0.1:0", *args]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
