@@ -80,6 +80,11 @@ class Netns:
         proc.wait()
 
     def close(self) -> None:
+        # Signal every process first, then reap: members of a cluster (etcd) stop in
+        # parallel instead of each waiting for peers that are already gone.
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         for proc in reversed(self.procs):
             self.stop(proc)
         # Anything still inside was started by this test (through `ip netns exec`).
