@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo).
-packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck)
+# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo);
+# application resolvers and peers in a network namespace (`ip netns`): dnsmasq on port 53,
+# Go (golang-go), Java JNDI (`java File.java` needs the JDK), etcd + etcdctl, openssl.
+packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck
+          iproute2 dnsmasq-base golang-go openjdk-17-jdk-headless etcd-server etcd-client openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
