@@ -928,8 +928,8 @@ ALERTS: tuple[Alert, ...] = (
           "sum by (namespace, pod) (rate(dnsside_queries_total{rcode=\"SERVFAIL\"}[5m])) "
           "/ sum by (namespace, pod) (rate(dnsside_queries_total[5m])) > 0.01", "5m",
           "critical",
-          "dnsside {{ $labels.namespace }}/{{ $labels.pod }} answers SERVFAIL to "
-          "{{ $value | humanizePercentage }} of queries",
+          "dnsside {{ $labels.namespace }}/{{ $labels.pod }} answers SERVFAIL to more "
+          "than 1% of queries",
           "dnsside answers SERVFAIL only while it has no index: see DnssideNotSynced, and "
           "`kubectl logs` of that pod for a crash-looping source."),
 )
