@@ -1,4 +1,4 @@
-"""`dnsside check`: is dnsside installed and fed right? ✓/× lines, like `linkerd check`.
+"""`dnsside check`: is dnsside installed and fed right? Pass/fail lines, like `linkerd check`.
 
 Every check reads the API server (GET only, like dnsside itself) with the
 kubeconfig's identity, except the RBAC ones, which list each resource dnsside
@@ -30,12 +30,11 @@ from dnsside.linkerd import (
     LINK_GROUP,
     LinkRecord,
     ObjectError,
-    Role,
     ServiceRecord,
     SliceRecord,
 )
 
-OK, FAIL = "✓", "×"
+OK, FAIL = "\u2713", "\u00d7"  # check mark, cross (as linkerd check prints)
 DEFAULT_NAMESPACE = "dnsside"
 SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
@@ -184,6 +183,12 @@ class Checker:
             if any(c.get("name") == CONFIG_NAME for c in containers):
                 found = _Install("sidecar", sidecar_ns, deployment=dep)
         if not found.mode:
+            # Still read the settings, if they are there, for the checks that follow.
+            found.namespace = sidecar_ns if o.mode == "sidecar" else standalone_ns
+            cm = await self.get_or_none(
+                f"/api/v1/namespaces/{quote(found.namespace)}/configmaps/{CONFIG_NAME}")
+            data = (cm or {}).get("data") or {}
+            found.config = {k: v for k, v in data.items() if isinstance(v, str)}
             where = f"Deployment {standalone_ns}/{CONFIG_NAME}" if o.mode != "sidecar" else ""
             if o.mode != "standalone":
                 where += (" or " if where else "") + (
@@ -388,8 +393,9 @@ class Checker:
             return
         zones = [z if z.endswith(".") else z + "." for z in
                  (install.config.get(ZONE_KEY) or "svc-global.").split(",") if z]
-        hint = (f"is dnsside reachable at {address}? e.g. `kubectl -n {install.namespace or 'dnsside'}"
-                f" port-forward svc/dnsside 5353` (TCP only: check queries over TCP)")
+        ns = install.namespace or DEFAULT_NAMESPACE
+        hint = (f"is dnsside reachable at {address}? e.g. `kubectl -n {ns} port-forward "
+                "svc/dnsside 5353` (TCP only: check queries over TCP)")
         for zone in zones:
             try:
                 rcode, answers = await _query(host, port, zone, "SOA", self.options.timeout)

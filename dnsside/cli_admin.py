@@ -80,8 +80,8 @@ def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
                             "release=kube-prometheus-stack")
 
     check = sub.add_parser(
-        "check", help="check the install, its RBAC, the Links and the answers (✓/×)",
-        description="Check dnsside's install like `linkerd check`: a hint for each ×, exit "
+        "check", help="check the install, its RBAC, the Links and the answers",
+        description="Check dnsside's install like `linkerd check`: a hint for each failure, exit "
         "status 1 when any check fails.")
     check.add_argument("--kubeconfig", dest="check_kubeconfig",
                        help="default $KUBECONFIG, ~/.kube/config")

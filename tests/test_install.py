@@ -272,7 +272,7 @@ def test_memory_limit_matches_the_readme_sizing_table() -> None:
     by_members = {int(m.replace(",", "")): (int(rss), int(peak), int(limit))
                   for m, rss, peak, limit in rows}
     assert 100_000 in by_members
-    for rss, peak, limit in by_members.values():
+    for _rss, peak, limit in by_members.values():
         assert limit * 2**20 >= peak * 10**6 * 1.2, "each suggested limit leaves 20% headroom"
     default = container(install("--cluster-name", "east"))["resources"]["limits"]["memory"]
     assert default == f"{by_members[100_000][2]}Mi"
