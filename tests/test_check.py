@@ -290,3 +290,22 @@ def test_cli_with_dns_through_a_real_dnsside(served_demo: Any) -> None:
     assert bad.returncode == 1
     assert f"× SOA of svc-global. answers through 127.0.0.1:{closed}" in bad.stdout
     assert "port-forward svc/dnsside 5353" in bad.stdout
+
+
+async def test_links_forbidden_and_a_broken_link(fake_kube: FakeKube) -> None:
+    demo(fake_kube).forbid("links")  # everyone, the kubeconfig's user included
+    results = await check(fake_kube)
+    assert [r.text for r in failed(results)] == [
+        "the kubeconfig's user can list links.multicluster.linkerd.io", "Links are readable"]
+    assert "403" in line(results, "Links are readable").hint
+    fake_kube.allow("links")
+    fake_kube.apply({**link("bad"), "spec": {"targetClusterName": "Not A Label!"}})
+    results = await check(fake_kube)
+    bad = only_failure(results, "every Link is readable (1 not)", "targetClusterName")
+    assert "linkerd-multicluster/bad" in bad.hint
+
+
+async def test_config_map_missing(fake_kube: FakeKube) -> None:
+    demo(fake_kube).delete("ConfigMap", "dnsside", "dnsside")
+    results = await check(fake_kube, cluster_name="east")
+    only_failure(results, "ConfigMap dnsside/dnsside exists", "envFrom")
