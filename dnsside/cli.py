@@ -1,4 +1,6 @@
-"""`dnsside serve` and `dnsside explain`. Every flag can also come from `DNSSIDE_<FLAG>`.
+"""dnsside: `serve` answers *.svc-global, `explain` says why; `install`, `check` in cli_admin.
+
+Every serve flag can also come from `DNSSIDE_<FLAG>`.
 
 Environment values are defaults that the command line overrides; repeatable
 flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
@@ -87,10 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "--gateway-probe-failures", type=int, default=2,
          help="consecutive failed probes after which a gateway counts as failing")
     _add(serve, "--no-uvloop", action="store_true", help="use asyncio's own event loop")
+    _add(serve, "--lameduck", type=float, default=5.0, metavar="SECONDS",
+         help="after SIGTERM, stay not ready but keep answering this long, then stop")
     explain = sub.add_parser("explain", help="print the answer to NAME and where it comes from")
     _source_flags(explain)
     explain.add_argument("name")
     explain.add_argument("type", nargs="?", default="A")
+    from dnsside.cli_admin import add_admin_commands
+
+    add_admin_commands(sub, serve)
     return parser
 
 
@@ -144,6 +151,7 @@ def config_from(args: argparse.Namespace) -> Config:
         config.tcp_idle_timeout = args.tcp_idle_timeout
         config.tcp_max_connections = args.tcp_max_connections
         config.query_log = args.query_log
+        config.lameduck = args.lameduck
     return config
 
 
@@ -163,6 +171,8 @@ def _check(config: Config) -> None:
             raise ValueError(f"{flag} must be > 0 seconds, not {value}")
     if config.gateway_probe_failures < 1:
         raise ValueError("--gateway-probe-failures must be >= 1")
+    if config.lameduck < 0:
+        raise ValueError("--lameduck must be >= 0")
     parse_hostport(config.listen, "--listen")
     parse_hostport(config.http_listen, "--http-listen")
 
@@ -186,6 +196,10 @@ async def _explain(config: Config, name: str, qtype: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("install", "check"):
+        from dnsside.cli_admin import run_admin_command
+
+        return run_admin_command(args, list(sys.argv[1:] if argv is None else argv))
     setup_logging(args.log_format, args.log_level)
     config = config_from(args)
     from dnsside.sources.file import FileSourceError

@@ -56,7 +56,8 @@ def test_metrics_move_with_queries_and_describe_the_index() -> None:
 
 
 def test_sigterm_finishes_open_tcp_and_exits_zero() -> None:
-    with demo_server() as srv:
+    # No lame duck here: this is about the close itself (tests/test_lameduck.py has the rest).
+    with demo_server("--lameduck", "0") as srv:
         conn = socket.create_connection((srv.host, srv.port), timeout=5)
         wire = dns.message.make_query("web.default.svc-global", "A").to_wire()
         conn.sendall(struct.pack("!H", len(wire)) + wire)
