@@ -128,6 +128,25 @@ class TestSpecificationOnTheDemo:
         assert glue(msg) == {svc: ["10.43.100.9"]}
         assert srv_records(demo.query(svc, "SRV", tcp=tcp)) == [(0, 100, 8080, svc)]
 
+    def test_headless_with_a_link_without_headless_mirroring(self, demo: Dnsside,
+                                                              tcp: bool) -> None:
+        """db/kafka: a local pod, and south's gateway-mode mirror (headless mirroring off):
+        its ClusterIP is in the service's A, as under --zone, but no SRV target."""
+        kafka = f"kafka.db.svc.{M}"
+        a = answers(demo.query(kafka, "A", tcp=tcp))
+        assert a == answers(demo.query("kafka.db.svc-global", "A", tcp=tcp))
+        assert "10.44.0.20" in a
+        srv = srv_records(demo.query(f"_broker._tcp.{kafka}", "SRV", tcp=tcp))
+        assert [target for *_, target in srv] == [f"kafka-0.east.{kafka}."]
+        negative(demo.query(f"south.{kafka}", "A", tcp=tcp), dns.rcode.NXDOMAIN)
+
+    def test_federated_only_service(self, demo: Dnsside, tcp: bool) -> None:
+        """default/payments exists only as a federated Service: its ClusterIP is the answer."""
+        payments = f"payments.default.svc.{M}"
+        assert answers(demo.query(payments, "A", tcp=tcp)) == ["10.43.100.20"]
+        assert answers(demo.query("payments.default.svc-global", "A", tcp=tcp)) == [
+            "10.43.100.20"]
+
     def test_2_3_4_and_2_4_4_no_per_cluster_names(self, demo: Dnsside, tcp: bool) -> None:
         for name in (f"west.{NGINX_MCS}", f"east.{NGINX_MCS}", f"north.{NGINX_MCS}",
                      f"west.web.default.svc.{M}", f"federated.web.default.svc.{M}",
