@@ -617,9 +617,9 @@ class Responder:
         AAAA, else its SRV (else the TXT of an MCS zone's dns-version): the pre-encoded
         answer of that type, whose body does not depend on the question's type (owners
         point at the question, glue offsets depend only on the name's length), so the
-        usual UDP size rules apply to it unchanged. A name with
-        none of those (the apex) gets the synthesised HINFO; an empty non-terminal owns no
-        RRset at all: NODATA. The query is counted as ANY by the caller, whatever answers it.
+        usual UDP size rules apply to it unchanged. A name with none of those (the apex)
+        gets the synthesised HINFO; an empty non-terminal owns no RRset at all: NODATA.
+        The query is counted as ANY by the caller, whatever answers it.
         """
         for rrtype in _ANY_TYPES:
             answer = self.answers.get(qname + rrtype)
