@@ -74,8 +74,8 @@ def zone_text(index: Index) -> str:
     head = [
         f"$ORIGIN {ORIGIN}",
         f"$TTL {ttl}",
-        f"@ {ttl} IN SOA ns.dns.{ORIGIN} hostmaster.{ORIGIN} {zone.serial} 7200 1800 86400 {ttl}",
-        f"@ {ttl} IN NS ns.dns.{ORIGIN}",
+        f"@ {ttl} IN SOA {ORIGIN} hostmaster.{ORIGIN} {zone.serial} 7200 1800 86400 {ttl}",
+        f"@ {ttl} IN NS {ORIGIN}",  # the apex is its own name server; its A is in the body
     ]
     body = [line for _, _, lines in rrsets(index.responder) for line in lines]
     return "\n".join(head + body) + "\n"
