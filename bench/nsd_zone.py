@@ -56,7 +56,7 @@ def query_for(key: bytes, qid: int = 0) -> bytes:
 
 
 def rrsets(responder: Responder) -> Iterator[tuple[str, int, list[str]]]:
-    """(owner, type, zone lines) for every RRset the responder answers, apex excluded."""
+    """(owner, type, zone lines) for every RRset the responder answers but the apex SOA and NS."""
     for key in sorted(responder.answers):
         name, qtype = key[:-4], struct.unpack("!H", key[-4:-2])[0]
         if name in responder.zone_by_wire and qtype in (SOA, NS):
