@@ -432,6 +432,13 @@ class Responder:
         for z in self.zones:
             self.answers.update(z.apex)
 
+    def set_ready(self) -> None:
+        """The first sync is done: install the apex answers, then answer from the tables
+        (in this order, so no query in between finds the apex without its records)."""
+        for z in self.zones:
+            self.answers.update(z.apex)
+        self.ready = True
+
     def respond(self, data: bytes, udp: bool = True) -> bytes | None:
         """The reply to one query, or None to drop it. ``udp`` applies size limits."""
         # Fast path: one question, nothing else but maybe an OPT record, opcode QUERY.
