@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo).
-packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck)
+# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo);
+# the resolver matrix: BIND (named, named-checkzone), knot-resolver, PowerDNS Recursor, dnsmasq;
+# ss (iproute2).
+packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck
+          bind9 knot-resolver pdns-recursor dnsmasq-base iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

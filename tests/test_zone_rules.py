@@ -434,3 +434,18 @@ def test_property_do_copied_and_truncation_whole(
         assert msg.edns == 0 and bool(msg.ednsflags & DO) == do
     if msg.flags & dns.flags.TC:
         assert msg.answer and not msg.additional and not msg.authority
+
+
+# --------------------------------------------------------------------------- manifests
+
+
+def test_manifests_give_dnsside_its_pod_ip() -> None:
+    """Both installs set POD_IP from the downward API, so the glue is the pod's address."""
+    from test_deploy import base_deployment, sidecar_container
+
+    (base,) = base_deployment()["spec"]["template"]["spec"]["containers"]
+    for container in (base, sidecar_container()):
+        env = {e["name"]: e for e in container["env"]}
+        assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert "DNSSIDE_NS_ADDRESS" not in env, "the default is the pod's address"
+    assert ns_addresses(None, "10.42.0.17", "0.0.0.0:5353") == ("10.42.0.17",)
