@@ -13,23 +13,26 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from dnsside.linkerd import Record, ServiceRecord, SliceRecord
+from dnsside.linkerd import LinkRecord, Record, ServiceRecord
 
 
 class Kind(enum.Enum):
     SERVICE = "Service"
     SLICE = "EndpointSlice"
+    LINK = "Link"
 
     @staticmethod
     def of(record: Record) -> Kind:
-        return Kind.SERVICE if isinstance(record, ServiceRecord) else Kind.SLICE
+        if isinstance(record, ServiceRecord):
+            return Kind.SERVICE
+        return Kind.LINK if isinstance(record, LinkRecord) else Kind.SLICE
 
 
 @dataclass(frozen=True, slots=True)
 class Upsert:
     """An object was added or changed."""
 
-    record: ServiceRecord | SliceRecord
+    record: Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,7 @@ class Replace:
     """The complete current set of objects of ``kinds`` (the others are unchanged)."""
 
     kinds: frozenset[Kind]
-    records: tuple[ServiceRecord | SliceRecord, ...]
+    records: tuple[Record, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,12 +20,21 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dnsside import metrics
 from dnsside.bulk import bulk
 from dnsside.dns import Responder, ServiceAnswers, Zone, ZoneOptions, encode_service, to_wire
 from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
-from dnsside.linkerd import GlobalService, Role, ServiceRecord, SliceRecord, assemble
+from dnsside.linkerd import (
+    GlobalService,
+    LinkRecord,
+    Record,
+    Role,
+    ServiceRecord,
+    SliceRecord,
+    assemble,
+)
 
 log = logging.getLogger("dnsside.index")
 
@@ -52,6 +61,7 @@ class Index:
         self.zone_wires = [z.wire for z in responder.zones]
         self.services: dict[Key, ServiceRecord] = {}
         self.slices: dict[Key, SliceRecord] = {}
+        self.links: dict[Key, LinkRecord] = {}
         # Usually one slice per service: a tuple costs a third of a one-element set.
         self.slices_by_service: dict[Key, tuple[str, ...]] = {}
         self.mirrors_by_key: dict[Key, set[str]] = {}
@@ -121,8 +131,10 @@ class Index:
         keys.update(self.mirrors_by_key)
         return keys
 
-    def _upsert(self, record: ServiceRecord | SliceRecord, dirty: set[Key]) -> None:
-        if isinstance(record, ServiceRecord):
+    def _upsert(self, record: Record, dirty: set[Key]) -> None:
+        if isinstance(record, LinkRecord):
+            self.links[(record.namespace, record.name)] = record
+        elif isinstance(record, ServiceRecord):
             key = (record.namespace, record.name)
             self._forget_service(key, dirty)
             self.services[key] = record
@@ -139,12 +151,14 @@ class Index:
     def _delete(self, kind: Kind, key: Key, dirty: set[Key]) -> None:
         if kind is Kind.SERVICE:
             self._forget_service(key, dirty)
+        elif kind is Kind.LINK:
+            self.links.pop(key, None)
         else:
             self._forget_slice(key, dirty)
 
     def _replace(self, event: Replace, dirty: set[Key]) -> None:
         """Diff the new complete state against ours and apply only the differences."""
-        incoming: dict[tuple[Kind, Key], ServiceRecord | SliceRecord] = {
+        incoming: dict[tuple[Kind, Key], Record] = {
             (Kind.of(r), (r.namespace, r.name)): r for r in event.records
         }
         if Kind.SERVICE in event.kinds:
@@ -153,10 +167,15 @@ class Index:
         if Kind.SLICE in event.kinds:
             for key in [k for k in self.slices if (Kind.SLICE, k) not in incoming]:
                 self._forget_slice(key, dirty)
+        if Kind.LINK in event.kinds:
+            for key in [k for k in self.links if (Kind.LINK, k) not in incoming]:
+                self._delete(Kind.LINK, key, dirty)
+        tables: dict[Kind, dict[Key, Any]] = {
+            Kind.SERVICE: self.services, Kind.SLICE: self.slices, Kind.LINK: self.links}
         for (kind, key), record in incoming.items():
             if kind not in event.kinds:
                 continue
-            current = self.services.get(key) if kind is Kind.SERVICE else self.slices.get(key)
+            current = tables[kind].get(key)
             if current != record:
                 self._upsert(record, dirty)
 

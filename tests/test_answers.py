@@ -89,8 +89,8 @@ class TestDemoRows:
         assert {w for _, w, _, _ in recs} == {10}
         assert {port for _, _, port, _ in recs} == {26257, 8080}
         web = srv_records(demo.query("_http._tcp.web.default.svc-global", "SRV", tcp=tcp))
-        assert web == sorted((0, 33, 8080, f"{c}.web.default.svc-global.")
-                             for c in ("east", "west", "north"))
+        assert web == sorted((0, 25, 8080, f"{c}.web.default.svc-global.")
+                             for c in ("east", "west", "north", "federated"))
 
     def test_srv_local_port_comes_from_the_slice(self, demo: Dnsside, tcp: bool) -> None:
         recs = srv_records(demo.query("_grpc._tcp.cockroachdb.db.svc-global", "SRV", tcp=tcp))

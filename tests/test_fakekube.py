@@ -368,3 +368,74 @@ async def test_kubeconfig_and_load(fake_kube: FakeKube):
     assert [int(o["metadata"]["resourceVersion"]) for o in stored] == list(range(1, 46))
     assert len(fake_kube.objects("Service")) == 25
     assert len(fake_kube.objects("EndpointSlice")) == 20
+
+
+def link(name: str, target: str | None = None, ns: str = "linkerd-multicluster") -> dict[str, Any]:
+    return {
+        "apiVersion": "multicluster.linkerd.io/v1alpha3",
+        "kind": "Link",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"targetClusterName": target or name, "probeSpec": {"path": "/ready"}},
+    }
+
+
+async def test_links_at_every_served_version_and_discovery(
+    fake_kube: FakeKube, http: aiohttp.ClientSession
+):
+    fake_kube.apply(link("west"))
+    groups = await get_json(http, "/apis")
+    group = next(g for g in groups["groups"] if g["name"] == "multicluster.linkerd.io")
+    assert group["preferredVersion"]["version"] == "v1alpha3"
+    assert [v["version"] for v in group["versions"]] == ["v1alpha3", "v1alpha2", "v1alpha1"]
+    for version in ("v1alpha1", "v1alpha2", "v1alpha3"):
+        body = await get_json(http, f"/apis/multicluster.linkerd.io/{version}/links")
+        assert body["kind"] == "LinkList"
+        assert body["apiVersion"] == f"multicluster.linkerd.io/{version}"
+        assert [i["spec"]["targetClusterName"] for i in body["items"]] == ["west"]
+    one = await get_json(
+        http, "/apis/multicluster.linkerd.io/v1alpha1/namespaces/linkerd-multicluster/links/west")
+    assert one["apiVersion"] == "multicluster.linkerd.io/v1alpha1"
+    resources = await get_json(http, "/apis/multicluster.linkerd.io/v1alpha2")
+    assert [r["name"] for r in resources["resources"]] == ["links"]
+
+
+async def test_link_watch_and_crd_versions(fake_kube: FakeKube, http: aiohttp.ClientSession):
+    fake_kube.set_link_crd(["v1alpha1"])
+    async with http.get("/apis/multicluster.linkerd.io/v1alpha3/links") as resp:
+        assert resp.status == 404
+    path = "/apis/multicluster.linkerd.io/v1alpha1/links"
+    listed = await get_json(http, path)
+    async with http.get(path, params={"watch": "1",
+                                      "resourceVersion": listed["metadata"]["resourceVersion"]}
+                        ) as resp:
+        stream = Stream(resp)
+        fake_kube.apply(link("north"))
+        ev = await stream.next()
+        assert ev is not None and ev["type"] == "ADDED"
+        assert ev["object"]["apiVersion"] == "multicluster.linkerd.io/v1alpha1"
+        fake_kube.set_link_crd(None)  # uninstalled: the stream ends
+        assert await stream.rest() == []
+    groups = await get_json(http, "/apis")
+    assert "multicluster.linkerd.io" not in {g["name"] for g in groups["groups"]}
+    async with http.get("/apis/multicluster.linkerd.io") as resp:
+        assert resp.status == 404
+    async with http.get(path) as resp:
+        assert resp.status == 404
+
+
+async def test_forbid_per_resource_and_user(fake_kube: FakeKube, http: aiohttp.ClientSession):
+    path = "/apis/multicluster.linkerd.io/v1alpha3/links"
+    fake_kube.forbid("links", "system:serviceaccount:dnsside:dnsside")
+    assert (await get_json(http, path))["items"] == []  # admin may
+    headers = {"Impersonate-User": "system:serviceaccount:dnsside:dnsside"}
+    async with http.get(path, headers=headers) as resp:
+        assert resp.status == 403
+        status = await resp.json()
+        assert status["reason"] == "Forbidden"
+        assert 'cannot list resource "links" in API group "multicluster.linkerd.io"' in (
+            status["message"])
+    fake_kube.forbid("services")
+    async with http.get(SVC) as resp:
+        assert resp.status == 403
+    fake_kube.allow("services")
+    assert (await get_json(http, SVC))["kind"] == "ServiceList"

@@ -146,9 +146,10 @@ def test_replace_diffs_and_drops_what_is_missing(index: Index) -> None:
     # A Replace of one kind leaves the other kind alone.
     index.apply([Replace(frozenset({Kind.SLICE}), ())])
     assert index.services and not index.slices
-    # No slice, nothing ready... except remote-discovery mirrors, which have no endpoints.
+    # No slice, nothing ready... except remote-discovery and federated mirrors, which have no
+    # endpoints at all.
     assert ask(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
-    assert addrs(index, "web.default.svc-global") == ["10.43.100.8"]
+    assert addrs(index, "web.default.svc-global") == ["10.43.100.8", "10.43.100.9"]
 
 
 def test_mirror_changing_its_original_moves_between_services(index: Index) -> None:

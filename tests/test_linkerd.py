@@ -64,8 +64,9 @@ def test_roles_of_every_demo_service() -> None:
         Role.POD_MIRROR, "nginx-svc", "west", "nginx-set-2")
     assert roles[("default", "web-west")] == (Role.CLUSTER_MIRROR, "web", "west", "")
     assert roles[("default", "web-north")][0] is Role.CLUSTER_MIRROR
-    assert roles[("default", "web-federated")][0] is Role.IGNORED
-    assert roles[("linkerd-multicluster", "probe-gateway-west")][0] is Role.IGNORED
+    assert roles[("default", "web-federated")][:2] == (Role.FEDERATED, "web")
+    assert roles[("linkerd-multicluster", "probe-gateway-west")] == (
+        Role.GATEWAY_PROBE, "", "west", "")
     assert roles[("default", "metrics")] == (Role.LOCAL, "metrics", "", "")
 
 
@@ -106,7 +107,9 @@ def test_web_cluster_level_members() -> None:
     gs = build("default", "web")
     assert gs is not None
     members = by_name(gs)
-    assert set(members) == {("east", None), ("west", None), ("north", None)}
+    assert set(members) == {("east", None), ("west", None), ("north", None), ("federated", None)}
+    assert members[("federated", None)].addresses == ("10.43.100.9",)
+    assert members[("federated", None)].ready  # no endpoints: meshed clients only
     assert members[("east", None)].addresses == ("10.43.0.50",)
     assert members[("west", None)].ready  # gateway mode: slice ready
     assert members[("north", None)].ready  # remote discovery: no endpoints, always ready

@@ -64,7 +64,8 @@ def test_sigterm_finishes_open_tcp_and_exits_zero() -> None:
         reply = b""
         while len(reply) < size:
             reply += conn.recv(size - len(reply))
-        assert answers(dns.message.from_wire(reply)) == ["10.43.0.50", "10.43.100.7", "10.43.100.8"]
+        assert answers(dns.message.from_wire(reply)) == [
+                "10.43.0.50", "10.43.100.7", "10.43.100.8", "10.43.100.9"]
         started = time.monotonic()
         assert srv.stop(signal.SIGTERM, timeout=5) == 0
         assert time.monotonic() - started < 5
@@ -102,7 +103,8 @@ def test_explain_over_http_and_json_logs_and_query_log() -> None:
         assert status == 200
         report = json.loads(body)
         assert {m["from"].split(",")[0] for m in report["members"]} == {
-            "Service default/web", "Service default/web-west", "Service default/web-north"}
+            "Service default/web", "Service default/web-west", "Service default/web-north",
+            "Service default/web-federated"}
         assert srv.http("/debug/explain")[0] == 400
         srv.query("web.default.svc-global", "A")
         line = srv.wait_log("web.default.svc-global")
