@@ -67,6 +67,7 @@ def _ede(code: int, text: str) -> bytes:
 
 # Every OPT record a reply can carry, indexed by the query's DO bit (0 or 1): built once.
 _OPT_RR = (_opt_rr(False), _opt_rr(True))
+_OPT_LEN = len(_OPT_RR[0])
 _OPT_BADVERS = (_opt_rr(False, BADVERS >> 4), _opt_rr(True, BADVERS >> 4))
 _NOT_READY = _ede(EDE_NOT_READY, "dnsside has not synced its source yet")
 _OPT_NOT_READY = (_opt_rr(False, options=_NOT_READY), _opt_rr(True, options=_NOT_READY))
@@ -454,31 +455,33 @@ class Responder:
         if answer is None:
             return self._respond_slow(data, udp)
         if data[11] == 0:
-            limit, opt = (PLAIN_UDP_LIMIT if udp else TCP_LIMIT), b""
+            opt = b""
+            space = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
         elif data[11] == 1:
             # One lookup for the OPT records clients keep sending (the full check once):
-            # the UDP limit and our reply's OPT record, DO bit copied.
+            # the UDP limit less our OPT record, and that record, DO bit copied.
             edns = _EDNS_LIMITS.get(data[qend:])
             if edns is None:
                 edns = _plain_opt(data, qend)
                 if edns is None:
                     return self._respond_slow(data, udp)
-            limit, opt = edns
+            space, opt = edns
             if not udp:
-                limit = TCP_LIMIT
+                space = TCP_LIMIT - _OPT_LEN
         else:
             return self._respond_slow(data, udp)
         if udp:
             self.udp_counts[answer.stat] += 1
         else:
             self.tcp_counts[answer.stat] += 1
-        return self._assemble(data, qend, answer, opt, limit)
+        return self._assemble(data, qend, answer, opt, space)
 
     @staticmethod
-    def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, limit: int) -> bytes:
+    def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
         """The reply: ``answer`` as a whole, else without its additional section, else
-        TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b""."""
-        room = limit - (qend - 12) - len(opt)  # for the header and the body
+        TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
+        ``space`` is the size limit less ``opt``."""
+        room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & _COPIED_FLAGS)
         body: bytes | memoryview
         if answer.size <= room:
@@ -536,7 +539,7 @@ class Responder:
                 answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain
-        return self._assemble(data, qend, answer, opt, limit), (qtype, answer.rcode)
+        return self._assemble(data, qend, answer, opt, limit - len(opt)), (qtype, answer.rcode)
 
     def _any(self, qname: bytes, zone: Zone) -> Answer:
         # RFC 8482 §4.2: answer ANY with one synthesised HINFO, never the whole node. An
@@ -557,14 +560,15 @@ class Responder:
             i += n + 1
 
 
-# OPT records (no options) seen on the fast path → (UDP limit, our reply's OPT record).
+# OPT records (no options) seen on the fast path → (UDP limit less our OPT record, that
+# record with the query's DO bit).
 _EDNS_LIMITS: dict[bytes, tuple[int, bytes]] = {}
 
 
 def _plain_opt(data: bytes, qend: int) -> tuple[int, bytes] | None:
-    """The UDP size limit of the query's OPT record (ARCOUNT is 1) and the OPT record
-    of our reply (DO copied), when it directly follows the question, is version 0 and
-    whole; None for anything else (the slow path's to judge)."""
+    """The UDP size limit of the query's OPT record (ARCOUNT is 1), less our reply's OPT
+    record, and that record (DO copied), when the query's directly follows the question,
+    is version 0 and whole; None for anything else (the slow path's to judge)."""
     if not (
         data[qend : qend + 3] == b"\x00\x00\x29" and len(data) >= qend + 11
         and len(data) == qend + 11 + (data[qend + 9] << 8 | data[qend + 10])
@@ -572,7 +576,7 @@ def _plain_opt(data: bytes, qend: int) -> tuple[int, bytes] | None:
     ):
         return None
     limit = min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
-    edns = (limit, _OPT_RR[data[qend + 7] >> 7])
+    edns = (limit - _OPT_LEN, _OPT_RR[data[qend + 7] >> 7])
     if len(data) == qend + 11 and len(_EDNS_LIMITS) < 256:  # no options: the tail is the key
         _EDNS_LIMITS[data[qend:]] = edns
     return edns
