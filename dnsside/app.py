@@ -3,7 +3,9 @@
 Read top to bottom, :meth:`App.run` is the whole life of the process: bind the
 sockets (so queries get SERVFAIL, not silence, before the first sync), apply
 source events until told to stop, then stop in the order SIGTERM demands —
-report not ready, stop accepting, let TCP connections flush, exit.
+report not ready, keep answering for the lame-duck period (``--lameduck``, as
+CoreDNS's ``health { lameduck }``: kube-proxy and CoreDNS need a few seconds to
+stop sending here), then stop accepting, let TCP connections flush, exit.
 """
 
 from __future__ import annotations
@@ -47,11 +49,26 @@ class Config:
     reload_interval: float = 1.0
     kube_backoff_cap: float = 30.0
     ns_addresses: tuple[str, ...] = ("127.0.0.1",)
+    no_federated: bool = False
+    gateway_probe: str = "auto"  # on, off, or auto: on for the API source, off for a file
+    gateway_probe_period: float = 1.0
+    gateway_probe_timeout: float = 1.0
+    gateway_probe_failures: int = 2
+    lameduck: float = 5.0  # seconds of answering after SIGTERM, while /readyz says 503
+
+    @property
+    def probing(self) -> bool:
+        """A file dump is usually served far from its cluster (a laptop, CI), where its
+        ClusterIPs are somebody else's addresses: probe them only when asked to."""
+        if self.gateway_probe == "auto":
+            return self.source == "kube"
+        return self.gateway_probe == "on"
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
             cluster_name=self.cluster_name,
             include_local=not self.no_local,
+            include_federated=not self.no_federated,
             zone=ZoneOptions(
                 ttl=self.ttl,
                 publish_not_ready=self.publish_not_ready,
@@ -109,6 +126,7 @@ def make_source(config: Config) -> Source:
         kube: Source = KubeSource(
             kubeconfig=config.kubeconfig, namespaces=sorted(namespaces),
             backoff_base=min(0.5, config.kube_backoff_cap), backoff_cap=config.kube_backoff_cap,
+            links_retry=config.kube_backoff_cap,
         )
         return kube
     from dnsside.sources.file import FileSource
@@ -135,6 +153,8 @@ class App:
         self._closers: list[asyncio.AbstractServer] = []
         self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._lameduck = False
 
     def is_ready(self) -> bool:
         return self.index.synced and not self.stopping
@@ -142,48 +162,105 @@ class App:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = parse_hostport(self.config.listen, "--listen")
-        tcp = await loop.create_server(self.tcp.protocol, host, port, reuse_address=True,
-                                       backlog=1024)
-        port = tcp.sockets[0].getsockname()[1]  # with port 0, UDP takes the port TCP got
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        af, kind, proto, _, addr = (await loop.getaddrinfo(host, port, family=family,
-                                                           type=socket.SOCK_DGRAM))[0]
-        sock = socket.socket(af, kind, proto)
-        try:
-            sock.bind(addr)
-        except OSError:
-            sock.close()
-            raise
-        udp = UdpServer(sock, self.responder, self.config.query_log)
-        udp.start()
-        self._closers.append(tcp)
-        self._udp.append(udp)
-        log.info("dns listening on udp+tcp %s", _fmt(host, port))
+        for bind_host in _families(host):
+            try:
+                tcp = await loop.create_server(self.tcp.protocol, bind_host, port,
+                                               reuse_address=True, backlog=1024)
+            except OSError as exc:
+                if bind_host != "::" or not self._closers:
+                    raise
+                log.warning("dns: no IPv6 on this host (%s): IPv4 only", exc)
+                continue
+            port = tcp.sockets[0].getsockname()[1]  # with port 0, the rest take TCP's port
+            self._closers.append(tcp)
+            self._udp.append(await self._udp_server(bind_host, port))
+            log.info("dns listening on udp+tcp %s", _fmt(bind_host, port))
         log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
                  ", ".join(self.config.ns_addresses))
         from dnsside.explain import Explainer
 
         http = HttpServer(self.is_ready, Explainer(self.index).explain)
         hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
-        hsrv = await asyncio.start_server(http.handle, hhost, hport, reuse_address=True)
-        self._closers.append(hsrv)
-        log.info("http listening on %s", _fmt(hhost, hsrv.sockets[0].getsockname()[1]))
+        started = False
+        for bind_host in _families(hhost):
+            try:
+                hsrv = await asyncio.start_server(http.handle, bind_host, hport,
+                                                  reuse_address=True)
+            except OSError as exc:
+                if bind_host != "::" or not started:
+                    raise
+                log.warning("http: no IPv6 on this host (%s): IPv4 only", exc)
+                continue
+            started = True
+            hport = hsrv.sockets[0].getsockname()[1]
+            self._closers.append(hsrv)
+            log.info("http listening on %s", _fmt(bind_host, hport))
+
+    async def _udp_server(self, host: str, port: int) -> UdpServer:
+        loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        af, kind, proto, _, addr = (await loop.getaddrinfo(host, port, family=family,
+                                                           type=socket.SOCK_DGRAM))[0]
+        sock = socket.socket(af, kind, proto)
+        try:
+            if af == socket.AF_INET6:  # the IPv4 side has a socket of its own
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+        except OSError:
+            sock.close()
+            raise
+        udp = UdpServer(sock, self.responder, self.config.query_log)
+        udp.start()
+        return udp
 
     async def consume(self) -> None:
-        name = self.source.name
-        async for batch in self.source.events():
-            self.index.apply(batch)
-            metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
-            metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
+        """Apply the source's events and, once synced, the gateway prober's. Both run on
+        this event loop, so the index never sees two batches at once."""
+        tasks = [asyncio.create_task(self._consume(self.source), name=self.source.name)]
+        if self.config.probing:
+            from dnsside.prober import GatewayProber
 
-    def request_stop(self) -> None:
+            prober = GatewayProber(
+                self.index.probe_targets, period=self.config.gateway_probe_period,
+                timeout=self.config.gateway_probe_timeout,
+                failures=self.config.gateway_probe_failures,
+            )
+            tasks.append(asyncio.create_task(self._consume(prober), name=prober.name))
+        else:
+            log.info("gateway probe off: Linkerd's readiness of the mirrors is used as is")
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a source that failed stops the process
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _consume(self, source: Source) -> None:
+        name = source.name
+        async for batch in source.events():
+            self.index.apply(batch)
+            if source is self.source:
+                metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
+                metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
+
+    def request_stop(self, lameduck: bool = False) -> None:
+        """Stop: at once, or (SIGTERM) after the lame-duck period; a second request during
+        the lame-duck period cuts it short."""
+        if self._stop.is_set():
+            self._hurry.set()
+        self._lameduck = lameduck
         self._stop.set()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGTERM is what the kubelet sends: lame duck first. SIGINT (a terminal) stops at once.
+        for sig, lameduck in ((signal.SIGTERM, True), (signal.SIGINT, False)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, self.request_stop, lameduck)
         await self.start()
         consumer = asyncio.create_task(self.consume(), name="source")
         stopper = asyncio.create_task(self._stop.wait(), name="stop")
@@ -198,8 +275,16 @@ class App:
         return code
 
     async def shutdown(self, consumer: asyncio.Task[None]) -> None:
+        self.stopping = True  # /readyz answers 503 from now on
+        if self._lameduck and self.config.lameduck > 0 and not self._hurry.is_set():
+            # Endpoints and kube-proxy (standalone) or CoreDNS's own lame duck (sidecar)
+            # take a few seconds to stop sending here: keep answering, over UDP and TCP,
+            # with the index still following the source, until then.
+            log.info("lame duck: not ready, still answering for %gs", self.config.lameduck)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), self.config.lameduck)
+                log.info("lame duck cut short by a second signal")
         log.info("stopping: not ready, closing listeners")
-        self.stopping = True
         metrics.SOURCE_SYNCED.labels(source=self.source.name).set(0)
         consumer.cancel()
         for udp in self._udp:
@@ -210,6 +295,13 @@ class App:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await consumer
         log.info("stopped")
+
+
+def _families(host: str) -> tuple[str, ...]:
+    """The addresses to bind for ``host``: ``::`` means both families, as a Linux socket
+    bound to ``::`` would (IPv6-only and dual-stack clusters); IPv4 comes first, and IPv6
+    may turn out to be missing from the host (then IPv4 only, with a warning)."""
+    return ("0.0.0.0", "::") if host == "::" else (host,)
 
 
 def _fmt(host: str, port: int) -> str:

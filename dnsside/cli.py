@@ -1,4 +1,6 @@
-"""`dnsside serve` and `dnsside explain`. Every flag can also come from `DNSSIDE_<FLAG>`.
+"""dnsside: `serve` answers *.svc-global, `explain` says why; `install`, `check` in cli_admin.
+
+Every serve flag can also come from `DNSSIDE_<FLAG>`.
 
 Environment values are defaults that the command line overrides; repeatable
 flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
@@ -56,7 +58,10 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
     _add(p, "--no-local", action="store_true", help="leave this cluster's endpoints out")
     _add(p, "--srv-priority", default="equal", choices=["equal", "local-first"],
          help="SRV priority: all 0, or local members 0 and remote 10")
-    _add(p, "--namespace", action="append", help="watch only this namespace, repeatable")
+    _add(p, "--namespace", action="append", help="watch only this namespace, repeatable "
+         "(Links are always read cluster-wide)")
+    _add(p, "--no-federated", action="store_true",
+         help="leave out the members of Linkerd federated services (<svc>-federated)")
     _add(p, "--kube-backoff-cap", type=float, default=30.0,
          help="longest wait, in seconds, between retries against the API server")
     _add(p, "--reload-interval", type=float, default=1.0,
@@ -77,11 +82,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "--tcp-idle-timeout", type=float, default=10.0, help="seconds")
     _add(serve, "--tcp-max-connections", type=int, default=512)
     _add(serve, "--query-log", action="store_true", help="log every query (slow)")
+    _add(serve, "--gateway-probe", default="auto", choices=["auto", "on", "off"],
+         help="probe each link's gateway and leave out the members behind a failing one "
+         "(auto: on with --source kube, off with a file)")
+    _add(serve, "--gateway-probe-period", type=float, default=1.0,
+         help="seconds between two probes of a gateway")
+    _add(serve, "--gateway-probe-timeout", type=float, default=1.0,
+         help="seconds a probe may take before it counts as failed")
+    _add(serve, "--gateway-probe-failures", type=int, default=2,
+         help="consecutive failed probes after which a gateway counts as failing")
     _add(serve, "--no-uvloop", action="store_true", help="use asyncio's own event loop")
+    _add(serve, "--lameduck", type=float, default=5.0, metavar="SECONDS",
+         help="after SIGTERM, stay not ready but keep answering this long, then stop")
     explain = sub.add_parser("explain", help="print the answer to NAME and where it comes from")
     _source_flags(explain)
     explain.add_argument("name")
     explain.add_argument("type", nargs="?", default="A")
+    from dnsside.cli_admin import add_admin_commands
+
+    add_admin_commands(sub, serve)
     return parser
 
 
@@ -125,13 +144,19 @@ def config_from(args: argparse.Namespace) -> Config:
         kube_backoff_cap=args.kube_backoff_cap,
         ns_addresses=ns_addresses(args.ns_address, os.environ.get("POD_IP"),
                                   args.listen if args.command == "serve" else None),
+        no_federated=args.no_federated,
     )
     if args.command == "serve":
+        config.gateway_probe = args.gateway_probe
+        config.gateway_probe_period = args.gateway_probe_period
+        config.gateway_probe_timeout = args.gateway_probe_timeout
+        config.gateway_probe_failures = args.gateway_probe_failures
         config.listen = args.listen
         config.http_listen = args.http_listen
         config.tcp_idle_timeout = args.tcp_idle_timeout
         config.tcp_max_connections = args.tcp_max_connections
         config.query_log = args.query_log
+        config.lameduck = args.lameduck
     return config
 
 
@@ -145,6 +170,14 @@ def _check(config: Config) -> None:
         to_wire(zone)
     if config.ttl < 0:
         raise ValueError("--ttl must be >= 0")
+    for flag, value in (("--gateway-probe-period", config.gateway_probe_period),
+                        ("--gateway-probe-timeout", config.gateway_probe_timeout)):
+        if not value > 0:
+            raise ValueError(f"{flag} must be > 0 seconds, not {value}")
+    if config.gateway_probe_failures < 1:
+        raise ValueError("--gateway-probe-failures must be >= 1")
+    if config.lameduck < 0:
+        raise ValueError("--lameduck must be >= 0")
     parse_hostport(config.listen, "--listen")
     parse_hostport(config.http_listen, "--http-listen")
 
@@ -168,6 +201,10 @@ async def _explain(config: Config, name: str, qtype: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("install", "check"):
+        from dnsside.cli_admin import run_admin_command
+
+        return run_admin_command(args, list(sys.argv[1:] if argv is None else argv))
     setup_logging(args.log_format, args.log_level)
     from dnsside.sources.file import FileSourceError
 

@@ -401,7 +401,16 @@ def _notimp(data: bytes, udp: bool) -> bytes:
 
 
 _HINFO_RDATA = b"\x07RFC8482\x00"
+# ANY answers the first of these RRsets the name owns (RFC 8482 §4.1: one RRset), so a
+# client asking for "A AAAA" at once (Java's JNDI sends ANY) still gets addresses.
+_ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV))
 _OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS))
+
+
+@functools.lru_cache(maxsize=16)
+def _hinfo_answer(ttl: int) -> Answer:
+    """The RFC 8482 §4.2 placeholder, shared by every name and query with that TTL."""
+    return Answer(NOERROR, ANY, (_rr(_AT_QUESTION, HINFO, ttl, _HINFO_RDATA),))
 
 
 class Responder:
@@ -542,11 +551,20 @@ class Responder:
         return self._assemble(data, qend, answer, opt, limit - len(opt)), (qtype, answer.rcode)
 
     def _any(self, qname: bytes, zone: Zone) -> Answer:
-        # RFC 8482 §4.2: answer ANY with one synthesised HINFO, never the whole node. An
-        # empty non-terminal owns no RRset for the HINFO to stand for: NODATA.
+        """RFC 8482: ANY gets one RRset, never the whole node. The name's A RRset, else its
+        AAAA, else its SRV: the pre-encoded answer of that type, whose body does not depend
+        on the question's type (owners point at the question, glue offsets depend only on
+        the name's length), so the usual UDP size rules apply to it unchanged. A name with
+        none of those (the apex) gets the synthesised HINFO; an empty non-terminal owns no
+        RRset at all: NODATA. The query is counted as ANY by the caller, whatever answers it.
+        """
+        for rrtype in _ANY_TYPES:
+            answer = self.answers.get(qname + rrtype)
+            if answer is not None:
+                return answer
         if not any(qname + rrtype in self.answers for rrtype in _OWNED_TYPES):
             return zone.nodata
-        return Answer(NOERROR, ANY, (_rr(_AT_QUESTION, HINFO, zone.options.ttl, _HINFO_RDATA),))
+        return _hinfo_answer(zone.options.ttl)
 
     def _zone_of(self, qname: bytes) -> Zone | None:
         i = 0

@@ -13,6 +13,7 @@ from typing import Any
 from dnslib import RCODE, DNSRecord
 
 from dnsside.dns import published, to_wire
+from dnsside.events import Gateway
 from dnsside.index import Index
 from dnsside.linkerd import Member
 
@@ -79,7 +80,7 @@ class Explainer:
         cluster = labels[-3] if len(labels) >= 3 else None
         host = labels[-4] if len(labels) >= 4 else None
         members = []
-        for m in gs.members:
+        for m in (*gs.members, *gs.excluded):
             if cluster is not None and m.cluster != cluster:
                 continue
             if host is not None and m.hostname != host:
@@ -88,22 +89,44 @@ class Explainer:
                 why = "in the answer"
             elif not m.addresses:
                 why = "left out: no address"
+            elif m in gs.excluded:
+                why = f"left out: {m.why_not_ready}"
             else:
                 why = f"left out: not ready ({m.why_not_ready})"
-            members.append({
+            entry = {
                 "cluster": m.cluster,
                 "hostname": m.hostname,
                 "addresses": list(m.addresses),
                 "ports": [f"{p.name or '-'}/{p.protocol}:{p.port}" for p in m.ports],
                 "ready": m.ready,
                 "local": m.local,
+                "via": m.via.value,
                 "from": self._origin(ns, m),
                 "status": why,
-            })
-        out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members}
+            }
+            if m.via.through_gateway:
+                entry["gateway_probe"] = self._gateway(m.cluster)
+            members.append(entry)
+        out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members,
+                               "links": self.index.describe_links()}
+        if self.index.warnings:
+            out["warnings"] = list(self.index.warnings.values())
         if srv_filter:
             out["srv_filter"] = srv_filter
         return out
+
+    def _gateway(self, cluster: str) -> str:
+        known = self.index.gateways.get(cluster)
+        if known is not None:
+            state, detail = known
+            if state is Gateway.UNREACHED:
+                return (f"never answered since start ({detail}): not acted on, Linkerd's "
+                        "readiness stands")
+            return f"{state.value}" + (f" ({detail})" if state is Gateway.FAILING else "")
+        if cluster in self.index.probe_targets():
+            return "not probed yet, or off (dnsside explain itself never probes: ask the " \
+                   "running server's /debug/explain)"
+        return "not probed: no gateway probe Service for this cluster"
 
 
 __all__ = ["Explainer"]

@@ -20,7 +20,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from sys import intern
 from typing import Any, TypeVar
 
@@ -641,6 +641,14 @@ def assemble(
     return GlobalService(namespace, name, tuple(members), tuple(excluded), headless)
 
 
+def is_orphan(member: Member) -> bool:
+    return member.why_not_ready.startswith(ORPHANED[:9])
+
+
+def is_clash(member: Member) -> bool:
+    return member.why_not_ready.startswith(CLASH[:11])
+
+
 def _excluded(member: Member, why: str) -> Member:
     return Member(member.cluster, member.hostname, member.addresses, member.ports, False,
                   member.via, member.source, why)
@@ -659,3 +667,57 @@ def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:
     ip = svc.cluster_ips[0]
     host = f"[{ip}]" if ":" in ip else ip
     return f"http://{host}:{port}{link.probe_path if link is not None else DEFAULT_PROBE_PATH}"
+
+
+# --------------------------------------------------------------------------- health
+# What `dnsside check` asks of the objects Linkerd left: kept apart from the model above.
+
+
+@dataclass
+class ClusterMirrors:
+    """The mirrors of one linked (or orphaned) cluster, and which lack an EndpointSlice."""
+
+    services: list[ServiceRecord]  # every mirror Service naming this cluster
+    pod_mirrors: int = 0
+    gateway_mirrors: int = 0  # gateway-mode ClusterIP mirrors (remote-discovery ones excluded)
+    # Per-pod mirrors always have Endpoints (the gateway, ready or not), so no slice means the
+    # EndpointSliceMirroring controller did not make one.
+    missing_pod_slices: list[ServiceRecord] = field(default_factory=list)
+    # A gateway mirror of a remote service with no ready endpoint legitimately has none.
+    missing_gateway_slices: list[ServiceRecord] = field(default_factory=list)
+    orphaned: bool = False  # the Links were read and none targets this cluster
+
+    @property
+    def slices_mirrored(self) -> bool:
+        """EndpointSliceMirroring evidently works here: no per-pod mirror lacks a slice, and
+        some mirror has one (or none is expected)."""
+        expected = self.pod_mirrors + self.gateway_mirrors
+        missing = len(self.missing_pod_slices) + len(self.missing_gateway_slices)
+        return not self.missing_pod_slices and (expected == 0 or missing < expected)
+
+
+def mirror_health(services: Iterable[ServiceRecord], slices: Iterable[SliceRecord],
+                  links: Sequence[LinkRecord] | None) -> dict[str, ClusterMirrors]:
+    """Mirrors by cluster name (every Link's target cluster included, with or without
+    mirrors). ``links`` None: the Links could not be read, so nothing is an orphan."""
+    with_slice = {(s.namespace, s.service_name) for s in slices}
+    targets = {link.target_cluster for link in links or ()}
+    out: dict[str, ClusterMirrors] = {c: ClusterMirrors([]) for c in targets}
+    for svc in services:
+        if not svc.cluster or svc.role in (Role.LOCAL, Role.FEDERATED):
+            continue
+        entry = out.setdefault(svc.cluster, ClusterMirrors(
+            [], orphaned=links is not None and svc.cluster not in targets))
+        entry.services.append(svc)
+        has_slice = (svc.namespace, svc.name) in with_slice
+        if svc.role is Role.POD_MIRROR:
+            entry.pod_mirrors += 1
+            if not has_slice:
+                entry.missing_pod_slices.append(svc)
+        elif svc.role is Role.CLUSTER_MIRROR and not svc.remote_discovery:
+            entry.gateway_mirrors += 1
+            if not has_slice:
+                entry.missing_gateway_slices.append(svc)
+    for entry in out.values():
+        entry.services.sort(key=lambda s: (s.namespace, s.name))
+    return out

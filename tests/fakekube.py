@@ -1,9 +1,9 @@
 """An in-process fake Kubernetes API server (aiohttp) for tests.
 
-It serves core/v1 Services, discovery.k8s.io/v1 EndpointSlices and Linkerd's
-``links.multicluster.linkerd.io`` (a CRD served at v1alpha1-3, or not installed:
-:meth:`FakeKube.set_link_crd`) the way a real API server does, as far as a
-list/watch client can tell:
+It serves core/v1 Services, ConfigMaps and Pods, discovery.k8s.io/v1
+EndpointSlices, apps/v1 Deployments and Linkerd's ``links.multicluster.linkerd.io``
+(a CRD served at v1alpha1-3, or not installed: :meth:`FakeKube.set_link_crd`) the
+way a real API server does, as far as a list/watch client can tell:
 
 * one global, monotonically increasing ``resourceVersion`` (an etcd revision),
   bumped by every write and stamped on the object written;
@@ -88,9 +88,17 @@ LINK_ROUTES = {
     for v in LINK_VERSIONS
 }
 LINKS = LINK_ROUTES[LINK_VERSIONS[0]]
-RESOURCES = {r.plural: r for r in (SERVICES, ENDPOINTSLICES, LINKS)}
-BY_KIND = {r.kind: r for r in (SERVICES, ENDPOINTSLICES, LINKS)}
-ROUTES = (SERVICES, ENDPOINTSLICES, *LINK_ROUTES.values())
+# What `dnsside check` reads besides: its ConfigMap, its Deployment (or CoreDNS's) and the
+# pods behind it. Stored and served like the rest, read-only over HTTP.
+CONFIGMAPS = Resource("configmaps", "ConfigMap", "v1", "/api/v1")
+PODS = Resource("pods", "Pod", "v1", "/api/v1")
+DEPLOYMENTS = Resource("deployments", "Deployment", "apps/v1", "/apis/apps/v1")
+_STORED = (SERVICES, ENDPOINTSLICES, LINKS, CONFIGMAPS, PODS, DEPLOYMENTS)
+RESOURCES = {r.plural: r for r in _STORED}
+BY_KIND = {r.kind: r for r in _STORED}
+ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTSLICES, DEPLOYMENTS, *LINK_ROUTES.values())
+# Built-in API groups (discovery): name -> version.
+_GROUPS = {"discovery.k8s.io": "v1", "apps": "v1"}
 
 _REASONS = {
     400: "BadRequest",
@@ -405,7 +413,7 @@ class FakeKube:
         res = BY_KIND.get(obj.get("kind", ""))
         if res is None:
             kind = obj.get("kind")
-            raise ValueError(f"the fake serves Services, EndpointSlices and Links, not {kind!r}")
+            raise ValueError(f"the fake serves {', '.join(BY_KIND)}, not {kind!r}")
         new = copy.deepcopy(dict(obj))
         new["apiVersion"] = res.api_version
         meta = new.setdefault("metadata", {})
@@ -619,10 +627,12 @@ class FakeKube:
         for res in ROUTES:
             if not path.startswith(res.prefix + "/") or not self._served(res):
                 continue
+            parts = path[len(res.prefix) + 1:].split("/")
+            if res.plural not in (parts[0], parts[2] if len(parts) >= 3 else None):
+                continue  # another resource of this group version
             denied = self._denied(request, res)
             if denied is not None:
                 return denied
-            parts = path[len(res.prefix) + 1:].split("/")
             if parts == [res.plural]:
                 return await self._collection(request, res, None)
             if len(parts) == 3 and parts[0] == "namespaces" and parts[2] == res.plural:
@@ -644,34 +654,36 @@ class FakeKube:
         if path == "/api":
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
         if path == "/apis":
-            gv = {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}
-            groups = [{"name": "discovery.k8s.io", "versions": [gv], "preferredVersion": gv}]
+            groups = [_group(name, [version]) for name, version in _GROUPS.items()]
             if self.link_versions:
                 groups.append(self._link_group())
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
         if path == f"/apis/{LINK_GROUP}" and self.link_versions:
             return {"kind": "APIGroup", "apiVersion": "v1", **self._link_group()}
-        for res in ROUTES:
-            if path == res.prefix and self._served(res):
-                return {
-                    "kind": "APIResourceList",
-                    "apiVersion": "v1",
-                    "groupVersion": res.api_version,
-                    "resources": [
-                        {
-                            "name": res.plural,
-                            "singularName": res.kind.lower(),
-                            "namespaced": True,
-                            "kind": res.kind,
-                            "verbs": ["get", "list", "watch"],
-                        }
-                    ],
-                }
+        if path.startswith("/apis/") and path[len("/apis/"):] in _GROUPS:
+            name = path[len("/apis/"):]
+            return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, [_GROUPS[name]])}
+        served = [res for res in ROUTES if path == res.prefix and self._served(res)]
+        if served:
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": served[0].api_version,
+                "resources": [
+                    {
+                        "name": res.plural,
+                        "singularName": res.kind.lower(),
+                        "namespaced": True,
+                        "kind": res.kind,
+                        "verbs": ["get", "list", "watch"],
+                    }
+                    for res in served
+                ],
+            }
         return None
 
     def _link_group(self) -> dict[str, Any]:
-        versions = [{"groupVersion": f"{LINK_GROUP}/{v}", "version": v} for v in self.link_versions]
-        return {"name": LINK_GROUP, "versions": versions, "preferredVersion": versions[0]}
+        return _group(LINK_GROUP, self.link_versions)
 
     async def _collection(
         self, request: web.Request, res: Resource, namespace: str | None
@@ -828,6 +840,12 @@ class FakeKube:
             return resp
         finally:
             self._watchers.discard(watcher)
+
+
+def _group(name: str, versions: Iterable[str]) -> dict[str, Any]:
+    """An APIGroup discovery entry; the first version is the preferred one."""
+    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": listed, "preferredVersion": listed[0]}
 
 
 class _Aborted(Exception):

@@ -179,8 +179,21 @@ def test_dig_class_refused(srv: Dnsside, qclass: str) -> None:
     assert d.status == "REFUSED" and "aa" not in d.flags
 
 
-def test_dig_any_is_hinfo(srv: Dnsside) -> None:
+def test_dig_any_is_the_a_rrset(srv: Dnsside) -> None:
+    """RFC 8482: one real RRset (a Java client asking for "A AAAA" sends ANY)."""
     d = dig(srv, ROACH, "ANY")
+    a = dig(srv, ROACH, "A")
+    assert d.status == "NOERROR" and d.counts["ANSWER"] == 5
+    assert {rr[3] for rr in d.sections["ANSWER"]} == {"A"}
+    assert d.sections["ANSWER"] == a.sections["ANSWER"]
+
+
+def test_dig_any_at_the_apex_is_hinfo(srv: Dnsside) -> None:
+    if dig(srv, "svc-global", "A").counts["ANSWER"]:  # an apex with addresses answers those
+        assert dig(srv, "svc-global", "ANY").sections["ANSWER"] == dig(
+            srv, "svc-global", "A").sections["ANSWER"]
+        return
+    d = dig(srv, "svc-global", "ANY")
     assert d.status == "NOERROR" and d.counts["ANSWER"] == 1
     assert d.sections["ANSWER"][0][3:] == ["HINFO", '"RFC8482" ""']
     assert int(re.findall(r"MSG SIZE\s+rcvd: (\d+)", d.text)[-1]) < 100
@@ -318,8 +331,11 @@ def test_kdig_negative_answers(srv: Dnsside) -> None:
 def test_kdig_any(srv: Dnsside) -> None:
     # (kdig lower-cases the names it sends, so 0x20 is dig's and dnspython's to show.)
     [m] = kdig(srv, ROACH, "ANY")
-    assert [rr["TYPEname"] for rr in m["answerRRs"]] == ["HINFO"]
-    assert m["answerRRs"][0]["rdataHINFO"] == '"RFC8482" ""' and m["msgLength"] < 100
+    assert [rr["TYPEname"] for rr in m["answerRRs"]] == ["A"] * 5
+    assert rdata(m, "A") == ["10.42.2.20", "10.42.2.21", "10.43.90.1", "10.43.90.2",
+                             "10.43.90.3"]
+    [srv_any] = kdig(srv, "_grpc._tcp." + ROACH, "ANY")
+    assert {rr["TYPEname"] for rr in srv_any["answerRRs"]} == {"SRV"}
 
 
 def test_kdig_flags(srv: Dnsside) -> None:

@@ -13,13 +13,14 @@ from support import DEMO
 
 from dnsside.events import Delete, Kind, Replace, SourceError, Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import ServiceRecord, SliceRecord, parse_object
+from dnsside.linkerd import Record, ServiceRecord, SliceRecord, parse_object
 
 BOTH = frozenset({Kind.SERVICE, Kind.SLICE})
+ALL = BOTH | {Kind.LINK}  # a dump with Links: mirrors of unlinked clusters are orphans
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 
 
-def demo_records() -> tuple[ServiceRecord | SliceRecord, ...]:
+def demo_records() -> tuple[Record, ...]:
     out = []
     for obj in ITEMS:
         r = parse_object(obj)
@@ -32,7 +33,7 @@ def obj(name: str) -> dict[str, Any]:
     return copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == name))
 
 
-def rec(o: dict[str, Any]) -> ServiceRecord | SliceRecord:
+def rec(o: dict[str, Any]) -> Record:
     r = parse_object(o)
     assert r is not None
     return r
@@ -42,7 +43,7 @@ def rec(o: dict[str, Any]) -> ServiceRecord | SliceRecord:
 def index() -> Index:
     idx = Index(make_responder(["svc-global."], IndexOptions().zone),
                 IndexOptions(cluster_name="east"))
-    idx.apply([Replace(BOTH, demo_records()), Synced()])
+    idx.apply([Replace(ALL, demo_records()), Synced()])
     return idx
 
 
@@ -112,8 +113,8 @@ def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture)
 
 
 def test_last_member_gone_makes_names_and_namespace_vanish(index: Index) -> None:
-    for name in ("cockroachdb", "cockroachdb-west", "cockroachdb-north", *(
-            f"cockroachdb-{i}-{c}" for i in range(3) for c in ("west", "north"))):
+    for name in ("cockroachdb", "cockroachdb-west", "cockroachdb-north", "kafka", "kafka-south",
+                 *(f"cockroachdb-{i}-{c}" for i in range(3) for c in ("west", "north"))):
         index.apply([Delete(Kind.SERVICE, "db", name)])
     assert ("db", "cockroachdb") not in index.global_services
     assert ask(index, "db.svc-global").rcode() == dns.rcode.NXDOMAIN

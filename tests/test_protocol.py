@@ -399,11 +399,38 @@ def test_compression_loops_elsewhere_are_formerr(srv: Dnsside, transport: str) -
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("name", [NGINX, ROACH, "svc-global", "big.bulk.svc-global"])
-def test_any_is_one_small_hinfo(srv: Dnsside, transport: str, name: str) -> None:
-    wire = query(name, ANY)
+@pytest.mark.parametrize("name", [NGINX, ROACH, "mid.bulk.svc-global", "big.bulk.svc-global"])
+def test_any_at_an_address_name_is_its_a_rrset(srv: Dnsside, transport: str, name: str) -> None:
+    """RFC 8482 §4.1: one real RRset, the A one, exactly as an A query gets it (same size
+    rules: the bulk names are truncated over plain UDP like their A answers), never the
+    whole node and never the HINFO placeholder."""
+    any_reply = ask(srv, query(name, ANY), transport)
+    a_reply = ask(srv, query(name, A), transport)
+    msg, a_msg = parse(any_reply), parse(a_reply)
+    assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.AA
+    assert msg.flags == a_msg.flags and answers(msg) == answers(a_msg)
+    assert {rrset.rdtype for rrset in msg.answer} <= {A}
+    if not msg.flags & dns.flags.TC:
+        assert answers(msg), "addresses, not a placeholder"
+    assert transport == "udp" or not msg.flags & dns.flags.TC
+    assert len(any_reply) == len(a_reply) <= (512 if transport == "udp" else 65535)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_any_at_the_apex_is_hinfo_unless_it_owns_addresses(srv: Dnsside, transport: str) -> None:
+    """The apex owns SOA and NS but no address or SRV RRset: the synthesised HINFO
+    (RFC 8482 §4.2) stands for them. Should the apex own addresses (an NS target at the
+    apex), ANY answers those instead: tests/test_any.py checks that rule on every name."""
+    apex_a = parse(ask(srv, query("svc-global", A), transport))
+    apex_aaaa = parse(ask(srv, query("svc-global", AAAA), transport))
+    wire = query("svc-global", ANY)
     reply = ask(srv, wire, transport)
     msg = parse(reply)
+    if answers(apex_a) or answers(apex_aaaa, "AAAA"):
+        owned = apex_a if answers(apex_a) else apex_aaaa
+        assert [r.rdtype for r in msg.answer] == [r.rdtype for r in owned.answer]
+        assert msg.answer == owned.answer
+        return
     assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.AA
     assert not msg.flags & dns.flags.TC
     assert [rrset.rdtype for rrset in msg.answer] == [HINFO] and len(msg.answer[0]) == 1
