@@ -20,6 +20,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 
+import dns.exception
 import dns.flags
 import dns.message
 import dns.rcode
@@ -122,10 +123,15 @@ def outcome(msg: dns.message.Message) -> tuple[str, str, set[tuple[str, str]]]:
                          ids=[i for i, _, _ in QUESTIONS])
 def test_matrix(dnsside: Dnsside, resolver: Resolver, name: str, rdtype: str) -> None:
     want = outcome(direct(dnsside, name, rdtype))
-    via = resolver.query(name, rdtype)
+    try:
+        via = resolver.query(name, rdtype, timeout=10.0)
+    except dns.exception.Timeout:
+        raise AssertionError(f"{resolver.kind}: no answer\n{resolver.log_text()[-3000:]}") from None
     assert via.flags & dns.flags.RA, f"{resolver.kind} answered as a resolver"
     got = outcome(via)
-    assert got[:2] == want[:2], f"{resolver.kind}: {name} {rdtype}: {got[:2]} != {want[:2]}"
+    assert got[:2] == want[:2], (
+        f"{resolver.kind}: {name} {rdtype}: {got[:2]} != {want[:2]}\n"
+        f"{resolver.log_text()[-3000:]}")
     assert got[2] == want[2], (
         f"{resolver.kind}: {name} {rdtype}: missing {sorted(want[2] - got[2])[:5]}, "
         f"extra {sorted(got[2] - want[2])[:5]}")
