@@ -1,9 +1,10 @@
 """`dnsside check` against the fake API server: all ✓ on the demo cluster, and the right ×
 with a hint for each way it can be broken.
 
-The demo cluster is examples/demo-east.yaml plus Links for west and north (applied
-here; if the file carries Links of its own, the same names are simply replaced),
-dnsside's ConfigMap and a ready Deployment, as `dnsside install` would leave them.
+The demo cluster is examples/demo-east.yaml without its deliberately orphaned
+cluster `old` (the file shows what an unlink by Link deletion leaves; here the
+cluster is clean), with dnsside's ConfigMap and a ready Deployment, as `dnsside
+install` would leave them. The file's own orphan is checked on its own below.
 """
 
 from __future__ import annotations
@@ -49,9 +50,12 @@ def deployment(ready: int, replicas: int = 2) -> dict[str, Any]:
     }
 
 
-def demo(kube: FakeKube, cluster: str = "east") -> FakeKube:
+def demo(kube: FakeKube, cluster: str = "east", orphans: bool = False) -> FakeKube:
     kube.load(DEMO_EAST)
-    for cl in ("west", "north"):
+    if not orphans:
+        for name in ("nginx-svc-old", "nginx-set-0-old"):
+            kube.delete("Service", "default", name)
+    for cl in ("west", "north", "south"):
         kube.apply(link(cl))
     kube.apply(config_map(cluster))
     kube.apply(deployment(ready=2))
@@ -96,7 +100,7 @@ async def test_all_checks_pass_on_the_demo_cluster(fake_kube: FakeKube) -> None:
     for topic in ("dnsside-install", "dnsside-rbac", "linkerd-multicluster", "dnsside-config",
                   "dnsside-workload"):
         assert topic in topics
-    assert line(results, "Links are present").text.endswith("north, west")
+    assert line(results, "Links are present").text.endswith("north, south, west")
     assert line(results, "link west: mirrors have EndpointSlices").ok
     assert line(results, "link north: mirrors have EndpointSlices").ok
     assert line(results, "no orphaned mirrors").ok
@@ -109,6 +113,12 @@ async def test_all_checks_pass_on_the_demo_cluster(fake_kube: FakeKube) -> None:
     assert fake_kube.count("/api/v1/services") >= 2
 
 
+async def test_the_demo_file_as_is_shows_its_orphaned_cluster(fake_kube: FakeKube) -> None:
+    results = await check(demo(fake_kube, orphans=True), as_user=SA)
+    bad = only_failure(results, "mirrors of cluster old match no Link", "unlink")
+    assert "default/nginx-set-0-old" in bad.text
+
+
 async def test_no_links(fake_kube: FakeKube) -> None:
     remove_links(demo(fake_kube))
     results = await check(fake_kube)
@@ -117,18 +127,19 @@ async def test_no_links(fake_kube: FakeKube) -> None:
     assert not present.ok and "link-gen" in present.hint
     # With no Link at all, every mirror is an orphan: said per cluster.
     orphans = [r for r in bad if "match no Link" in r.text]
-    assert {r.text.split(" of cluster ")[1].split()[0] for r in orphans} == {"north", "west"}
-    assert len(bad) == 3
-    assert render(results).rstrip().endswith("(3 failed)")
+    assert {r.text.split(" of cluster ")[1].split()[0] for r in orphans} == {
+        "north", "south", "west"}
+    assert len(bad) == 4
+    assert render(results).rstrip().endswith("(4 failed)")
 
 
 async def test_an_orphaned_link(fake_kube: FakeKube) -> None:
-    remove_links(demo(fake_kube), keep=("west",))
+    remove_links(demo(fake_kube), keep=("west", "south"))
     results = await check(fake_kube)
     bad = only_failure(results, "mirrors of cluster north match no Link",
                        "linkerd multicluster unlink --cluster-name north | kubectl delete -f -")
     assert bad.text.startswith("9 mirrors of cluster north") and "6 more" in bad.text
-    assert line(results, "Links are present: west").ok
+    assert line(results, "Links are present: south, west").ok
 
 
 async def test_mirrors_without_slices(fake_kube: FakeKube) -> None:

@@ -192,6 +192,10 @@ def test_failing_or_hanging_gateway(tmp_path: Path, gateways: dict[str, Gateway2
         wait_for(lambda: not WEST & set(answers(srv.query(NGINX))), 10, "west out")
         assert time.monotonic() - changed <= bound
         assert state(srv, "west", "failing")
+        _, text = srv.http("/metrics")
+        failures = re.search(
+            r'dnsside_gateway_probes_total\{cluster="west",result="failure"\} (\S+)', text)
+        assert failures is not None and float(failures.group(1)) >= 2
         _, body = srv.http(f"/debug/explain?name=nginx-set-0.west.{NGINX}")
         assert "fails dnsside's probe" in body
         gateways["west"].mode = "ok"
