@@ -39,9 +39,20 @@ hint.root.   3600000 IN A  127.0.0.1
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 free for both TCP and UDP right now (a resolver needs both; a
+    port free for UDP only may be some TCP client's, and the resolver's TCP side then
+    fails quietly). :meth:`Resolver.start` still checks both, the port can be taken."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+            t.bind(("127.0.0.1", 0))
+            port = int(t.getsockname()[1])
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                try:
+                    u.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise AssertionError("no port free for both TCP and UDP")
 
 
 def loopback_address() -> str:
@@ -109,11 +120,14 @@ class Resolver:
         raise AssertionError(f"{self.kind} did not start:\n{self.log_text()}")
 
     def _answers(self, good: Callable[[dns.message.Message], bool]) -> bool:
+        """True once the resolver answers well over UDP and over TCP."""
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"{self.kind} exited:\n{self.log_text()}")
+        q = dns.message.make_query(PROBE, "A", use_edns=0, payload=1232)
         try:
-            return good(self.query(PROBE, "A", timeout=1.0))
-        except (dns.exception.Timeout, OSError):
+            return good(dns.query.udp(q, "127.0.0.1", port=self.port, timeout=1.0)) and good(
+                dns.query.tcp(q, "127.0.0.1", port=self.port, timeout=1.0))
+        except (dns.exception.Timeout, OSError, EOFError):
             return False
 
     def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
