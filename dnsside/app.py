@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -48,6 +49,7 @@ class Config:
     query_log: bool = False
     reload_interval: float = 1.0
     kube_backoff_cap: float = 30.0
+    ns_addresses: tuple[str, ...] = ("127.0.0.1",)
     no_federated: bool = False
     gateway_probe: str = "auto"  # on, off, or auto: on for the API source, off for a file
     gateway_probe_period: float = 1.0
@@ -72,6 +74,7 @@ class Config:
                 ttl=self.ttl,
                 publish_not_ready=self.publish_not_ready,
                 srv_priority=self.srv_priority,
+                ns_addresses=self.ns_addresses,
             ),
         )
 
@@ -83,6 +86,37 @@ def parse_hostport(value: str, what: str) -> tuple[str, int]:
         raise ValueError(f"{what} {value!r}: expected HOST:PORT, e.g. 127.0.0.1:5353 or [::1]:5353")
     host = host.strip("[]")
     return host or "0.0.0.0", int(port)
+
+
+def ns_addresses(explicit: Sequence[str] | None, pod_ip: str | None,
+                 listen: str | None) -> tuple[str, ...]:
+    """The addresses of the zone's name server (the apex's A/AAAA records, the NS glue).
+
+    ``--ns-address`` when given; else ``$POD_IP`` (the downward API's status.podIP);
+    else the DNS listen address when it is a specific one; else 127.0.0.1. Each is
+    checked and normalised; a ValueError names where a bad one came from.
+    """
+    if explicit:
+        where, values = "--ns-address (or DNSSIDE_NS_ADDRESS)", list(explicit)
+    elif pod_ip and pod_ip.strip():
+        where, values = "$POD_IP", pod_ip.split(",")
+    else:
+        host = parse_hostport(listen, "--listen")[0] if listen is not None else ""
+        try:
+            specific = not ipaddress.ip_address(host).is_unspecified
+        except ValueError:  # a host name, or "" for every address: nothing to publish
+            specific = False
+        where, values = "--listen", [host] if specific else ["127.0.0.1"]
+    out: dict[str, None] = {}
+    for value in values:
+        try:
+            address = ipaddress.ip_address(value.strip())
+        except ValueError:
+            raise ValueError(f"{where}: {value.strip()!r} is not an IPv4 or IPv6 address") from None
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+            raise ValueError(f"{where}: {value.strip()!r}: a scoped address cannot be published")
+        out[str(address)] = None
+    return tuple(out)
 
 
 def make_source(config: Config) -> Source:
@@ -142,6 +176,8 @@ class App:
             self._closers.append(tcp)
             self._udp.append(await self._udp_server(bind_host, port))
             log.info("dns listening on udp+tcp %s", _fmt(bind_host, port))
+        log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
+                 ", ".join(self.config.ns_addresses))
         from dnsside.explain import Explainer
 
         http = HttpServer(self.is_ready, Explainer(self.index).explain)

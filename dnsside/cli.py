@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dnsside import __version__
-from dnsside.app import App, Config, make_source, parse_hostport
+from dnsside.app import App, Config, make_source, ns_addresses, parse_hostport
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -52,6 +52,9 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
     _add(p, "--zone", action="append", help="served zone, repeatable (default svc-global.)")
     _add(p, "--mcs-zone", action="append", help="also serve the Multi-Cluster Services "
          "(KEP-1645) names under this zone, e.g. clusterset.local.; repeatable")
+    _add(p, "--ns-address", action="append", metavar="IP",
+         help="address of the zone's name server, the apex (NS glue, A/AAAA), repeatable "
+         "(default $POD_IP, else the --listen address if specific, else 127.0.0.1)")
     _add(p, "--ttl", type=int, default=5, help="TTL of every record and SOA minimum")
     _add(p, "--publish-not-ready", action="store_true", help="answer with not-ready members too")
     _add(p, "--no-local", action="store_true", help="leave this cluster's endpoints out")
@@ -143,6 +146,8 @@ def config_from(args: argparse.Namespace) -> Config:
         namespaces=tuple(args.namespace or ()),
         reload_interval=args.reload_interval,
         kube_backoff_cap=args.kube_backoff_cap,
+        ns_addresses=ns_addresses(args.ns_address, os.environ.get("POD_IP"),
+                                  args.listen if args.command == "serve" else None),
         no_federated=args.no_federated,
     )
     if args.command == "serve":
@@ -221,10 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_admin_command(args, list(sys.argv[1:] if argv is None else argv))
     setup_logging(args.log_format, args.log_level)
-    config = config_from(args)
     from dnsside.sources.file import FileSourceError
 
     try:
+        config = config_from(args)
         _check(config)
         if args.command == "explain":
             return asyncio.run(_explain(config, args.name, args.type))

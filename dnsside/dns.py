@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,12 +48,36 @@ TCP_LIMIT = 65535
 # Room for the largest question (255-byte name + type/class) and an OPT record:
 # an encoded body never exceeds this, so a reply always fits a TCP message.
 MAX_BODY = TCP_LIMIT - 12 - 259 - 11
+_MAX_QUESTION = 259
+_MAX_ANSWER_OPT = 11  # the OPT record of an answer (options only ever go on errors)
 
 _QR_AA = 0x8400
 _TC = 0x0200
 _COPIED_FLAGS = 0x0110  # RD and CD are copied from the query
-_OPT_RR = struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, 0, 0, 0, 0)
-_OPT_BADVERS = struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, BADVERS >> 4, 0, 0, 0)
+_DO = 0x8000  # in the OPT record's TTL field: DNSSEC OK
+EDE = 15  # RFC 8914 Extended DNS Error option
+EDE_NOT_READY, EDE_NOT_AUTHORITATIVE = 14, 20
+
+
+def _opt_rr(do: bool, ext_rcode: int = 0, options: bytes = b"") -> bytes:
+    """Our OPT record: version 0, 1232 bytes, the query's DO bit (RFC 3225 §3), options."""
+    return struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, ext_rcode, 0, _DO if do else 0,
+                       len(options)) + options
+
+
+def _ede(code: int, text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("!HHH", EDE, 2 + len(data), code) + data
+
+
+# Every OPT record a reply can carry, indexed by the query's DO bit (0 or 1): built once.
+_OPT_RR = (_opt_rr(False), _opt_rr(True))
+_OPT_LEN = len(_OPT_RR[0])
+_OPT_BADVERS = (_opt_rr(False, BADVERS >> 4), _opt_rr(True, BADVERS >> 4))
+_NOT_READY = _ede(EDE_NOT_READY, "dnsside has not synced its source yet")
+_OPT_NOT_READY = (_opt_rr(False, options=_NOT_READY), _opt_rr(True, options=_NOT_READY))
+_NOT_AUTH = _ede(EDE_NOT_AUTHORITATIVE, "dnsside serves only its own zones, class IN")
+_OPT_NOT_AUTH = (_opt_rr(False, options=_NOT_AUTH), _opt_rr(True, options=_NOT_AUTH))
 _PROTO_LABEL = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
 
 # --------------------------------------------------------------------------- names
@@ -82,12 +107,17 @@ class Answer:
 
     ``body`` holds the answer, authority and additional sections; ``part`` is its
     prefix without the additional section (a zero-copy view), for a UDP limit the
-    full reply misses. The OPT record is appended at send time, so one body
-    serves clients with and without EDNS. Section counts are shared bytes.
+    full reply misses. ``ends`` are the offsets in ``body`` where each answer
+    record ends, for a limit that even ``part`` misses: the reply then carries, with
+    TC=1, the answer records that fit (RFC 2181 §9), so a stub resolver that never
+    retries over TCP still gets addresses. It is empty for answers too small ever to
+    be truncated, which is nearly all of them. The OPT record is appended at send
+    time, so one body serves clients with and without EDNS. Section counts are
+    shared bytes.
     """
 
-    __slots__ = ("body", "counts", "counts_edns", "counts_part", "counts_part_edns", "flags",
-                 "part", "qtype", "rcode", "size", "size_part", "stat")
+    __slots__ = ("body", "counts", "counts_edns", "counts_part", "counts_part_edns", "ends",
+                 "flags", "part", "qtype", "rcode", "size", "size_part", "stat")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
@@ -105,6 +135,13 @@ class Answer:
         self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
         self.size_part = 12 + len(part)
+        self.ends: tuple[int, ...] = ()
+        if self.size_part + _MAX_QUESTION + _MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+            end, ends = 0, []
+            for rr in answer:
+                end += len(rr)
+                ends.append(end)
+            self.ends = tuple(ends)
 
 
 @functools.lru_cache(maxsize=512)
@@ -123,8 +160,6 @@ def _rr(owner: bytes, rtype: int, ttl: int, rdata: bytes) -> bytes:
 
 
 _AT_QUESTION = b"\xc0\x0c"  # compression pointer to the question name
-_TC_COUNTS = struct.pack("!4H", 1, 0, 0, 0)
-_TC_COUNTS_EDNS = struct.pack("!4H", 1, 0, 0, 1)
 
 
 def _packed(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
@@ -222,6 +257,8 @@ class ZoneOptions:
     ttl: int = 5
     publish_not_ready: bool = False
     srv_priority: str = "equal"  # or "local-first"
+    # Addresses of the zone's name server, the apex (validated, normalised IPv4/IPv6).
+    ns_addresses: tuple[str, ...] = ("127.0.0.1",)
 
 
 @dataclass
@@ -388,9 +425,16 @@ def _put_srv(
 class Zone:
     """One served zone: its apex records and the negative answers that carry its SOA.
 
+    The zone's name server is the apex itself: ``Z. NS Z.``, with ``Z. A`` / ``Z.
+    AAAA`` giving ``ZoneOptions.ns_addresses`` and the SOA MNAME naming it too.
+    Every name the zone generates (a service, a cluster, a member, an SRV name, a
+    namespace) lies strictly below the apex, so no Kubernetes object can ever take
+    or shadow the name server's name, and the NS answer carries its own glue.
+
     ``scheme`` names the encoder that fills it (``_ENCODERS``); ``services_wire`` is the
     name namespaces hang below (``<ns>.Z``); ``fixed_names`` exist whatever the index
-    holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``)."""
+    holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``).
+    """
 
     scheme = "svc-global"
 
@@ -398,7 +442,7 @@ class Zone:
         self.origin = origin if origin.endswith(".") else origin + "."
         self.wire = to_wire(self.origin)
         self.options = options
-        self.ns_host = to_wire("ns.dns." + self.origin)
+        self.ns_host = self.wire
         self.services_wire = self.wire
         self.fixed_names: tuple[bytes, ...] = (self.wire,)
         self.set_serial(serial)
@@ -414,12 +458,20 @@ class Zone:
         self.soa_rr = _rr(self.wire, SOA, ttl, rdata)
         self.nodata = Answer(NOERROR, 0, (), (self.soa_rr,))
         self.nxdomain = Answer(NXDOMAIN, 0, (), (self.soa_rr,))
+        v4, v6 = _packed(self.options.ns_addresses)
+        glue_a = [_rr(self.ns_host, A, ttl, p) for p in v4]
+        glue_aaaa = [_rr(self.ns_host, AAAA, ttl, p) for p in v6]
         self.apex = {
             self.wire + struct.pack("!HH", SOA, CLASS_IN): Answer(NOERROR, SOA, (self.soa_rr,)),
             self.wire + struct.pack("!HH", NS, CLASS_IN): Answer(
-                NOERROR, NS, (_rr(self.wire, NS, ttl, self.ns_host),)
+                NOERROR, NS, (_rr(self.wire, NS, ttl, self.ns_host),), (), glue_a + glue_aaaa
             ),
         }
+        if glue_a:
+            self.apex[self.wire + struct.pack("!HH", A, CLASS_IN)] = Answer(NOERROR, A, glue_a)
+        if glue_aaaa:
+            self.apex[self.wire + struct.pack("!HH", AAAA, CLASS_IN)] = Answer(
+                NOERROR, AAAA, glue_aaaa)
 
 
 MCS_DNS_VERSION = b"1.0.0"  # the KEP-1645 DNS specification's schema version (§1, §2.2)
@@ -451,17 +503,13 @@ class McsZone(Zone):
 # --------------------------------------------------------------------------- answering
 
 
-def _error(data: bytes, rcode: int, question: bytes = b"", edns: bool = False) -> bytes:
-    """A reply that carries only a status: FORMERR, SERVFAIL, NOTIMP, REFUSED, BADVERS."""
+def _error(data: bytes, rcode: int, question: bytes = b"", opt: bytes = b"") -> bytes:
+    """A reply that carries only a status: FORMERR, SERVFAIL, NOTIMP, REFUSED, BADVERS.
+    ``opt`` is the reply's OPT record (BADVERS's upper bits are in it)."""
     flags = (data[2] << 8 | data[3]) & 0x7910 | 0x8000  # keep opcode, RD, CD
-    opt = b""
-    if rcode == BADVERS:
-        opt, rcode = _OPT_BADVERS, 0
-    elif edns:
-        opt = _OPT_RR
     return (
         data[:2]
-        + struct.pack("!5H", flags | rcode, 1 if question else 0, 0, 0, 1 if opt else 0)
+        + struct.pack("!5H", flags | rcode & 0xF, 1 if question else 0, 0, 0, 1 if opt else 0)
         + question
         + opt
     )
@@ -473,8 +521,8 @@ def _notimp(data: bytes, udp: bool) -> bytes:
     qend = _question_end(data) if data[4:6] == b"\x00\x01" else None
     if qend is None:
         return _error(data, NOTIMP)
-    edns, _limit, _badvers = _read_edns(data, qend, data[10] << 8 | data[11], udp)
-    return _error(data, NOTIMP, data[12:qend], bool(edns))
+    edns, _limit, _badvers, do = _read_edns(data, qend, data[10] << 8 | data[11], udp)
+    return _error(data, NOTIMP, data[12:qend], _OPT_RR[do] if edns else b"")
 
 
 _HINFO_RDATA = b"\x07RFC8482\x00"
@@ -510,12 +558,22 @@ class Responder:
         self.tcp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
         self.dropped = 0
         for z in self.zones:
-            self.answers.update(z.apex)
             self.names.update(dict.fromkeys(z.fixed_names, z))
 
     def refresh_apex(self) -> None:
+        """(Re)install the apex answers; not before the first sync, so that until then
+        the apex answers SERVFAIL like every other name of the zone."""
+        if not self.ready:
+            return
         for z in self.zones:
             self.answers.update(z.apex)
+
+    def set_ready(self) -> None:
+        """The first sync is done: install the apex answers, then answer from the tables
+        (in this order, so no query in between finds the apex without its records)."""
+        for z in self.zones:
+            self.answers.update(z.apex)
+        self.ready = True
 
     def respond(self, data: bytes, udp: bool = True) -> bytes | None:
         """The reply to one query, or None to drop it. ``udp`` applies size limits."""
@@ -532,43 +590,46 @@ class Responder:
         if answer is None:
             return self._respond_slow(data, udp)
         if data[11] == 0:
-            if udp:
-                limit, edns = PLAIN_UDP_LIMIT, False
-            else:
-                limit, edns = TCP_LIMIT, False
+            opt = b""
+            space = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
         elif data[11] == 1:
-            # One lookup for the OPT records clients keep sending; the full check once.
-            opt_limit = _EDNS_LIMITS.get(data[qend:])
-            if opt_limit is None:
-                opt_limit = _plain_opt_limit(data, qend)
-                if opt_limit is None:
+            # One lookup for the OPT records clients keep sending (the full check once):
+            # the UDP limit less our OPT record, and that record, DO bit copied.
+            edns = _EDNS_LIMITS.get(data[qend:])
+            if edns is None:
+                edns = _plain_opt(data, qend)
+                if edns is None:
                     return self._respond_slow(data, udp)
-            edns = True
-            limit = opt_limit if udp else TCP_LIMIT
+            space, opt = edns
+            if not udp:
+                space = TCP_LIMIT - _OPT_LEN
         else:
             return self._respond_slow(data, udp)
         if udp:
             self.udp_counts[answer.stat] += 1
         else:
             self.tcp_counts[answer.stat] += 1
-        return self._assemble(data, qend, answer, edns, limit)
+        return self._assemble(data, qend, answer, opt, space)
 
     @staticmethod
-    def _assemble(data: bytes, qend: int, answer: Answer, edns: bool, limit: int) -> bytes:
-        qlen = qend - 12
+    def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
+        """The reply: ``answer`` as a whole, else without its additional section, else
+        TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
+        ``space`` is the size limit less ``opt``."""
+        room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & _COPIED_FLAGS)
-        extra = 11 if edns else 0
         body: bytes | memoryview
-        if answer.size + qlen + extra <= limit:
-            counts, body = (answer.counts_edns if edns else answer.counts), answer.body
-        elif answer.size_part + qlen + extra <= limit:
-            counts = answer.counts_part_edns if edns else answer.counts_part
+        if answer.size <= room:
+            counts, body = (answer.counts_edns if opt else answer.counts), answer.body
+        elif answer.size_part <= room:
+            counts = answer.counts_part_edns if opt else answer.counts_part
             body = answer.part
         else:
             flags |= _TC
-            counts, body = (_TC_COUNTS_EDNS if edns else _TC_COUNTS), b""
-        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
-                         _OPT_RR if edns else b""))
+            fit = bisect_right(answer.ends, room - 12)
+            counts = _counts(fit, 0, 1 if opt else 0)
+            body = memoryview(answer.body)[: answer.ends[fit - 1]] if fit else b""
+        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
         reply, stat = self._slow(data, udp)
@@ -591,26 +652,29 @@ class Responder:
             return _error(data, FORMERR), (0, FORMERR)
         question = data[12:qend]
         qtype, qclass = struct.unpack("!HH", data[qend - 4 : qend])
-        edns, limit, badvers = _read_edns(data, qend, arcount, udp)
+        edns, limit, badvers, do = _read_edns(data, qend, arcount, udp)
         if edns is None:
             return _error(data, FORMERR, question), (qtype, FORMERR)
         if badvers:
-            return _error(data, BADVERS, question), (qtype, BADVERS)
+            return _error(data, BADVERS, question, _OPT_BADVERS[do]), (qtype, BADVERS)
         qname = data[12 : qend - 4].lower()
         zone = self._zone_of(qname) if qclass == CLASS_IN else None
         if zone is None:  # another class, or outside every zone: never an open resolver
-            return _error(data, REFUSED, question, edns), (qtype, REFUSED)
+            return (_error(data, REFUSED, question, _OPT_NOT_AUTH[do] if edns else b""),
+                    (qtype, REFUSED))
         if not self.ready:
-            return _error(data, SERVFAIL, question, edns), (qtype, SERVFAIL)
+            return (_error(data, SERVFAIL, question, _OPT_NOT_READY[do] if edns else b""),
+                    (qtype, SERVFAIL))
+        opt = _OPT_RR[do] if edns else b""
         if qtype in (AXFR, IXFR):
-            return _error(data, REFUSED, question, edns), (qtype, REFUSED)
+            return _error(data, REFUSED, question, opt), (qtype, REFUSED)
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:
             if qname in self.names or any(qname + t in self.answers for t in _OWNED_TYPES):
                 answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain
-        return self._assemble(data, qend, answer, edns, limit), (qtype, answer.rcode)
+        return self._assemble(data, qend, answer, opt, limit - len(opt)), (qtype, answer.rcode)
 
     def _any(self, qname: bytes, zone: Zone) -> Answer:
         """RFC 8482: ANY gets one RRset, never the whole node. The name's A RRset, else its
@@ -641,13 +705,15 @@ class Responder:
             i += n + 1
 
 
-_EDNS_LIMITS: dict[bytes, int] = {}  # OPT records (no options) seen on the fast path → UDP limit
+# OPT records (no options) seen on the fast path → (UDP limit less our OPT record, that
+# record with the query's DO bit).
+_EDNS_LIMITS: dict[bytes, tuple[int, bytes]] = {}
 
 
-def _plain_opt_limit(data: bytes, qend: int) -> int | None:
-    """The UDP size limit of the query's OPT record (ARCOUNT is 1) when it directly
-    follows the question, is version 0 and whole; None for anything else (the slow
-    path's to judge)."""
+def _plain_opt(data: bytes, qend: int) -> tuple[int, bytes] | None:
+    """The UDP size limit of the query's OPT record (ARCOUNT is 1), less our reply's OPT
+    record, and that record (DO copied), when the query's directly follows the question,
+    is version 0 and whole; None for anything else (the slow path's to judge)."""
     if not (
         data[qend : qend + 3] == b"\x00\x00\x29" and len(data) >= qend + 11
         and len(data) == qend + 11 + (data[qend + 9] << 8 | data[qend + 10])
@@ -655,9 +721,10 @@ def _plain_opt_limit(data: bytes, qend: int) -> int | None:
     ):
         return None
     limit = min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    edns = (limit - _OPT_LEN, _OPT_RR[data[qend + 7] >> 7])
     if len(data) == qend + 11 and len(_EDNS_LIMITS) < 256:  # no options: the tail is the key
-        _EDNS_LIMITS[data[qend:]] = limit
-    return limit
+        _EDNS_LIMITS[data[qend:]] = edns
+    return edns
 
 
 def _question_end(data: bytes) -> int | None:
@@ -678,8 +745,11 @@ def _question_end(data: bytes) -> int | None:
     return None
 
 
-def _read_edns(data: bytes, qend: int, arcount: int, udp: bool) -> tuple[bool | None, int, bool]:
-    """(edns present, size limit, BADVERS) from the records after the question; edns None = FORMERR.
+def _read_edns(
+    data: bytes, qend: int, arcount: int, udp: bool
+) -> tuple[bool | None, int, bool, int]:
+    """(edns present, size limit, BADVERS, DO bit as 0/1) from the records after the
+    question; edns None = FORMERR.
 
     A bounded walk over every record, no pointer followed (so no pointer loop can
     bite): an owner name is labels ending in the root label or in one compression
@@ -695,33 +765,33 @@ def _read_edns(data: bytes, qend: int, arcount: int, udp: bool) -> tuple[bool | 
         owner = i
         while True:
             if i >= end:
-                return None, limit, False
+                return None, limit, False, 0
             length = data[i]
             if length == 0:
                 i += 1
                 break
             if length >= 0xC0:
                 if i + 1 >= end or not 12 <= ((length & 0x3F) << 8 | data[i + 1]) < i:
-                    return None, limit, False
+                    return None, limit, False, 0
                 i += 2
                 break
             if length > 63:
-                return None, limit, False
+                return None, limit, False, 0
             i += length + 1
         if i + 10 > end:
-            return None, limit, False
+            return None, limit, False, 0
         rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
         i += 10 + rdlen
         if i > end:
-            return None, limit, False
+            return None, limit, False, 0
         if rtype == OPT:
             # RFC 6891 §6.1.1: one OPT, owned by the root, in the additional section.
             if opt is not None or n < before_ar or i - rdlen - 10 != owner + 1:
-                return None, limit, False
+                return None, limit, False, 0
             opt = (rclass, ttl)
     if opt is None:
-        return False, limit, False
+        return False, limit, False, 0
     payload, ttl = opt
     if udp:
         limit = min(max(payload, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
-    return True, limit, (ttl >> 16) & 0xFF > 0
+    return True, limit, (ttl >> 16) & 0xFF > 0, ttl >> 15 & 1

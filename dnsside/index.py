@@ -173,8 +173,16 @@ class Index:
             self.synced = True
             dirty = self._all_keys()
         changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
+        if changed or became_synced:
+            self.serial = (self.serial + 1) & 0xFFFFFFFF
+            for z in self.responder.zones:
+                z.set_serial(self.serial)
+            if became_synced:
+                self.responder.set_ready()  # the apex answers first, then ready
+            else:
+                self.responder.refresh_apex()
+            metrics.ZONE_SERIAL.set(self.serial)
         if became_synced:
-            self.responder.ready = True
             log.info(
                 "initial sync done: %d global services, %d members, clusters %s; links %s",
                 len(self.global_services), sum(self._members.values()),
@@ -182,12 +190,6 @@ class Index:
             )
         if self.synced and (became_synced or resynced):
             self._check_configuration()
-        if changed or became_synced:
-            self.serial = (self.serial + 1) & 0xFFFFFFFF
-            for z in self.responder.zones:
-                z.set_serial(self.serial)
-            self.responder.refresh_apex()
-            metrics.ZONE_SERIAL.set(self.serial)
         metrics.INDEX_UPDATE_SECONDS.observe(time.perf_counter() - started)
         return changed
 

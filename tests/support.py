@@ -56,9 +56,11 @@ class Dnsside:
         # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (tests/netns.py).
         cmd = [*wrap, sys.executable, "-m", "dnsside", "serve", "--listen", listen,
                "--http-listen", "127.0.0.1:0", *probe, *args]
+        # $POD_IP changes the default NS address: only a test that asks for it gets one.
+        inherited = {k: v for k, v in os.environ.items() if k != "POD_IP"}
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})}, cwd=ROOT,
+            env={**inherited, **(env or {})}, cwd=ROOT,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

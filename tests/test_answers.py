@@ -101,7 +101,9 @@ class TestDemoRows:
         assert soa.answer[0].rdtype == dns.rdatatype.SOA
         assert soa.answer[0][0].minimum == 5
         ns = demo.query("svc-global", "NS", tcp=tcp)
-        assert [rd.to_text() for rd in ns.answer[0]] == ["ns.dns.svc-global."]
+        assert [rd.to_text() for rd in ns.answer[0]] == ["svc-global."]
+        assert [(rr.name.to_text(), rd.to_text()) for rr in ns.additional for rd in rr] == [
+            ("svc-global.", "127.0.0.1")], "glue: the apex's address, the --listen address"
 
     def test_nodata_for_empty_non_terminals_and_missing_types(self, demo: Dnsside,
                                                               tcp: bool) -> None:

@@ -43,7 +43,7 @@ def serve(gs: GlobalService, options: ZoneOptions | None = None) -> Responder:
     r.answers.update(out.answers)
     for name in out.names:
         r.names[name] = zones[1] if name.endswith(zones[1].wire) else zones[0]
-    r.ready = True
+    r.set_ready()
     return r
 
 
@@ -149,7 +149,7 @@ def test_local_first_priority_under_mcs_names() -> None:
 
 def test_dns_version_is_fixed_and_any_sees_it() -> None:
     r = Responder([McsZone(M, ZoneOptions())])
-    r.ready = True
+    r.set_ready()
     txt = ask(r, "dns-version." + M, "TXT")
     assert rdata(txt, "TXT") == ['"1.0.0"']
     assert ask(r, "dns-version." + M, "ANY").answer  # RFC 8482 HINFO: the name owns data
