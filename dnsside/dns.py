@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -135,13 +136,15 @@ class Answer:
         self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
         self.size_part = 12 + len(part)
-        self.ends: tuple[int, ...] = ()
+        self.ends: Sequence[int] = ()
         if self.size_part + _MAX_QUESTION + _MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             end, ends = 0, []
             for rr in answer:
                 end += len(rr)
                 ends.append(end)
-            self.ends = tuple(ends)
+            # An array, not a tuple: 4 bytes an offset instead of an int object and a
+            # slot (36), on every RRset of 100k members (the SRV answers hold one per record).
+            self.ends = array("I", ends)
 
 
 @functools.lru_cache(maxsize=512)
