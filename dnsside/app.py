@@ -36,6 +36,7 @@ class Config:
     kubeconfig: str | None = None
     cluster_name: str = "local"
     zones: Sequence[str] = ("svc-global.",)
+    mcs_zones: Sequence[str] = ()  # KEP-1645 names (SPEC §3b), e.g. clusterset.local.
     listen: str = "127.0.0.1:5353"
     http_listen: str = "127.0.0.1:9153"
     ttl: int = 5
@@ -141,7 +142,7 @@ class App:
         self.config = config
         self.source = source
         options = config.index_options()
-        self.responder = make_responder(config.zones, options.zone)
+        self.responder = make_responder(config.zones, options.zone, config.mcs_zones)
         self.index = Index(self.responder, options)
         metrics.watch_responder(self.responder)
         for transport in ("udp", "tcp"):  # export the series before the first sample

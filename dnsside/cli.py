@@ -50,6 +50,8 @@ def _source_flags(p: argparse.ArgumentParser) -> None:
          "(default $KUBECONFIG, ~/.kube/config, else in-cluster)")
     _add(p, "--cluster-name", default="local", help="name of this cluster in answers")
     _add(p, "--zone", action="append", help="served zone, repeatable (default svc-global.)")
+    _add(p, "--mcs-zone", action="append", help="also serve the Multi-Cluster Services "
+         "(KEP-1645) names under this zone, e.g. clusterset.local.; repeatable")
     _add(p, "--ns-address", action="append", metavar="IP",
          help="address of the zone's name server, the apex (NS glue, A/AAAA), repeatable "
          "(default $POD_IP, else the --listen address if specific, else 127.0.0.1)")
@@ -135,6 +137,8 @@ def config_from(args: argparse.Namespace) -> Config:
         kubeconfig=args.kubeconfig,
         cluster_name=args.cluster_name.lower(),
         zones=tuple(z if z.endswith(".") else z + "." for z in (args.zone or ["svc-global."])),
+        mcs_zones=tuple(dict.fromkeys(z.lower() if z.endswith(".") else z.lower() + "."
+                                      for z in (args.mcs_zone or ()))),
         ttl=args.ttl,
         publish_not_ready=args.publish_not_ready,
         no_local=args.no_local,
@@ -168,6 +172,16 @@ def _check(config: Config) -> None:
         raise ValueError(f"--cluster-name {config.cluster_name!r} is not a DNS label")
     for zone in config.zones:
         to_wire(zone)
+    for zone in config.mcs_zones:
+        to_wire(zone)
+        if zone == ".":
+            raise ValueError("--mcs-zone . would claim every name; give a zone such as "
+                             "clusterset.local.")
+        for other in (*config.zones, *(z for z in config.mcs_zones if z != zone)):
+            if _within(zone, other) or _within(other, zone):
+                flag = "--zone" if other in config.zones else "--mcs-zone"
+                raise ValueError(f"--mcs-zone {zone} overlaps {flag} {other}: a name in both "
+                                 "would have two meanings; serve zones that do not nest")
     if config.ttl < 0:
         raise ValueError("--ttl must be >= 0")
     for flag, value in (("--gateway-probe-period", config.gateway_probe_period),
@@ -180,6 +194,12 @@ def _check(config: Config) -> None:
         raise ValueError("--lameduck must be >= 0")
     parse_hostport(config.listen, "--listen")
     parse_hostport(config.http_listen, "--http-listen")
+
+
+def _within(name: str, zone: str) -> bool:
+    """``name`` is ``zone`` or below it (both absolute, any case)."""
+    name, zone = name.lower(), zone.lower()
+    return zone == "." or name == zone or name.endswith("." + zone)
 
 
 async def _serve(config: Config) -> int:

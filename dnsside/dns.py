@@ -4,7 +4,10 @@ Two halves, both pure (no sockets, no clocks):
 
 * **Encoding** — :func:`encode_service` turns one :class:`~dnsside.linkerd.GlobalService`
   into pre-encoded :class:`Answer` objects keyed by question. The index runs it
-  when a service changes, never per query.
+  when a service changes, never per query. Each zone names things by one of two
+  schemes, each one encoder: :func:`_encode_in_zone` for ``--zone`` (SPEC §3) and
+  :func:`_encode_mcs` for ``--mcs-zone``, the Multi-Cluster Services names of
+  KEP-1645 (SPEC §3b). The query path does not know there are two.
 * **Answering** — :meth:`Responder.respond` turns query bytes into reply bytes.
   The common case is a header check, a label walk, one dict lookup and a
   concatenation; everything unusual falls to :meth:`Responder._respond_slow`,
@@ -25,14 +28,17 @@ from __future__ import annotations
 import functools
 import socket
 import struct
+from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from dnsside.linkerd import GlobalService, Member, Port
+from dnsside.linkerd import GlobalService, Member, Port, Via
 
-A, NS, SOA, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = 1, 2, 6, 28, 33, 41, 13, 251, 252, 255
+A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
+                                                         255)
 CLASS_IN = 1
 NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED = 0, 1, 2, 3, 4, 5
 BADVERS = 16
@@ -130,13 +136,15 @@ class Answer:
         self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
         self.size_part = 12 + len(part)
-        self.ends: tuple[int, ...] = ()
+        self.ends: Sequence[int] = ()
         if self.size_part + _MAX_QUESTION + _MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             end, ends = 0, []
             for rr in answer:
                 end += len(rr)
                 ends.append(end)
-            self.ends = tuple(ends)
+            # An array, not a tuple: 4 bytes an offset instead of an int object and a
+            # slot (36), on every RRset of 100k members (the SRV answers hold one per record).
+            self.ends = array("I", ends)
 
 
 @functools.lru_cache(maxsize=512)
@@ -170,22 +178,36 @@ def _packed(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[bytes, .
     return tuple(v4), tuple(v6)
 
 
+class _Target(Protocol):
+    """What an SRV record points at, and the A/AAAA record tails of its glue."""
+
+    target: bytes
+    local: bool  # priority 0 under --srv-priority local-first
+    a: tuple[bytes, ...]
+    aaaa: tuple[bytes, ...]
+
+
 class _MemberWire:
     """One member's pieces in wire form, computed once per rebuild of its service and
     reused by every RRset it appears in (its own name, its cluster, the service, each SRV)."""
 
-    __slots__ = ("a", "aaaa", "member", "name", "target")
+    __slots__ = ("a", "aaaa", "local", "member", "name", "target")
 
-    def __init__(self, member: Member, svc_name: bytes, ttl: int) -> None:
+    def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
+        self.local = member.local
         cluster = _label(member.cluster) + svc_name
         host = _label(member.hostname) if member.hostname is not None else b""
         self.target = host + cluster
         self.name = self.target if member.hostname is not None else None
-        v4, v6 = _packed(member.addresses)
-        head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
-        self.a = tuple(head_a + p for p in v4)  # an A record minus its owner name
-        self.aaaa = tuple(head_aaaa + p for p in v6)
+        # A and AAAA records minus their owner name: the same in every zone and scheme.
+        tails = out.tails.get(id(member))
+        if tails is None:
+            v4, v6 = _packed(member.addresses)
+            head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+            tails = out.tails[id(member)] = (tuple(head_a + p for p in v4),
+                                             tuple(head_aaaa + p for p in v6))
+        self.a, self.aaaa = tails
 
 
 @functools.lru_cache(maxsize=256)
@@ -193,15 +215,34 @@ def _rr_head(rtype: int, ttl: int, rdlength: int) -> bytes:
     return struct.pack("!HHIH", rtype, CLASS_IN, ttl, rdlength)
 
 
-def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_MemberWire]) -> None:
-    out.names.add(name)
+class _ServiceTarget:
+    """A KEP-1645 ClusterIP service as one SRV target, ``<svc>.<ns>.svc.M.``: its
+    clusterset IP(s) are the addresses of the members it stands for."""
+
+    __slots__ = ("a", "aaaa", "local", "target")
+
+    def __init__(self, svc_name: bytes, members: Iterable[Member], ttl: int) -> None:
+        self.target = svc_name
+        self.local = True  # one target for every cluster: no priority to tell apart
+        v4, v6 = _packed(a for m in members for a in m.addresses)
+        head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+        self.a = tuple(head_a + p for p in v4)
+        self.aaaa = tuple(head_aaaa + p for p in v6)
+
+
+def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target]) -> None:
     for rtype, tails in ((A, [t for w in group for t in w.a]),
                          (AAAA, [t for w in group for t in w.aaaa])):
         if tails:
-            rrs = [_AT_QUESTION + t for t in dict.fromkeys(tails)]
-            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = Answer(
-                NOERROR, rtype, _fit(rrs, MAX_BODY)
-            )
+            rrs = _fit([_AT_QUESTION + t for t in dict.fromkeys(tails)], MAX_BODY)
+            # The owner is a pointer to the question, so the same addresses make the same
+            # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
+            # One Answer object serves them all.
+            body = b"".join(rrs)
+            answer = out.shared.get(body)
+            if answer is None:
+                answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
+            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = answer
 
 
 def _fit(rrs: list[bytes], room: int) -> list[bytes]:
@@ -228,7 +269,13 @@ class ServiceAnswers:
     """Everything one global service contributes to the zone."""
 
     answers: dict[bytes, Answer] = field(default_factory=dict)
-    names: set[bytes] = field(default_factory=set)  # every name of the subtree, for NODATA
+    # Names that exist but own no record (empty non-terminals), for NODATA. A name that
+    # owns a record exists by its answer: 100k pod names need no second copy here.
+    names: set[bytes] = field(default_factory=set)
+    # While encoding only: address answers by body (identical ones become one object),
+    # and each member's address record tails by id(member), for the next zone.
+    shared: dict[bytes, Answer] = field(default_factory=dict)
+    tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -236,15 +283,16 @@ def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
 
 
 def encode_service(
-    gs: GlobalService, zones: Sequence[bytes], options: ZoneOptions
+    gs: GlobalService, zones: Sequence[Zone], options: ZoneOptions
 ) -> ServiceAnswers:
-    """Pre-encode every answer of ``gs`` in every zone. No published member → no names."""
+    """Pre-encode every answer of ``gs`` in every zone, by each zone's naming scheme.
+    No published member → no names."""
     out = ServiceAnswers()
     members = published(gs, options)
     if not members:
         return out
     for zone in zones:
-        _encode_in_zone(gs, members, zone, options, out)
+        _ENCODERS[zone.scheme](gs, members, zone.services_wire, options, out)
     return out
 
 
@@ -252,8 +300,10 @@ def _encode_in_zone(
     gs: GlobalService, members: list[Member], zone: bytes, options: ZoneOptions,
     out: ServiceAnswers,
 ) -> None:
+    """The ``--zone`` names (SPEC §3): ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
+    ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = _label(gs.name) + _label(gs.namespace) + zone
-    wires = [_MemberWire(m, svc_name, options.ttl) for m in members]
+    wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
     _address_answers(out, svc_name, wires)
     by_cluster: dict[str, list[_MemberWire]] = {}
     for w in wires:
@@ -263,13 +313,57 @@ def _encode_in_zone(
         for w in group:
             if w.name is not None:
                 _address_answers(out, w.name, [w])
+    _srv_answers(out, svc_name, [(w, p) for w in wires for p in w.member.ports], options)
 
-    # SRV: the service name answers for every port; `_<port>._<proto>` for named ones.
-    pairs = [(w, p) for w in wires for p in w.member.ports]
+
+def _encode_mcs(
+    gs: GlobalService, members: list[Member], services: bytes, options: ZoneOptions,
+    out: ServiceAnswers,
+) -> None:
+    """The Multi-Cluster Services names (KEP-1645 ``specification.md``, SPEC §3b) below
+    ``svc.M`` (``services``), from the same members as :func:`_encode_in_zone`.
+
+    Headless (§2.4): ``<svc>.<ns>.svc.M`` holds every published member's address, and
+    each pod member has ``<hostname>.<clusterid>.<svc>.<ns>.svc.M`` (cluster id = the
+    Linkerd link name), which SRV points at. A cluster-level member of a headless
+    service (a link with headless mirroring off) has no name of its own: it is in the
+    service's A/AAAA, not in SRV. ClusterIP (§2.3): the federated Service's ClusterIP is
+    the clusterset IP when there is one, else every member's ClusterIP stands in; SRV
+    points at ``<svc>.<ns>.svc.M``. Never a ``<clusterid>.<svc>.<ns>.svc.M`` name (§2.3.4,
+    §2.4.4: no per-cluster subsets), so that is NXDOMAIN.
+    """
+    svc_name = _label(gs.name) + _label(gs.namespace) + services
+    pairs: list[tuple[_Target, Port]]
+    if gs.headless:
+        wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
+        _address_answers(out, svc_name, wires)
+        pods = [(w, w.name) for w in wires if w.name is not None]
+        for w, pod_name in pods:
+            _address_answers(out, pod_name, [w])
+        pairs = [(w, p) for w, _ in pods for p in w.member.ports]
+    else:
+        chosen = [m for m in members if m.via is Via.FEDERATED] or members
+        service = _ServiceTarget(svc_name, chosen, options.ttl)
+        _address_answers(out, svc_name, [service])
+        pairs = [(service, p) for p in dict.fromkeys(p for m in chosen for p in m.ports)]
+    _srv_answers(out, svc_name, pairs, options)
+
+
+_ENCODERS = {"svc-global": _encode_in_zone, "mcs": _encode_mcs}  # Zone.scheme → its encoder
+
+
+def _srv_answers(
+    out: ServiceAnswers, svc_name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
+) -> None:
+    """SRV below a service name, the same in both schemes: the service name answers for
+    every port, ``_<port>._<proto>`` for each named one (unnamed ports have none)."""
     if not pairs:
         return
-    _put_srv(out, svc_name, pairs, options)
-    named: dict[tuple[str, str], list[tuple[_MemberWire, Port]]] = {}
+    # One record per target and port number: two port names (or protocols) on one number
+    # would otherwise repeat a record (RFC 2181 §5: an RRset holds no duplicates).
+    distinct = list({(id(w), p.port): (w, p) for w, p in pairs}.values())
+    _put_srv(out, svc_name, distinct, options)
+    named: dict[tuple[str, str], list[tuple[_Target, Port]]] = {}
     for w, p in pairs:
         if p.name and p.protocol in _PROTO_LABEL:
             named.setdefault((p.name, p.protocol), []).append((w, p))
@@ -280,7 +374,8 @@ def _encode_in_zone(
             srv_name = _label("_" + port_name) + proto_name
         except ValueError:
             continue
-        _put_srv(out, srv_name, group_pairs, options)
+        distinct = list({(id(w), p.port): (w, p) for w, p in group_pairs}.values())
+        _put_srv(out, srv_name, distinct, options)
 
 
 def _label(text: str) -> bytes:
@@ -291,14 +386,13 @@ def _label(text: str) -> bytes:
 
 
 def _put_srv(
-    out: ServiceAnswers, name: bytes, pairs: list[tuple[_MemberWire, Port]], options: ZoneOptions,
+    out: ServiceAnswers, name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
 ) -> None:
-    out.names.add(name)
     ttl = options.ttl
     local_first = options.srv_priority == "local-first"
 
-    def priority(w: _MemberWire) -> int:
-        return 10 if local_first and not w.member.local else 0
+    def priority(w: _Target) -> int:
+        return 10 if local_first and not w.local else 0
 
     per_priority: dict[int, int] = {}
     for w, _ in pairs:
@@ -306,7 +400,7 @@ def _put_srv(
     # Offsets below are absolute in the reply: header, then the question (name + 4).
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
-    target_at: dict[bytes, tuple[int, _MemberWire]] = {}
+    target_at: dict[bytes, tuple[int, _Target]] = {}
     size = 0
     for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
         prio = priority(w)
@@ -339,13 +433,21 @@ class Zone:
     Every name the zone generates (a service, a cluster, a member, an SRV name, a
     namespace) lies strictly below the apex, so no Kubernetes object can ever take
     or shadow the name server's name, and the NS answer carries its own glue.
+
+    ``scheme`` names the encoder that fills it (``_ENCODERS``); ``services_wire`` is the
+    name namespaces hang below (``<ns>.Z``); ``fixed_names`` exist whatever the index
+    holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``).
     """
+
+    scheme = "svc-global"
 
     def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
         self.origin = origin if origin.endswith(".") else origin + "."
         self.wire = to_wire(self.origin)
         self.options = options
         self.ns_host = self.wire
+        self.services_wire = self.wire
+        self.fixed_names: tuple[bytes, ...] = (self.wire,)
         self.set_serial(serial)
 
     def set_serial(self, serial: int) -> None:
@@ -373,6 +475,32 @@ class Zone:
         if glue_aaaa:
             self.apex[self.wire + struct.pack("!HH", AAAA, CLASS_IN)] = Answer(
                 NOERROR, AAAA, glue_aaaa)
+
+
+MCS_DNS_VERSION = b"1.0.0"  # the KEP-1645 DNS specification's schema version (§1, §2.2)
+
+
+class McsZone(Zone):
+    """A ``--mcs-zone``: the Multi-Cluster Services names (SPEC §3b) of the same global
+    services, all below ``svc.M``, plus ``dns-version.M`` TXT at the top. SOA, NS and
+    every negative answer work as in any zone."""
+
+    scheme = "mcs"
+
+    def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
+        super().__init__(origin, options, serial)
+        self.services_wire = b"\x03svc" + self.wire
+        self.fixed_names = (self.wire, self.services_wire, self._version_wire())
+
+    def _version_wire(self) -> bytes:
+        return b"\x0bdns-version" + self.wire
+
+    def set_serial(self, serial: int) -> None:
+        super().set_serial(serial)
+        txt = bytes([len(MCS_DNS_VERSION)]) + MCS_DNS_VERSION
+        self.apex[self._version_wire() + struct.pack("!HH", TXT, CLASS_IN)] = Answer(
+            NOERROR, TXT, (_AT_QUESTION + _rr_head(TXT, self.options.ttl, len(txt)) + txt,)
+        )
 
 
 # --------------------------------------------------------------------------- answering
@@ -403,8 +531,8 @@ def _notimp(data: bytes, udp: bool) -> bytes:
 _HINFO_RDATA = b"\x07RFC8482\x00"
 # ANY answers the first of these RRsets the name owns (RFC 8482 §4.1: one RRset), so a
 # client asking for "A AAAA" at once (Java's JNDI sends ANY) still gets addresses.
-_ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV))
-_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS))
+_ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, TXT))
+_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS, TXT))
 
 
 @functools.lru_cache(maxsize=16)
@@ -416,8 +544,9 @@ def _hinfo_answer(ttl: int) -> Answer:
 class Responder:
     """Query bytes → reply bytes, from the tables the index keeps up to date.
 
-    ``answers`` maps question keys to pre-encoded answers, ``names`` maps every
-    existing name (including empty non-terminals) to its zone, for NODATA.
+    ``answers`` maps question keys to pre-encoded answers, ``names`` maps the names that
+    exist without owning a record (empty non-terminals, the apex) to their zone; a name
+    exists when it is in ``names`` or owns an answer (NODATA, not NXDOMAIN).
     """
 
     def __init__(self, zones: Sequence[Zone]) -> None:
@@ -432,7 +561,7 @@ class Responder:
         self.tcp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
         self.dropped = 0
         for z in self.zones:
-            self.names[z.wire] = z
+            self.names.update(dict.fromkeys(z.fixed_names, z))
 
     def refresh_apex(self) -> None:
         """(Re)install the apex answers; not before the first sync, so that until then
@@ -544,7 +673,7 @@ class Responder:
             return _error(data, REFUSED, question, opt), (qtype, REFUSED)
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:
-            if qname in self.names:
+            if qname in self.names or any(qname + t in self.answers for t in _OWNED_TYPES):
                 answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain
@@ -552,11 +681,12 @@ class Responder:
 
     def _any(self, qname: bytes, zone: Zone) -> Answer:
         """RFC 8482: ANY gets one RRset, never the whole node. The name's A RRset, else its
-        AAAA, else its SRV: the pre-encoded answer of that type, whose body does not depend
-        on the question's type (owners point at the question, glue offsets depend only on
-        the name's length), so the usual UDP size rules apply to it unchanged. A name with
-        none of those (the apex) gets the synthesised HINFO; an empty non-terminal owns no
-        RRset at all: NODATA. The query is counted as ANY by the caller, whatever answers it.
+        AAAA, else its SRV (else the TXT of an MCS zone's dns-version): the pre-encoded
+        answer of that type, whose body does not depend on the question's type (owners
+        point at the question, glue offsets depend only on the name's length), so the
+        usual UDP size rules apply to it unchanged. A name with none of those (the apex)
+        gets the synthesised HINFO; an empty non-terminal owns no RRset at all: NODATA.
+        The query is counted as ANY by the caller, whatever answers it.
         """
         for rrtype in _ANY_TYPES:
             answer = self.answers.get(qname + rrtype)

@@ -28,7 +28,15 @@ from typing import Any
 
 from dnsside import metrics
 from dnsside.bulk import bulk
-from dnsside.dns import Responder, ServiceAnswers, Zone, ZoneOptions, encode_service, to_wire
+from dnsside.dns import (
+    McsZone,
+    Responder,
+    ServiceAnswers,
+    Zone,
+    ZoneOptions,
+    encode_service,
+    to_wire,
+)
 from dnsside.events import (
     Delete,
     Event,
@@ -476,7 +484,7 @@ class Index:
     def _publish(self, key: Key, gs: GlobalService | None) -> None:
         r = self.responder
         new = (
-            encode_service(gs, self.zone_wires, self.options.zone)
+            encode_service(gs, self.responder.zones, self.options.zone)
             if gs is not None
             else ServiceAnswers()
         )
@@ -494,19 +502,20 @@ class Index:
             for name in old_names:
                 if name not in new.names:
                     r.names.pop(name, None)
-        if new.names:
+        if new.answers:
             self._published[key] = (tuple(new.answers), tuple(new.names))
-        delta = (1 if new.names else 0) - (1 if old is not None else 0)
+        delta = (1 if new.answers else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)
 
     def _count_namespace(self, namespace: str, delta: int) -> None:
-        """`<ns>.Z` is an empty non-terminal while any service of the namespace is published."""
-        for zone in self.zone_wires:
-            name = to_wire(namespace)[:-1] + zone
+        """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the
+        namespace is published."""
+        for zone in self.responder.zones:
+            name = to_wire(namespace)[:-1] + zone.services_wire
             self._namespace_refs[name] += delta
             if self._namespace_refs[name] > 0:
-                self.responder.names[name] = self.responder.zone_by_wire[zone]
+                self.responder.names[name] = zone
             else:
                 del self._namespace_refs[name]
                 self.responder.names.pop(name, None)
@@ -516,5 +525,9 @@ class Index:
         return max((z for z in self.zone_wires if name.endswith(z)), key=len)
 
 
-def make_responder(zones: Sequence[str], options: ZoneOptions) -> Responder:
-    return Responder([Zone(z, options) for z in zones])
+def make_responder(
+    zones: Sequence[str], options: ZoneOptions, mcs_zones: Sequence[str] = ()
+) -> Responder:
+    """The ``--zone`` zones, then the ``--mcs-zone`` ones (KEP-1645 names)."""
+    return Responder([*(Zone(z, options) for z in zones),
+                      *(McsZone(z, options) for z in mcs_zones)])
