@@ -56,7 +56,7 @@ def query_for(key: bytes, qid: int = 0) -> bytes:
 
 
 def rrsets(responder: Responder) -> Iterator[tuple[str, int, list[str]]]:
-    """(owner, type, zone lines) for every RRset the responder answers, apex excluded."""
+    """(owner, type, zone lines) for every RRset the responder answers but the apex SOA and NS."""
     for key in sorted(responder.answers):
         name, qtype = key[:-4], struct.unpack("!H", key[-4:-2])[0]
         if name in responder.zone_by_wire and qtype in (SOA, NS):
@@ -74,8 +74,8 @@ def zone_text(index: Index) -> str:
     head = [
         f"$ORIGIN {ORIGIN}",
         f"$TTL {ttl}",
-        f"@ {ttl} IN SOA ns.dns.{ORIGIN} hostmaster.{ORIGIN} {zone.serial} 7200 1800 86400 {ttl}",
-        f"@ {ttl} IN NS ns.dns.{ORIGIN}",
+        f"@ {ttl} IN SOA {ORIGIN} hostmaster.{ORIGIN} {zone.serial} 7200 1800 86400 {ttl}",
+        f"@ {ttl} IN NS {ORIGIN}",  # the apex is its own name server; its A is in the body
     ]
     body = [line for _, _, lines in rrsets(index.responder) for line in lines]
     return "\n".join(head + body) + "\n"

@@ -50,7 +50,7 @@ APPS: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = (
     ("kafka", (("broker", 9092),)),
     ("web", (("http", 80),)),
 )
-VERSION = 3  # bump when the output changes, so cached files are regenerated
+VERSION = 4  # bump when the output changes, so cached files are regenerated
 
 
 class Ips:
@@ -249,15 +249,24 @@ def clusterip_service(t: Topology, ns: str, svc: str, app: str,
     t.name("svc", f"{svc}.{ns}.{ZONE}")
     for port_name, _ in ports:
         t.name("srv", f"_{port_name}._tcp.{svc}.{ns}.{ZONE}")
-    # the noise around it: a federated Service (no cluster-name, not a member)
+    # and Linkerd 2.17's federated Service: one more cluster-level member, "federated"
     _service(t, ns, f"{svc}-federated", {"mirror.linkerd.io/mirrored-service": "true", "app": app},
              {"multicluster.linkerd.io/remote-discovery": ",".join(f"{svc}@{x}" for x in links),
               "multicluster.linkerd.io/local-discovery": svc}, t.service_ips.next(), ports)
+    t.members += 1
+    t.name("cluster", f"federated.{svc}.{ns}.{ZONE}")
 
 
 def generate(members: int, seed: int = 1) -> Topology:
     t = Topology(random.Random(seed))
     for link in LINKS:
+        t.items.append({
+            "apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
+            "metadata": {"name": link, "namespace": "linkerd-multicluster", "uid": t.uid(),
+                         "resourceVersion": str(t.rv), "creationTimestamp": STAMP},
+            "spec": {"targetClusterName": link, "gatewayAddress": GATEWAY[link],
+                     "gatewayPort": "4143", "probeSpec": {"path": "/ready", "port": "4191",
+                                                          "period": "3s"}}})
         _service(t, "linkerd-multicluster", f"probe-gateway-{link}",
                  {"mirror.linkerd.io/cluster-name": link, "mirror.linkerd.io/mirrored-gateway":
                   "true"}, None, None, (("mc-probe", 4191),))
@@ -269,7 +278,7 @@ def generate(members: int, seed: int = 1) -> Topology:
         app, ports = APPS[n % len(APPS)]
         svc = f"{app}-{n:05d}"
         left = members - t.members
-        if n % 25 == 7 and left >= 5:
+        if n % 25 == 7 and left >= 6:
             clusterip_service(t, ns, svc, app, ports, t.rng.sample(LINKS, 4))
         else:
             links = t.rng.sample(LINKS, t.rng.randint(2, 4))

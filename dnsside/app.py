@@ -3,13 +3,16 @@
 Read top to bottom, :meth:`App.run` is the whole life of the process: bind the
 sockets (so queries get SERVFAIL, not silence, before the first sync), apply
 source events until told to stop, then stop in the order SIGTERM demands —
-report not ready, stop accepting, let TCP connections flush, exit.
+report not ready, keep answering for the lame-duck period (``--lameduck``, as
+CoreDNS's ``health { lameduck }``: kube-proxy and CoreDNS need a few seconds to
+stop sending here), then stop accepting, let TCP connections flush, exit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 import socket
@@ -33,6 +36,7 @@ class Config:
     kubeconfig: str | None = None
     cluster_name: str = "local"
     zones: Sequence[str] = ("svc-global.",)
+    mcs_zones: Sequence[str] = ()  # KEP-1645 names (SPEC §3b), e.g. clusterset.local.
     listen: str = "127.0.0.1:5353"
     http_listen: str = "127.0.0.1:9153"
     ttl: int = 5
@@ -45,16 +49,33 @@ class Config:
     query_log: bool = False
     reload_interval: float = 1.0
     kube_backoff_cap: float = 30.0
-    udp_io: str = "batch"
+    ns_addresses: tuple[str, ...] = ("127.0.0.1",)
+    no_federated: bool = False
+    gateway_probe: str = "auto"  # on, off, or auto: on for the API source, off for a file
+    gateway_probe_period: float = 1.0
+    gateway_probe_timeout: float = 1.0
+    gateway_probe_failures: int = 2
+    lameduck: float = 5.0  # seconds of answering after SIGTERM, while /readyz says 503
+    udp_io: str = "batch"  # batch (recvmmsg/sendmmsg) or plain (recvfrom/sendto)
+
+    @property
+    def probing(self) -> bool:
+        """A file dump is usually served far from its cluster (a laptop, CI), where its
+        ClusterIPs are somebody else's addresses: probe them only when asked to."""
+        if self.gateway_probe == "auto":
+            return self.source == "kube"
+        return self.gateway_probe == "on"
 
     def index_options(self) -> IndexOptions:
         return IndexOptions(
             cluster_name=self.cluster_name,
             include_local=not self.no_local,
+            include_federated=not self.no_federated,
             zone=ZoneOptions(
                 ttl=self.ttl,
                 publish_not_ready=self.publish_not_ready,
                 srv_priority=self.srv_priority,
+                ns_addresses=self.ns_addresses,
             ),
         )
 
@@ -68,6 +89,37 @@ def parse_hostport(value: str, what: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def ns_addresses(explicit: Sequence[str] | None, pod_ip: str | None,
+                 listen: str | None) -> tuple[str, ...]:
+    """The addresses of the zone's name server (the apex's A/AAAA records, the NS glue).
+
+    ``--ns-address`` when given; else ``$POD_IP`` (the downward API's status.podIP);
+    else the DNS listen address when it is a specific one; else 127.0.0.1. Each is
+    checked and normalised; a ValueError names where a bad one came from.
+    """
+    if explicit:
+        where, values = "--ns-address (or DNSSIDE_NS_ADDRESS)", list(explicit)
+    elif pod_ip and pod_ip.strip():
+        where, values = "$POD_IP", pod_ip.split(",")
+    else:
+        host = parse_hostport(listen, "--listen")[0] if listen is not None else ""
+        try:
+            specific = not ipaddress.ip_address(host).is_unspecified
+        except ValueError:  # a host name, or "" for every address: nothing to publish
+            specific = False
+        where, values = "--listen", [host] if specific else ["127.0.0.1"]
+    out: dict[str, None] = {}
+    for value in values:
+        try:
+            address = ipaddress.ip_address(value.strip())
+        except ValueError:
+            raise ValueError(f"{where}: {value.strip()!r} is not an IPv4 or IPv6 address") from None
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+            raise ValueError(f"{where}: {value.strip()!r}: a scoped address cannot be published")
+        out[str(address)] = None
+    return tuple(out)
+
+
 def make_source(config: Config) -> Source:
     namespaces = frozenset(config.namespaces)
     if config.source == "kube":
@@ -76,6 +128,7 @@ def make_source(config: Config) -> Source:
         kube: Source = KubeSource(
             kubeconfig=config.kubeconfig, namespaces=sorted(namespaces),
             backoff_base=min(0.5, config.kube_backoff_cap), backoff_cap=config.kube_backoff_cap,
+            links_retry=config.kube_backoff_cap,
         )
         return kube
     from dnsside.sources.file import FileSource
@@ -90,7 +143,7 @@ class App:
         self.config = config
         self.source = source
         options = config.index_options()
-        self.responder = make_responder(config.zones, options.zone)
+        self.responder = make_responder(config.zones, options.zone, config.mcs_zones)
         self.index = Index(self.responder, options)
         metrics.watch_responder(self.responder)
         for transport in ("udp", "tcp"):  # export the series before the first sample
@@ -102,6 +155,8 @@ class App:
         self._closers: list[asyncio.AbstractServer] = []
         self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._lameduck = False
 
     def is_ready(self) -> bool:
         return self.index.synced and not self.stopping
@@ -109,14 +164,49 @@ class App:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = parse_hostport(self.config.listen, "--listen")
-        tcp = await loop.create_server(self.tcp.protocol, host, port, reuse_address=True,
-                                       backlog=1024)
-        port = tcp.sockets[0].getsockname()[1]  # with port 0, UDP takes the port TCP got
+        for bind_host in _families(host):
+            try:
+                tcp = await loop.create_server(self.tcp.protocol, bind_host, port,
+                                               reuse_address=True, backlog=1024)
+            except OSError as exc:
+                if bind_host != "::" or not self._closers:
+                    raise
+                log.warning("dns: no IPv6 on this host (%s): IPv4 only", exc)
+                continue
+            port = tcp.sockets[0].getsockname()[1]  # with port 0, the rest take TCP's port
+            self._closers.append(tcp)
+            self._udp.append(await self._udp_server(bind_host, port))
+            log.info("dns listening on udp+tcp %s", _fmt(bind_host, port))
+        log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
+                 ", ".join(self.config.ns_addresses))
+        from dnsside.explain import Explainer
+
+        http = HttpServer(self.is_ready, Explainer(self.index).explain)
+        hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
+        started = False
+        for bind_host in _families(hhost):
+            try:
+                hsrv = await asyncio.start_server(http.handle, bind_host, hport,
+                                                  reuse_address=True)
+            except OSError as exc:
+                if bind_host != "::" or not started:
+                    raise
+                log.warning("http: no IPv6 on this host (%s): IPv4 only", exc)
+                continue
+            started = True
+            hport = hsrv.sockets[0].getsockname()[1]
+            self._closers.append(hsrv)
+            log.info("http listening on %s", _fmt(bind_host, hport))
+
+    async def _udp_server(self, host: str, port: int) -> UdpServer:
+        loop = asyncio.get_running_loop()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         af, kind, proto, _, addr = (await loop.getaddrinfo(host, port, family=family,
                                                            type=socket.SOCK_DGRAM))[0]
         sock = socket.socket(af, kind, proto)
         try:
+            if af == socket.AF_INET6:  # the IPv4 side has a socket of its own
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(addr)
         except OSError:
             sock.close()
@@ -125,32 +215,56 @@ class App:
         udp.start()
         log.info("udp io: %s", "batch (recvmmsg/sendmmsg)" if udp.io == "batch"
                  else "plain (recvfrom/sendto)")
-        self._closers.append(tcp)
-        self._udp.append(udp)
-        log.info("dns listening on udp+tcp %s", _fmt(host, port))
-        from dnsside.explain import Explainer
-
-        http = HttpServer(self.is_ready, Explainer(self.index).explain)
-        hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
-        hsrv = await asyncio.start_server(http.handle, hhost, hport, reuse_address=True)
-        self._closers.append(hsrv)
-        log.info("http listening on %s", _fmt(hhost, hsrv.sockets[0].getsockname()[1]))
+        return udp
 
     async def consume(self) -> None:
-        name = self.source.name
-        async for batch in self.source.events():
-            self.index.apply(batch)
-            metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
-            metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
+        """Apply the source's events and, once synced, the gateway prober's. Both run on
+        this event loop, so the index never sees two batches at once."""
+        tasks = [asyncio.create_task(self._consume(self.source), name=self.source.name)]
+        if self.config.probing:
+            from dnsside.prober import GatewayProber
 
-    def request_stop(self) -> None:
+            prober = GatewayProber(
+                self.index.probe_targets, period=self.config.gateway_probe_period,
+                timeout=self.config.gateway_probe_timeout,
+                failures=self.config.gateway_probe_failures,
+            )
+            tasks.append(asyncio.create_task(self._consume(prober), name=prober.name))
+        else:
+            log.info("gateway probe off: Linkerd's readiness of the mirrors is used as is")
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # a source that failed stops the process
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _consume(self, source: Source) -> None:
+        name = source.name
+        async for batch in source.events():
+            self.index.apply(batch)
+            if source is self.source:
+                metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
+                metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
+
+    def request_stop(self, lameduck: bool = False) -> None:
+        """Stop: at once, or (SIGTERM) after the lame-duck period; a second request during
+        the lame-duck period cuts it short."""
+        if self._stop.is_set():
+            self._hurry.set()
+        self._lameduck = lameduck
         self._stop.set()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGTERM is what the kubelet sends: lame duck first. SIGINT (a terminal) stops at once.
+        for sig, lameduck in ((signal.SIGTERM, True), (signal.SIGINT, False)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, self.request_stop, lameduck)
         await self.start()
         consumer = asyncio.create_task(self.consume(), name="source")
         stopper = asyncio.create_task(self._stop.wait(), name="stop")
@@ -165,8 +279,16 @@ class App:
         return code
 
     async def shutdown(self, consumer: asyncio.Task[None]) -> None:
+        self.stopping = True  # /readyz answers 503 from now on
+        if self._lameduck and self.config.lameduck > 0 and not self._hurry.is_set():
+            # Endpoints and kube-proxy (standalone) or CoreDNS's own lame duck (sidecar)
+            # take a few seconds to stop sending here: keep answering, over UDP and TCP,
+            # with the index still following the source, until then.
+            log.info("lame duck: not ready, still answering for %gs", self.config.lameduck)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), self.config.lameduck)
+                log.info("lame duck cut short by a second signal")
         log.info("stopping: not ready, closing listeners")
-        self.stopping = True
         metrics.SOURCE_SYNCED.labels(source=self.source.name).set(0)
         consumer.cancel()
         for udp in self._udp:
@@ -177,6 +299,13 @@ class App:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await consumer
         log.info("stopped")
+
+
+def _families(host: str) -> tuple[str, ...]:
+    """The addresses to bind for ``host``: ``::`` means both families, as a Linux socket
+    bound to ``::`` would (IPv6-only and dual-stack clusters); IPv4 comes first, and IPv6
+    may turn out to be missing from the host (then IPv4 only, with a warning)."""
+    return ("0.0.0.0", "::") if host == "::" else (host,)
 
 
 def _fmt(host: str, port: int) -> str:

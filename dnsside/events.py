@@ -6,6 +6,13 @@ a source says "this is the whole truth for these kinds" — the initial list, a
 relist after 410 Expired, a file reload — so the index can diff it against what
 it holds and swap the result in at once: objects deleted while a watch was away
 disappear, and no query ever sees an empty index in between.
+
+Links get two more events. A ``Replace`` whose kinds include ``LINK`` means the
+source can read Links and this is all of them: from then on mirrors of a cluster
+no Link targets are orphans. ``LinksUnavailable`` means it cannot (no CRD, 403,
+a dump taken without Links): then nothing is filtered, because an unreadable
+Link list must never empty the answers. ``GatewayState`` comes from the gateway
+prober, which is one more source.
 """
 
 from __future__ import annotations
@@ -13,23 +20,26 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from dnsside.linkerd import Record, ServiceRecord, SliceRecord
+from dnsside.linkerd import LinkRecord, Record, ServiceRecord
 
 
 class Kind(enum.Enum):
     SERVICE = "Service"
     SLICE = "EndpointSlice"
+    LINK = "Link"
 
     @staticmethod
     def of(record: Record) -> Kind:
-        return Kind.SERVICE if isinstance(record, ServiceRecord) else Kind.SLICE
+        if isinstance(record, ServiceRecord):
+            return Kind.SERVICE
+        return Kind.LINK if isinstance(record, LinkRecord) else Kind.SLICE
 
 
 @dataclass(frozen=True, slots=True)
 class Upsert:
     """An object was added or changed."""
 
-    record: ServiceRecord | SliceRecord
+    record: Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +56,31 @@ class Replace:
     """The complete current set of objects of ``kinds`` (the others are unchanged)."""
 
     kinds: frozenset[Kind]
-    records: tuple[ServiceRecord | SliceRecord, ...]
+    records: tuple[Record, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LinksUnavailable:
+    """Links cannot be read; the reason says why (for the log, the metric and explain)."""
+
+    reason: str
+
+
+class Gateway(enum.Enum):
+    """What dnsside's own probe knows of a link's gateway."""
+
+    ALIVE = "alive"  # the last probe succeeded
+    FAILING = "failing"  # failed --gateway-probe-failures times in a row after a success
+    UNREACHED = "never answered"  # no success since start: not acted on, like Linkerd
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayState:
+    """The probe of ``cluster``'s gateway changed state (``None``: no longer probed)."""
+
+    cluster: str
+    state: Gateway | None
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,4 +95,4 @@ class SourceError:
     message: str
 
 
-Event = Upsert | Delete | Replace | Synced | SourceError
+Event = Upsert | Delete | Replace | LinksUnavailable | GatewayState | Synced | SourceError

@@ -13,8 +13,9 @@ from typing import Any
 from dnslib import RCODE, DNSRecord
 
 from dnsside.dns import published, to_wire
+from dnsside.events import Gateway
 from dnsside.index import Index
-from dnsside.linkerd import Member
+from dnsside.linkerd import GlobalService, Member, Via
 
 
 class Explainer:
@@ -64,6 +65,17 @@ class Explainer:
         labels = [label for label in relative.split(".") if label]
         if not labels:
             return {"explanation": f"the zone apex {zone.origin}"}
+        mcs = zone.scheme == "mcs"
+        if mcs:  # KEP-1645 names (SPEC §3b): everything but dns-version lives below svc.M
+            if labels == ["dns-version"]:
+                return {"explanation": "the schema version of the Multi-Cluster Services DNS "
+                                       "specification (TXT)"}
+            if labels[-1] != "svc":
+                return {"explanation": "not a Multi-Cluster Services name (they end in "
+                                       f"svc.{zone.origin}): NXDOMAIN"}
+            labels = labels[:-1]
+            if not labels:
+                return {"explanation": f"svc.{zone.origin}: an empty non-terminal"}
         srv_filter = None
         if labels[0].startswith("_") and len(labels) == 4:  # _<port>._<proto>.<svc>.<ns>
             srv_filter, labels = ".".join(labels[:2]), labels[2:]
@@ -78,32 +90,78 @@ class Explainer:
         shown = set(map(id, published(gs, self.index.options.zone)))
         cluster = labels[-3] if len(labels) >= 3 else None
         host = labels[-4] if len(labels) >= 4 else None
+        federated = not gs.headless and any(
+            m.via is Via.FEDERATED and id(m) in shown for m in gs.members)
         members = []
-        for m in gs.members:
+        for m in (*gs.members, *gs.excluded):
             if cluster is not None and m.cluster != cluster:
                 continue
             if host is not None and m.hostname != host:
                 continue
-            if id(m) in shown:
+            if id(m) in shown and mcs and len(labels) == 3:
+                why = "left out: KEP-1645 has no per-cluster names"
+            elif id(m) in shown and mcs and federated and m.via is not Via.FEDERATED:
+                why = "left out: the federated ClusterIP stands for every cluster"
+            elif id(m) in shown:
                 why = "in the answer"
             elif not m.addresses:
                 why = "left out: no address"
+            elif m in gs.excluded:
+                why = f"left out: {m.why_not_ready}"
             else:
                 why = f"left out: not ready ({m.why_not_ready})"
-            members.append({
+            entry = {
                 "cluster": m.cluster,
                 "hostname": m.hostname,
                 "addresses": list(m.addresses),
                 "ports": [f"{p.name or '-'}/{p.protocol}:{p.port}" for p in m.ports],
                 "ready": m.ready,
                 "local": m.local,
+                "via": m.via.value,
                 "from": self._origin(ns, m),
                 "status": why,
-            })
-        out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members}
+            }
+            if m.via.through_gateway:
+                entry["gateway_probe"] = self._gateway(m.cluster)
+            members.append(entry)
+        out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members,
+                               "links": self.index.describe_links()}
+        if self.index.warnings:
+            out["warnings"] = list(self.index.warnings.values())
         if srv_filter:
             out["srv_filter"] = srv_filter
+        if mcs:
+            out["naming"] = _mcs_naming(gs, len(labels))
         return out
+
+    def _gateway(self, cluster: str) -> str:
+        known = self.index.gateways.get(cluster)
+        if known is not None:
+            state, detail = known
+            if state is Gateway.UNREACHED:
+                return (f"never answered since start ({detail}): not acted on, Linkerd's "
+                        "readiness stands")
+            return f"{state.value}" + (f" ({detail})" if state is Gateway.FAILING else "")
+        if cluster in self.index.probe_targets():
+            return "not probed yet, or off (dnsside explain itself never probes: ask the " \
+                   "running server's /debug/explain)"
+        return "not probed: no gateway probe Service for this cluster"
+
+
+def _mcs_naming(gs: GlobalService, depth: int) -> str:
+    """How dns._encode_mcs reads this service, in one sentence."""
+    if depth == 3:
+        return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): NXDOMAIN "
+                "whatever the members")
+    if gs.headless:
+        return ("KEP-1645 headless service: every published member's address; pod members "
+                "have <hostname>.<clusterid> names and SRV targets, cluster-level members "
+                "(headless mirroring off) only the service's A/AAAA")
+    if any(m.via is Via.FEDERATED for m in gs.members):
+        return ("KEP-1645 ClusterIP service: the federated Service's ClusterIP is the "
+                "clusterset IP, the only address answered; SRV targets <svc>.<ns>.svc")
+    return ("KEP-1645 ClusterIP service with no federated Service: every member's ClusterIP "
+            "stands in for a clusterset IP; SRV targets <svc>.<ns>.svc")
 
 
 __all__ = ["Explainer"]

@@ -11,6 +11,10 @@ The one subtle part is the bookkeeping of *which* global service an object
 belongs to: a slice belongs to whatever its Service belongs to, and a Service
 can change its mind (an annotation edit, a mirror that becomes a plain
 Service), so every update recomputes the key of the old *and* the new version.
+Two inputs belong to whole clusters rather than to objects: the set of linked
+clusters (from Links: mirrors of any other cluster are orphans) and the
+gateways failing dnsside's probe. When either changes, every global service
+with a mirror of an affected cluster is rebuilt.
 """
 
 from __future__ import annotations
@@ -20,12 +24,44 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dnsside import metrics
 from dnsside.bulk import bulk
-from dnsside.dns import Responder, ServiceAnswers, Zone, ZoneOptions, encode_service, to_wire
-from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
-from dnsside.linkerd import GlobalService, Role, ServiceRecord, SliceRecord, assemble
+from dnsside.dns import (
+    McsZone,
+    Responder,
+    ServiceAnswers,
+    Zone,
+    ZoneOptions,
+    encode_service,
+    to_wire,
+)
+from dnsside.events import (
+    Delete,
+    Event,
+    Gateway,
+    GatewayState,
+    Kind,
+    LinksUnavailable,
+    Replace,
+    SourceError,
+    Synced,
+    Upsert,
+)
+from dnsside.linkerd import (
+    DEFAULT_PROBE_PATH,
+    GlobalService,
+    LinkRecord,
+    Record,
+    Role,
+    ServiceRecord,
+    SliceRecord,
+    assemble,
+    is_clash,
+    is_orphan,
+    probe_url,
+)
 
 log = logging.getLogger("dnsside.index")
 
@@ -36,7 +72,25 @@ Key = tuple[str, str]  # (namespace, name)
 class IndexOptions:
     cluster_name: str = "local"
     include_local: bool = True
+    include_federated: bool = True
     zone: ZoneOptions = field(default_factory=ZoneOptions)
+
+
+_MIRROR_ROLES = (Role.HEADLESS_ROOT, Role.POD_MIRROR, Role.CLUSTER_MIRROR)
+
+# Configuration mistakes worth a warning after every sync: (metric label, message).
+WARNINGS = {
+    "default-cluster-name": (
+        "--cluster-name is still the default 'local' while mirrors of linked clusters exist: "
+        "set it to the name the other clusters linked this one as "
+        "(linkerd multicluster link --cluster-name)"),
+    "cluster-name-clash": (
+        "--cluster-name {cluster} is also the cluster name of mirrors here: local members win "
+        "every name clash and that cluster's clashing members are left out"),
+    "no-mirror-slices": (
+        "{n} mirrors routed through gateways exist but none has an EndpointSlice: is the "
+        "EndpointSliceMirroring controller off? (they all count as not ready)"),
+}
 
 
 def _key_of(svc: ServiceRecord | None) -> Key | None:
@@ -52,6 +106,7 @@ class Index:
         self.zone_wires = [z.wire for z in responder.zones]
         self.services: dict[Key, ServiceRecord] = {}
         self.slices: dict[Key, SliceRecord] = {}
+        self.links: dict[Key, LinkRecord] = {}
         # Usually one slice per service: a tuple costs a third of a one-element set.
         self.slices_by_service: dict[Key, tuple[str, ...]] = {}
         self.mirrors_by_key: dict[Key, set[str]] = {}
@@ -62,6 +117,18 @@ class Index:
         self._namespace_refs: Counter[bytes] = Counter()
         self._members: Counter[tuple[str, bool]] = Counter()
         self._clusters: set[str] = set()  # clusters with members, for "link seen/gone" logs
+        self._orphans: Counter[str] = Counter()  # orphaned mirrors (excluded members) by cluster
+        self._clashes: Counter[str] = Counter()  # members lost to a name clash, by cluster
+        self._orphaned_clusters: set[str] = set()  # logged already
+        self._clashed_clusters: set[str] = set()
+        self._probe_keys: set[Key] = set()  # gateway probe Services
+        # Links: None until the source says, then whether they can be read.
+        self.links_readable: bool | None = None
+        self.links_reason = ""
+        self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
+        self._linked: frozenset[str] | None = None  # what the global services were built with
+        self._failing: frozenset[str] = frozenset()
+        self.warnings: dict[str, str] = {}  # active configuration warnings
         self.synced = False
         self.serial = int(time.time())
         self.last_error = ""
@@ -82,7 +149,7 @@ class Index:
     def _apply(self, events: list[Event]) -> set[Key]:
         started = time.perf_counter()
         dirty: set[Key] = set()
-        became_synced = False
+        became_synced = resynced = False
         for event in events:
             if isinstance(event, Upsert):
                 self._upsert(event.record, dirty)
@@ -90,37 +157,146 @@ class Index:
                 self._delete(event.kind, (event.namespace, event.name), dirty)
             elif isinstance(event, Replace):
                 self._replace(event, dirty)
+                resynced = True
+                if Kind.LINK in event.kinds:
+                    self._links_readable(True, "")
+            elif isinstance(event, LinksUnavailable):
+                self._links_readable(False, event.reason)
+            elif isinstance(event, GatewayState):
+                self._gateway(event)
             elif isinstance(event, Synced):
                 became_synced = not self.synced
             elif isinstance(event, SourceError):
                 self.last_error = event.message
+        dirty |= self._cluster_inputs_changed()
         if became_synced:
             self.synced = True
             dirty = self._all_keys()
         changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
-        if became_synced:
-            self.responder.ready = True
-            log.info(
-                "initial sync done: %d global services, %d members, clusters %s",
-                len(self.global_services), sum(self._members.values()),
-                ", ".join(sorted(self._clusters)) or "none",
-            )
         if changed or became_synced:
             self.serial = (self.serial + 1) & 0xFFFFFFFF
             for z in self.responder.zones:
                 z.set_serial(self.serial)
-            self.responder.refresh_apex()
+            if became_synced:
+                self.responder.set_ready()  # the apex answers first, then ready
+            else:
+                self.responder.refresh_apex()
             metrics.ZONE_SERIAL.set(self.serial)
+        if became_synced:
+            log.info(
+                "initial sync done: %d global services, %d members, clusters %s; links %s",
+                len(self.global_services), sum(self._members.values()),
+                ", ".join(sorted(self._clusters)) or "none", self.describe_links(),
+            )
+        if self.synced and (became_synced or resynced):
+            self._check_configuration()
         metrics.INDEX_UPDATE_SECONDS.observe(time.perf_counter() - started)
         return changed
+
+    # ----------------------------------------------------------------- cluster-wide inputs
+
+    def linked_clusters(self) -> frozenset[str] | None:
+        """Target clusters of the Links, or None when Links cannot be read (no filtering)."""
+        if not self.links_readable:
+            return None
+        return frozenset(link.target_cluster for link in self.links.values())
+
+    def describe_links(self) -> str:
+        if self.links_readable:
+            return f"{len(self.links)} read ({', '.join(sorted(self.linked_clusters() or ()))})"
+        if self.links_readable is False:
+            return f"cannot be read ({self.links_reason}): orphaned mirrors are not filtered"
+        return "not known yet"
+
+    def _links_readable(self, readable: bool, reason: str) -> None:
+        if readable == self.links_readable and reason == self.links_reason:
+            return
+        if not readable:
+            log.warning("Links cannot be read: %s; serving every mirror, orphaned or not, until "
+                        "they can", reason)
+        elif self.links_readable is False:
+            log.info("Links can be read again: mirrors of unlinked clusters are left out")
+        self.links_readable, self.links_reason = readable, reason
+        metrics.LINKS_READABLE.set(1 if readable else 0)
+
+    def _gateway(self, event: GatewayState) -> None:
+        if event.state is None:
+            self.gateways.pop(event.cluster, None)
+        else:
+            self.gateways[event.cluster] = (event.state, event.detail)
+
+    def _cluster_inputs_changed(self) -> set[Key]:
+        """Global services to rebuild because the linked clusters or failing gateways moved."""
+        linked = self.linked_clusters()
+        failing = frozenset(c for c, (state, _) in self.gateways.items()
+                            if state is Gateway.FAILING)
+        before, self._linked, self._failing = (self._linked, self._failing), linked, failing
+        if (linked is None) != (before[0] is None):
+            return set(self.mirrors_by_key)  # filtering switched on or off: anything may move
+        clusters = failing ^ before[1]
+        if linked is not None and before[0] is not None:
+            clusters |= linked ^ before[0]
+        if not clusters:
+            return set()
+        return {
+            key for key, names in self.mirrors_by_key.items()
+            if any(self.services[(key[0], n)].cluster in clusters for n in names)
+        }
+
+    def probe_targets(self) -> dict[str, str]:
+        """cluster → probe URL, for every linked cluster with a gateway probe Service (all of
+        them while Links cannot be read). One Service per cluster: the first by name."""
+        linked = self.linked_clusters()
+        links = {link.target_cluster: link for link in sorted(self.links.values(),
+                                                               key=lambda lk: lk.name)}
+        targets: dict[str, str] = {}
+        for key in sorted(self._probe_keys):
+            svc = self.services[key]
+            if svc.cluster in targets or (linked is not None and svc.cluster not in linked):
+                continue
+            url = probe_url(svc, links.get(svc.cluster))
+            if url is not None:
+                targets[svc.cluster] = url
+        return targets
+
+    def probe_path(self, cluster: str) -> str:
+        link = next((lk for lk in self.links.values() if lk.target_cluster == cluster), None)
+        return link.probe_path if link is not None else DEFAULT_PROBE_PATH
+
+    def _check_configuration(self) -> None:
+        """Warn, after every (re)sync, about the mistakes that silently make answers wrong."""
+        name = self.options.cluster_name
+        mirror_clusters: set[str] = set()
+        gateway_mirrors = with_slices = 0
+        for svc in self.services.values():
+            if svc.role not in _MIRROR_ROLES:
+                continue
+            mirror_clusters.add(svc.cluster)
+            if svc.role is not Role.HEADLESS_ROOT and not svc.remote_discovery:
+                gateway_mirrors += 1
+                with_slices += (svc.namespace, svc.name) in self.slices_by_service
+        active: dict[str, str] = {}
+        if mirror_clusters and name == "local":
+            active["default-cluster-name"] = WARNINGS["default-cluster-name"]
+        if name in mirror_clusters:
+            active["cluster-name-clash"] = WARNINGS["cluster-name-clash"].format(cluster=name)
+        if gateway_mirrors and not with_slices:
+            active["no-mirror-slices"] = WARNINGS["no-mirror-slices"].format(n=gateway_mirrors)
+        for message in active.values():
+            log.warning("%s", message)
+        for label in WARNINGS:
+            metrics.CONFIG_WARNINGS.labels(warning=label).set(1 if label in active else 0)
+        self.warnings = active
 
     def _all_keys(self) -> set[Key]:
         keys = {k for k, s in self.services.items() if s.role is Role.LOCAL and s.exported}
         keys.update(self.mirrors_by_key)
         return keys
 
-    def _upsert(self, record: ServiceRecord | SliceRecord, dirty: set[Key]) -> None:
-        if isinstance(record, ServiceRecord):
+    def _upsert(self, record: Record, dirty: set[Key]) -> None:
+        if isinstance(record, LinkRecord):
+            self.links[(record.namespace, record.name)] = record
+        elif isinstance(record, ServiceRecord):
             key = (record.namespace, record.name)
             self._forget_service(key, dirty)
             self.services[key] = record
@@ -137,12 +313,14 @@ class Index:
     def _delete(self, kind: Kind, key: Key, dirty: set[Key]) -> None:
         if kind is Kind.SERVICE:
             self._forget_service(key, dirty)
+        elif kind is Kind.LINK:
+            self.links.pop(key, None)
         else:
             self._forget_slice(key, dirty)
 
     def _replace(self, event: Replace, dirty: set[Key]) -> None:
         """Diff the new complete state against ours and apply only the differences."""
-        incoming: dict[tuple[Kind, Key], ServiceRecord | SliceRecord] = {
+        incoming: dict[tuple[Kind, Key], Record] = {
             (Kind.of(r), (r.namespace, r.name)): r for r in event.records
         }
         if Kind.SERVICE in event.kinds:
@@ -151,14 +329,21 @@ class Index:
         if Kind.SLICE in event.kinds:
             for key in [k for k in self.slices if (Kind.SLICE, k) not in incoming]:
                 self._forget_slice(key, dirty)
+        if Kind.LINK in event.kinds:
+            for key in [k for k in self.links if (Kind.LINK, k) not in incoming]:
+                self._delete(Kind.LINK, key, dirty)
+        tables: dict[Kind, dict[Key, Any]] = {
+            Kind.SERVICE: self.services, Kind.SLICE: self.slices, Kind.LINK: self.links}
         for (kind, key), record in incoming.items():
             if kind not in event.kinds:
                 continue
-            current = self.services.get(key) if kind is Kind.SERVICE else self.slices.get(key)
+            current = tables[kind].get(key)
             if current != record:
                 self._upsert(record, dirty)
 
     def _remember_service(self, svc: ServiceRecord, dirty: set[Key]) -> None:
+        if svc.role is Role.GATEWAY_PROBE:
+            self._probe_keys.add((svc.namespace, svc.name))
         key = _key_of(svc)
         if key is None:
             return
@@ -168,6 +353,7 @@ class Index:
 
     def _forget_service(self, key: Key, dirty: set[Key]) -> None:
         old = self.services.pop(key, None)
+        self._probe_keys.discard(key)
         old_key = _key_of(old)
         if old is None or old_key is None:
             return
@@ -219,6 +405,9 @@ class Index:
             mirrors,
             cluster_name=self.options.cluster_name,
             include_local=self.options.include_local,
+            include_federated=self.options.include_federated,
+            linked_clusters=self._linked,
+            failing_gateways=self._failing,
         )
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
@@ -245,7 +434,28 @@ class Index:
             for (cluster, ready), n in self._members.items():
                 metrics.MEMBERS.labels(cluster=cluster, ready=str(ready).lower()).set(n)
             self._log_links(quiet)
+            self._log_exclusions()
         return changed
+
+    def _log_exclusions(self) -> None:
+        """Once per cluster, when its mirrors become orphans or lose a name clash."""
+        for counter, seen, gauge, message in (
+            (self._orphans, self._orphaned_clusters, metrics.ORPHANED_MIRRORS,
+             "cluster %s: %d mirrors are orphans (no Link targets it): left out of every "
+             "answer; remove them with `linkerd multicluster unlink --cluster-name %s | "
+             "kubectl delete -f -`"),
+            (self._clashes, self._clashed_clusters, metrics.NAME_CLASHES,
+             "cluster %s: %d members have the name of a local member (--cluster-name equals "
+             "this linked cluster's name): the local members win; set --cluster-name to this "
+             "cluster's own name (%s is a linked one)"),
+        ):
+            now = {c for c, n in counter.items() if n > 0}
+            for c in sorted(now - seen):
+                log.warning(message, c, counter[c], c)
+            for c, n in counter.items():
+                gauge.labels(cluster=c).set(n)
+            seen.clear()
+            seen.update(now)
 
     def _log_links(self, quiet: bool) -> None:
         """One line when a linked cluster first contributes members, and when it stops."""
@@ -265,11 +475,16 @@ class Index:
             return
         for m in gs.members:
             self._members[(m.cluster, m.ready)] += sign
+        for m in gs.excluded:
+            if is_orphan(m):
+                self._orphans[m.cluster] += sign
+            elif is_clash(m):
+                self._clashes[m.cluster] += sign
 
     def _publish(self, key: Key, gs: GlobalService | None) -> None:
         r = self.responder
         new = (
-            encode_service(gs, self.zone_wires, self.options.zone)
+            encode_service(gs, self.responder.zones, self.options.zone)
             if gs is not None
             else ServiceAnswers()
         )
@@ -287,19 +502,20 @@ class Index:
             for name in old_names:
                 if name not in new.names:
                     r.names.pop(name, None)
-        if new.names:
+        if new.answers:
             self._published[key] = (tuple(new.answers), tuple(new.names))
-        delta = (1 if new.names else 0) - (1 if old is not None else 0)
+        delta = (1 if new.answers else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)
 
     def _count_namespace(self, namespace: str, delta: int) -> None:
-        """`<ns>.Z` is an empty non-terminal while any service of the namespace is published."""
-        for zone in self.zone_wires:
-            name = to_wire(namespace)[:-1] + zone
+        """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the
+        namespace is published."""
+        for zone in self.responder.zones:
+            name = to_wire(namespace)[:-1] + zone.services_wire
             self._namespace_refs[name] += delta
             if self._namespace_refs[name] > 0:
-                self.responder.names[name] = self.responder.zone_by_wire[zone]
+                self.responder.names[name] = zone
             else:
                 del self._namespace_refs[name]
                 self.responder.names.pop(name, None)
@@ -309,5 +525,9 @@ class Index:
         return max((z for z in self.zone_wires if name.endswith(z)), key=len)
 
 
-def make_responder(zones: Sequence[str], options: ZoneOptions) -> Responder:
-    return Responder([Zone(z, options) for z in zones])
+def make_responder(
+    zones: Sequence[str], options: ZoneOptions, mcs_zones: Sequence[str] = ()
+) -> Responder:
+    """The ``--zone`` zones, then the ``--mcs-zone`` ones (KEP-1645 names)."""
+    return Responder([*(Zone(z, options) for z in zones),
+                      *(McsZone(z, options) for z in mcs_zones)])

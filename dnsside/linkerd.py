@@ -19,8 +19,8 @@ import enum
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from sys import intern
 from typing import Any, TypeVar
 
@@ -30,9 +30,22 @@ CLUSTER_NAME = "mirror.linkerd.io/cluster-name"
 HEADLESS_MIRROR_SVC_NAME = "mirror.linkerd.io/headless-mirror-svc-name"
 MIRRORED_GATEWAY = "mirror.linkerd.io/mirrored-gateway"
 EXPORTED = "mirror.linkerd.io/exported"
-REMOTE_DISCOVERY = "multicluster.linkerd.io/remote-discovery"
+REMOTE_DISCOVERY = "multicluster.linkerd.io/remote-discovery"  # label; on federated: annotation
+LOCAL_DISCOVERY = "multicluster.linkerd.io/local-discovery"  # annotation of federated services
 REMOTE_SVC_FQ_NAME = "mirror.linkerd.io/remote-svc-fq-name"
 SERVICE_NAME = "kubernetes.io/service-name"
+PROBE_PORT_NAME = "mc-probe"  # the port of the gateway probe Service
+DEFAULT_PROBE_PATH = "/ready"  # what `linkerd multicluster link` writes into probeSpec.path
+
+# The cluster name of the member a federated Service contributes: it stands for every
+# cluster at once, so it is not a link's name (a Link named "federated" would clash, and
+# is reported as a clash like any other).
+FEDERATED_CLUSTER = "federated"
+FEDERATED_SUFFIX = "-federated"
+
+# links.multicluster.linkerd.io: every version Linkerd has served, newest first.
+LINK_GROUP = "multicluster.linkerd.io"
+LINK_VERSIONS = ("v1alpha3", "v1alpha2", "v1alpha1")
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 
@@ -65,7 +78,29 @@ class Role(enum.Enum):
     HEADLESS_ROOT = "headless-root"  # `<svc>-<cluster>`, clusterIP None
     POD_MIRROR = "pod-mirror"  # `<pod>-<cluster>`, one per remote pod
     CLUSTER_MIRROR = "cluster-mirror"  # gateway or remote-discovery ClusterIP mirror
-    IGNORED = "ignored"  # federated, gateway probe: never a member
+    FEDERATED = "federated"  # `<svc>-federated` (2.17+): one ClusterIP for every cluster
+    GATEWAY_PROBE = "gateway-probe"  # `probe-gateway-<cluster>` / `probe-<link>`: probe target
+    IGNORED = "ignored"  # a mirror dnsside cannot place: never a member
+
+
+class Via(enum.Enum):
+    """How a member's address reaches its pods, which says who can use it and what can fail."""
+
+    LOCAL_ENDPOINT = "local endpoint"
+    LOCAL_SERVICE = "local ClusterIP"
+    POD_MIRROR = "per-pod mirror, through the gateway"
+    GATEWAY_MIRROR = "gateway-mode mirror, through the gateway"
+    REMOTE_DISCOVERY = "remote-discovery mirror: reachable by meshed clients only"
+    FEDERATED = "federated service: reachable by meshed clients only"
+
+    @property
+    def local(self) -> bool:
+        return self in (Via.LOCAL_ENDPOINT, Via.LOCAL_SERVICE)
+
+    @property
+    def through_gateway(self) -> bool:
+        """Members whose readiness also depends on their link's gateway (and so on the probe)."""
+        return self in (Via.POD_MIRROR, Via.GATEWAY_MIRROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +153,22 @@ class SliceRecord:
         return any(e.ready for e in self.endpoints)
 
 
-Record = ServiceRecord | SliceRecord
+@dataclass(frozen=True, slots=True)
+class LinkRecord:
+    """The few fields of a links.multicluster.linkerd.io Link that the model needs.
+
+    Mirrors name their cluster with ``spec.targetClusterName``, not with the Link's
+    own name (the CLI makes them equal; a hand-written Link may not).
+    """
+
+    namespace: str
+    name: str
+    target_cluster: str
+    probe_path: str  # spec.probeSpec.path, else /ready
+    gateway_address: str = ""  # spec.gatewayAddress, for humans
+
+
+Record = ServiceRecord | SliceRecord | LinkRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,18 +180,28 @@ class Member:
     addresses: tuple[str, ...]
     ports: tuple[Port, ...]
     ready: bool
-    local: bool
+    via: Via
     # The Service it comes from or, for a local endpoint, its EndpointSlice: a name the
     # record already holds, so 100k members cost no new strings. `explain` spells it out.
     source: str
     why_not_ready: str = ""
 
+    @property
+    def local(self) -> bool:
+        return self.via.local
+
 
 @dataclass(frozen=True, slots=True)
 class GlobalService:
+    """``members`` are what DNS may serve (ready or not); ``excluded`` are members that must
+    never be served whatever the flags (an orphaned link's mirrors, the loser of a name
+    clash), kept so ``explain`` can say why."""
+
     namespace: str
     name: str
     members: tuple[Member, ...]
+    excluded: tuple[Member, ...] = ()
+    headless: bool = False  # the original is headless: members are pods (KEP-1645 names)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -178,6 +238,8 @@ def parse_object(obj: Any, where: str = "") -> Record | None:
         return parse_service(obj, where)
     if kind == "EndpointSlice":
         return parse_slice(obj, where)
+    if kind == "Link" and str(obj.get("apiVersion", "")).startswith(LINK_GROUP + "/"):
+        return parse_link(obj, where)
     return None
 
 
@@ -268,10 +330,11 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
 
     role, original, hostname, remote_discovery = Role.LOCAL, name, "", False
     if labels.get(MIRRORED_GATEWAY) == "true":
-        role, original = Role.IGNORED, ""
+        role, original = Role.GATEWAY_PROBE, ""
     elif labels.get(MIRRORED_SERVICE) == "true":
         if not cluster:  # federated service: a mirror of no single cluster
-            role, original = Role.IGNORED, ""
+            original = _federated_original(name, annotations)
+            role = Role.FEDERATED if original and ips else Role.IGNORED
         elif HEADLESS_MIRROR_SVC_NAME in labels:
             role = Role.POD_MIRROR
             root = labels[HEADLESS_MIRROR_SVC_NAME]
@@ -283,7 +346,7 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
             remote_discovery = REMOTE_DISCOVERY in labels
     exported = role is Role.LOCAL and labels.get(EXPORTED, "false") != "false"
 
-    if role is not Role.IGNORED:
+    if role is not Role.IGNORED:  # a probe Service names its cluster: check that too
         for what, value in (("namespace", namespace), ("service", original), ("cluster", cluster),
                             ("hostname", hostname)):
             if value and not is_dns_label(value.lower()):
@@ -299,6 +362,47 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
         ports=ports,
         exported=exported,
         remote_discovery=remote_discovery,
+    )
+
+
+def _federated_original(name: str, annotations: Mapping[str, str]) -> str:
+    """The service a ``<svc>-federated`` Service federates: its local-discovery annotation
+    (``<svc>``), else the first ``<svc>@<cluster>`` of remote-discovery, else the name less
+    ``-federated``; "" when none applies."""
+    local = annotations.get(LOCAL_DISCOVERY, "").strip()
+    if local:
+        return local
+    for entry in annotations.get(REMOTE_DISCOVERY, "").split(","):
+        svc, at, _cluster = entry.strip().partition("@")
+        if svc and at:
+            return svc
+    return name[: -len(FEDERATED_SUFFIX)] if name.endswith(FEDERATED_SUFFIX) else ""
+
+
+def parse_link(obj: Mapping[str, Any], where: str = "") -> LinkRecord:
+    """A Link of any served version (v1alpha1-3 share every field read here)."""
+    namespace, name, _ = _meta(obj, "Link", where)
+    ident = f"Link {namespace}/{name}"
+    ident = f"{where}: {ident}" if where else ident
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise ObjectError(f"{ident}: spec must be an object")
+    target = spec.get("targetClusterName") or name
+    if not isinstance(target, str) or not is_dns_label(target.lower()):
+        raise ObjectError(f"{ident}: spec.targetClusterName {target!r} cannot be a DNS label")
+    probe = spec.get("probeSpec") or {}
+    if not isinstance(probe, Mapping):
+        raise ObjectError(f"{ident}: spec.probeSpec must be an object")
+    path = probe.get("path") or DEFAULT_PROBE_PATH
+    if not isinstance(path, str) or not path.startswith("/") or any(c in path for c in " \r\n"):
+        raise ObjectError(f"{ident}: spec.probeSpec.path {path!r} is not a URL path")
+    gateway = spec.get("gatewayAddress") or ""
+    return LinkRecord(
+        namespace=intern(namespace),
+        name=name,
+        target_cluster=intern(target.lower()),
+        probe_path=path,
+        gateway_address=gateway if isinstance(gateway, str) else "",
     )
 
 
@@ -366,6 +470,14 @@ def _endpoint(e: Any, ident: str) -> Endpoint:
 
 # --------------------------------------------------------------------------- assembling
 
+# Why a member is excluded (never served, whatever the flags): `explain` prints these, and
+# the index tells the two apart to log and count them.
+ORPHANED = "orphaned: no Link targets cluster {cluster} (deleting a Link leaves its mirrors behind)"
+CLASH = ("name clash: the local cluster is also named {cluster} (--cluster-name equals a "
+         "linked cluster's name); the local member with this name wins")
+GATEWAY_FAILING = "the gateway of cluster {cluster} fails dnsside's probe"
+NO_REMOTE_ENDPOINTS = "remote service has no ready endpoints"
+
 
 def dashed_ip(address: str) -> str:
     """The hostname Kubernetes DNS gives an endpoint without one: 10.42.1.10 → 10-42-1-10."""
@@ -384,7 +496,7 @@ def _local_members(
                 addresses=svc.cluster_ips,
                 ports=svc.ports,
                 ready=ready,
-                local=True,
+                via=Via.LOCAL_SERVICE,
                 source=svc.name,
                 why_not_ready="" if ready else "its EndpointSlices have no ready endpoint",
             )
@@ -413,7 +525,7 @@ def _local_members(
                 addresses=tuple(addrs),
                 ports=tuple(ports),
                 ready=ready,
-                local=True,
+                via=Via.LOCAL_ENDPOINT,
                 source=first_slice,
                 why_not_ready="" if ready else "endpoint condition ready is false",
             )
@@ -421,27 +533,47 @@ def _local_members(
     return members
 
 
-def _mirror_member(svc: ServiceRecord, slices: Sequence[SliceRecord]) -> Member:
-    if svc.remote_discovery:
-        ready, why = True, ""
+def _mirror_member(
+    svc: ServiceRecord, slices: Sequence[SliceRecord], failing_gateways: Collection[str]
+) -> Member:
+    if svc.role is Role.FEDERATED:
+        via, cluster = Via.FEDERATED, FEDERATED_CLUSTER
+    elif svc.role is Role.POD_MIRROR:
+        via, cluster = Via.POD_MIRROR, svc.cluster
+    elif svc.remote_discovery:
+        via, cluster = Via.REMOTE_DISCOVERY, svc.cluster
     else:
+        via, cluster = Via.GATEWAY_MIRROR, svc.cluster
+    # Remote-discovery and federated Services have no endpoints at all: meshed clients
+    # resolve them through Linkerd's destination controller, so they are always ready.
+    ready, why = True, ""
+    if via.through_gateway:
         ready = any(s.has_ready_endpoint for s in slices)
         if ready:
-            why = ""
+            if cluster in failing_gateways:
+                ready, why = False, GATEWAY_FAILING.format(cluster=cluster)
         elif slices:
-            why = "gateway endpoint not ready (probe failing)"
+            why = "gateway endpoint not ready (Linkerd's probe of the gateway failing)"
+        elif via is Via.GATEWAY_MIRROR:
+            # The service mirror writes Endpoints with no subsets for an empty remote
+            # service, and Kubernetes then deletes the mirrored EndpointSlices.
+            why = NO_REMOTE_ENDPOINTS
         else:
             why = "no EndpointSlice yet"
     return Member(
-        cluster=svc.cluster,
+        cluster=cluster,
         hostname=svc.hostname if svc.role is Role.POD_MIRROR else None,
         addresses=svc.cluster_ips,
         ports=svc.ports,
         ready=ready,
-        local=False,
+        via=via,
         source=svc.name,
         why_not_ready=why,
     )
+
+
+_MEMBER_ROLES = (Role.POD_MIRROR, Role.CLUSTER_MIRROR, Role.FEDERATED)
+_LINKED_ROLES = (Role.HEADLESS_ROOT, Role.POD_MIRROR, Role.CLUSTER_MIRROR)
 
 
 def assemble(
@@ -453,21 +585,139 @@ def assemble(
     *,
     cluster_name: str,
     include_local: bool = True,
+    include_federated: bool = True,
+    linked_clusters: Collection[str] | None = None,
+    failing_gateways: Collection[str] = (),
 ) -> GlobalService | None:
     """Build the global service ``(namespace, name)``, or None when it does not exist.
 
-    It exists when at least one mirror of it exists or the local Service is exported.
-    Root headless mirrors make it exist but contribute no member themselves: their
-    pods arrive as per-pod mirrors.
+    It exists when a mirror of a linked cluster (or a federated Service) exists, or the
+    local Service is exported. ``linked_clusters`` are the Links' target clusters, None
+    when the Links cannot be read (then nothing is an orphan). Mirrors of any other
+    cluster are orphans: excluded, and on their own they make a service with no members
+    (so ``explain`` can still say why). Root headless mirrors make the service exist but
+    contribute no member themselves: their pods arrive as per-pod mirrors.
     """
-    mirror_list = [(m, s) for m, s in mirrors if m.role is not Role.IGNORED]
+    live: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
+    orphans: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
+    headless = local is not None and local.role is Role.LOCAL and local.headless
+    for svc, slices in mirrors:
+        if svc.role in _LINKED_ROLES:
+            headless = headless or svc.role is not Role.CLUSTER_MIRROR
+            if linked_clusters is not None and svc.cluster not in linked_clusters:
+                orphans.append((svc, slices))
+                continue
+        elif svc.role is not Role.FEDERATED:
+            continue
+        live.append((svc, slices))
     exported = local is not None and local.exported
-    if not mirror_list and not exported:
+    if not live and not exported and not orphans:
         return None
+    excluded = [
+        _excluded(_mirror_member(svc, slices, ()), ORPHANED.format(cluster=svc.cluster))
+        for svc, slices in sorted(orphans, key=lambda ms: (ms[0].cluster, ms[0].hostname,
+                                                           ms[0].name))
+        if svc.role is not Role.HEADLESS_ROOT and svc.cluster_ips
+    ]
+    if not live and not exported:
+        return GlobalService(namespace, name, (), tuple(excluded), headless)
     members: list[Member] = []
     if include_local and local is not None and local.role is Role.LOCAL:
         members.extend(_local_members(local, local_slices, cluster_name))
-    for svc, slices in sorted(mirror_list, key=lambda ms: (ms[0].cluster, ms[0].hostname)):
-        if svc.role in (Role.POD_MIRROR, Role.CLUSTER_MIRROR) and svc.cluster_ips:
-            members.append(_mirror_member(svc, slices))
-    return GlobalService(namespace=namespace, name=name, members=tuple(members))
+    taken = {(m.cluster, m.hostname) for m in members}
+    for svc, slices in sorted(live, key=lambda ms: (ms[0].cluster, ms[0].hostname, ms[0].name)):
+        if svc.role not in _MEMBER_ROLES or not svc.cluster_ips:
+            continue
+        if svc.role is Role.FEDERATED and not include_federated:
+            continue
+        member = _mirror_member(svc, slices, failing_gateways)
+        if (member.cluster, member.hostname) in taken:
+            # Never two records for one name: the local member (or the first mirror, by
+            # name) wins, everywhere at once since every RRset is built from `members`.
+            excluded.append(_excluded(member, CLASH.format(cluster=member.cluster)))
+            continue
+        taken.add((member.cluster, member.hostname))
+        members.append(member)
+    return GlobalService(namespace, name, tuple(members), tuple(excluded), headless)
+
+
+def is_orphan(member: Member) -> bool:
+    return member.why_not_ready.startswith(ORPHANED[:9])
+
+
+def is_clash(member: Member) -> bool:
+    return member.why_not_ready.startswith(CLASH[:11])
+
+
+def _excluded(member: Member, why: str) -> Member:
+    return Member(member.cluster, member.hostname, member.addresses, member.ports, False,
+                  member.via, member.source, why)
+
+
+def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:
+    """``http://<ClusterIP>:<mc-probe port><path>`` of a gateway probe Service, as Linkerd's
+    probe worker builds it; None when the Service has no ClusterIP or no probe port."""
+    if svc.role is not Role.GATEWAY_PROBE or not svc.cluster_ips:
+        return None
+    port = next((p.port for p in svc.ports if p.name == PROBE_PORT_NAME), None)
+    if port is None:
+        port = svc.ports[0].port if len(svc.ports) == 1 else None
+    if port is None:
+        return None
+    ip = svc.cluster_ips[0]
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}{link.probe_path if link is not None else DEFAULT_PROBE_PATH}"
+
+
+# --------------------------------------------------------------------------- health
+# What `dnsside check` asks of the objects Linkerd left: kept apart from the model above.
+
+
+@dataclass
+class ClusterMirrors:
+    """The mirrors of one linked (or orphaned) cluster, and which lack an EndpointSlice."""
+
+    services: list[ServiceRecord]  # every mirror Service naming this cluster
+    pod_mirrors: int = 0
+    gateway_mirrors: int = 0  # gateway-mode ClusterIP mirrors (remote-discovery ones excluded)
+    # Per-pod mirrors always have Endpoints (the gateway, ready or not), so no slice means the
+    # EndpointSliceMirroring controller did not make one.
+    missing_pod_slices: list[ServiceRecord] = field(default_factory=list)
+    # A gateway mirror of a remote service with no ready endpoint legitimately has none.
+    missing_gateway_slices: list[ServiceRecord] = field(default_factory=list)
+    orphaned: bool = False  # the Links were read and none targets this cluster
+
+    @property
+    def slices_mirrored(self) -> bool:
+        """EndpointSliceMirroring evidently works here: no per-pod mirror lacks a slice, and
+        some mirror has one (or none is expected)."""
+        expected = self.pod_mirrors + self.gateway_mirrors
+        missing = len(self.missing_pod_slices) + len(self.missing_gateway_slices)
+        return not self.missing_pod_slices and (expected == 0 or missing < expected)
+
+
+def mirror_health(services: Iterable[ServiceRecord], slices: Iterable[SliceRecord],
+                  links: Sequence[LinkRecord] | None) -> dict[str, ClusterMirrors]:
+    """Mirrors by cluster name (every Link's target cluster included, with or without
+    mirrors). ``links`` None: the Links could not be read, so nothing is an orphan."""
+    with_slice = {(s.namespace, s.service_name) for s in slices}
+    targets = {link.target_cluster for link in links or ()}
+    out: dict[str, ClusterMirrors] = {c: ClusterMirrors([]) for c in targets}
+    for svc in services:
+        if not svc.cluster or svc.role in (Role.LOCAL, Role.FEDERATED):
+            continue
+        entry = out.setdefault(svc.cluster, ClusterMirrors(
+            [], orphaned=links is not None and svc.cluster not in targets))
+        entry.services.append(svc)
+        has_slice = (svc.namespace, svc.name) in with_slice
+        if svc.role is Role.POD_MIRROR:
+            entry.pod_mirrors += 1
+            if not has_slice:
+                entry.missing_pod_slices.append(svc)
+        elif svc.role is Role.CLUSTER_MIRROR and not svc.remote_discovery:
+            entry.gateway_mirrors += 1
+            if not has_slice:
+                entry.missing_gateway_slices.append(svc)
+    for entry in out.values():
+        entry.services.sort(key=lambda s: (s.namespace, s.name))
+    return out

@@ -126,3 +126,41 @@ RELOAD_ERRORS = Counter(
 )
 BUILD_INFO = Info("dnsside_build", "Version of dnsside.", registry=REGISTRY)
 BUILD_INFO.info({"version": __version__})
+LINKS_READABLE = Gauge(
+    "dnsside_links_readable",
+    "1 when Links can be read (mirrors of unlinked clusters are left out), 0 when they cannot "
+    "(CRD missing, RBAC): then nothing is filtered.",
+    registry=REGISTRY,
+)
+ORPHANED_MIRRORS = Gauge(
+    "dnsside_orphaned_mirrors",
+    "Mirrors of a cluster no Link targets (left behind by a deleted Link), by cluster.",
+    ["cluster"],
+    registry=REGISTRY,
+)
+NAME_CLASHES = Gauge(
+    "dnsside_name_clashes",
+    "Remote members left out because a local member has the same name, by cluster.",
+    ["cluster"],
+    registry=REGISTRY,
+)
+CONFIG_WARNINGS = Gauge(
+    "dnsside_config_warning",
+    "1 while a configuration mistake is detected: default-cluster-name, cluster-name-clash, "
+    "no-mirror-slices.",
+    ["warning"],
+    registry=REGISTRY,
+)
+GATEWAY_STATE = Gauge(
+    "dnsside_gateway_probe_state",
+    "dnsside's probe of each link's gateway, one series per state set to 1: alive, failing, "
+    "never-answered (not acted on).",
+    ["cluster", "state"],
+    registry=REGISTRY,
+)
+GATEWAY_PROBES = Counter(
+    "dnsside_gateway_probes",
+    "Gateway probes sent, by cluster and result (success, failure).",
+    ["cluster", "result"],
+    registry=REGISTRY,
+)

@@ -81,11 +81,9 @@ class UdpServer:
         #: (published at least every 64 queries, and when the thread stops)
         self.receive_calls = 0
         self.received = 0
-        self._collector: _UdpCollector | None = None
 
     def start(self) -> None:
-        self._collector = _UdpCollector(self)
-        metrics.REGISTRY.register(self._collector)
+        _COLLECTOR.add(self)
         target = self._serve_plain if self._batch is None else self._serve_batch
         self._thread = threading.Thread(target=target, name="dnsside-udp", daemon=True)
         self._thread.start()
@@ -97,9 +95,7 @@ class UdpServer:
             self.sock.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        if self._collector is not None:
-            metrics.REGISTRY.unregister(self._collector)
-            self._collector = None
+        _COLLECTOR.discard(self)
         if self._batch is not None and self._thread is not None and self._thread.is_alive():
             # Stuck (the GIL held by a huge index update?): the thread still has the fd
             # number, which a closed socket would hand to the next socket opened. It is a
@@ -229,23 +225,42 @@ class UdpServer:
 
 
 class _UdpCollector(Collector):
-    """`dnsside_udp_receive_calls_total` and `dnsside_udp_received_datagrams_total`:
+    """`dnsside_udp_receive_calls_total` and `dnsside_udp_received_datagrams_total`,
+    summed over the running UDP servers (one per address family with `--listen :PORT`):
     their ratio is the mean batch, which says how far behind the arrivals the UDP
-    thread runs (1 when idle or answering one by one, up to mmsg.BATCH when saturated)."""
+    threads run (1 at a trickle or one by one, up to mmsg.BATCH when saturated)."""
 
-    def __init__(self, server: UdpServer) -> None:
-        self.server = server
+    def __init__(self) -> None:
+        self.servers: set[UdpServer] = set()
+        self.lock = threading.Lock()
+        self.registered = False
+
+    def add(self, server: UdpServer) -> None:
+        with self.lock:
+            self.servers.add(server)
+            if not self.registered:
+                metrics.REGISTRY.register(self)
+                self.registered = True
+
+    def discard(self, server: UdpServer) -> None:
+        with self.lock:
+            self.servers.discard(server)
 
     def collect(self) -> Iterator[CounterMetricFamily]:
+        with self.lock:
+            servers = list(self.servers)
         calls = CounterMetricFamily(
             "dnsside_udp_receive_calls", "System calls (recvmmsg or recvfrom) that returned UDP "
             "datagrams.")
-        calls.add_metric([], self.server.receive_calls)
+        calls.add_metric([], sum(s.receive_calls for s in servers))
         yield calls
         datagrams = CounterMetricFamily(
             "dnsside_udp_received_datagrams", "UDP datagrams received.")
-        datagrams.add_metric([], self.server.received)
+        datagrams.add_metric([], sum(s.received for s in servers))
         yield datagrams
+
+
+_COLLECTOR = _UdpCollector()
 
 
 class TcpConnections:

@@ -4,12 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo).
-packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck)
+# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo);
+# application resolvers and peers in a network namespace (`ip netns`): dnsmasq on port 53,
+# Go (golang-go), Java JNDI (`java File.java` needs the JDK), etcd + etcdctl, openssl;
+# promtool from prometheus (the alert rules; its service is not started in a container);
+# the resolver matrix: BIND (named, named-checkzone), knot-resolver, PowerDNS Recursor, dnsmasq.
+packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck prometheus
+          iproute2 dnsmasq-base golang-go openjdk-17-jdk-headless etcd-server etcd-client openssl
+          bind9 knot-resolver pdns-recursor)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# `kubectl kustomize` (deploy/ against `dnsside install`): any kubectl will do.
+command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

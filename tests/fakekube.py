@@ -1,7 +1,9 @@
 """An in-process fake Kubernetes API server (aiohttp) for tests.
 
-It serves core/v1 Services and discovery.k8s.io/v1 EndpointSlices the way a
-real API server does, as far as a list/watch client can tell:
+It serves core/v1 Services, ConfigMaps and Pods, discovery.k8s.io/v1
+EndpointSlices, apps/v1 Deployments and Linkerd's ``links.multicluster.linkerd.io``
+(a CRD served at v1alpha1-3, or not installed: :meth:`FakeKube.set_link_crd`) the
+way a real API server does, as far as a list/watch client can tell:
 
 * one global, monotonically increasing ``resourceVersion`` (an etcd revision),
   bumped by every write and stamped on the object written;
@@ -20,8 +22,10 @@ real API server does, as far as a list/watch client can tell:
   event with a 410 ``Expired`` Status when the version was compacted, and the
   selector transitions of the real watch (an object leaving the selector is
   DELETED, one entering it is ADDED);
-* bearer-token auth (401 without it) and discovery (``/version``, ``/api``,
-  ``/apis``, ...).
+* bearer-token auth (401 without it), RBAC denials per resource and user
+  (:meth:`FakeKube.forbid`: 403 with the real message; the user is the
+  ``Impersonate-User`` header, else ``admin``) and discovery (``/version``,
+  ``/api``, ``/apis``, ``/apis/<group>``, ...).
 
 Writes happen through Python methods, never HTTP (the fake answers 405 to
 anything but GET): :meth:`FakeKube.load`, :meth:`~FakeKube.apply`,
@@ -75,8 +79,26 @@ SERVICES = Resource("services", "Service", "v1", "/api/v1")
 ENDPOINTSLICES = Resource(
     "endpointslices", "EndpointSlice", "discovery.k8s.io/v1", "/apis/discovery.k8s.io/v1"
 )
-RESOURCES = {r.plural: r for r in (SERVICES, ENDPOINTSLICES)}
-BY_KIND = {r.kind: r for r in (SERVICES, ENDPOINTSLICES)}
+# Linkerd's Link CRD: one stored object, served at every version the CRD lists (the fields
+# dnsside reads are the same in all of them, so conversion is the identity here).
+LINK_GROUP = "multicluster.linkerd.io"
+LINK_VERSIONS = ("v1alpha3", "v1alpha2", "v1alpha1")  # the first is the storage version
+LINK_ROUTES = {
+    v: Resource("links", "Link", f"{LINK_GROUP}/{v}", f"/apis/{LINK_GROUP}/{v}")
+    for v in LINK_VERSIONS
+}
+LINKS = LINK_ROUTES[LINK_VERSIONS[0]]
+# What `dnsside check` reads besides: its ConfigMap, its Deployment (or CoreDNS's) and the
+# pods behind it. Stored and served like the rest, read-only over HTTP.
+CONFIGMAPS = Resource("configmaps", "ConfigMap", "v1", "/api/v1")
+PODS = Resource("pods", "Pod", "v1", "/api/v1")
+DEPLOYMENTS = Resource("deployments", "Deployment", "apps/v1", "/apis/apps/v1")
+_STORED = (SERVICES, ENDPOINTSLICES, LINKS, CONFIGMAPS, PODS, DEPLOYMENTS)
+RESOURCES = {r.plural: r for r in _STORED}
+BY_KIND = {r.kind: r for r in _STORED}
+ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTSLICES, DEPLOYMENTS, *LINK_ROUTES.values())
+# Built-in API groups (discovery): name -> version.
+_GROUPS = {"discovery.k8s.io": "v1", "apps": "v1"}
 
 _REASONS = {
     400: "BadRequest",
@@ -237,6 +259,11 @@ class _Watcher:
         if translated is not None:
             self.queue.put_nowait(translated)
 
+    def end(self) -> None:
+        """End the stream cleanly (the resource stopped being served)."""
+        if not self.aborted:
+            self.queue.put_nowait(None)
+
     def abort(self) -> None:
         if self.aborted:
             return
@@ -306,6 +333,11 @@ class FakeKube:
     _unreachable: bool = False
     _key_indexes: dict[str, tuple[tuple[int, int], list[str], list[Key]]] = field(
         default_factory=dict)
+    # The Link CRD's served versions; () = the CRD is not installed (404, not in discovery).
+    link_versions: tuple[str, ...] = LINK_VERSIONS
+    # (plural, user) pairs RBAC denies; user None = everyone. The user of a request is its
+    # Impersonate-User header, else "admin" (the kubeconfig's token).
+    _forbidden: set[tuple[str, str | None]] = field(default_factory=set)
     _runner: web.AppRunner | None = None
     _site: web.SockSite | None = None
     host: str = "127.0.0.1"
@@ -381,7 +413,7 @@ class FakeKube:
         res = BY_KIND.get(obj.get("kind", ""))
         if res is None:
             kind = obj.get("kind")
-            raise ValueError(f"the fake serves Services and EndpointSlices, not {kind!r}")
+            raise ValueError(f"the fake serves {', '.join(BY_KIND)}, not {kind!r}")
         new = copy.deepcopy(dict(obj))
         new["apiVersion"] = res.api_version
         meta = new.setdefault("metadata", {})
@@ -428,6 +460,41 @@ class FakeKube:
             for key in sorted(self._versions, key=_sort_key)
             if key[0] == res.plural and (obj := self._current(key)) is not None
         ]
+
+    def forbid(self, plural: str, user: str | None = None) -> None:
+        """Deny get/list/watch of ``plural`` (403, as RBAC does) to ``user`` (None: everyone)."""
+        self._forbidden.add((plural, user))
+        for w in list(self._watchers):
+            if w.plural == plural:
+                w.abort()
+
+    def allow(self, plural: str, user: str | None = None) -> None:
+        self._forbidden.discard((plural, user))
+
+    def set_link_crd(self, versions: Iterable[str] | None) -> None:
+        """Serve the Link CRD at ``versions`` (None or empty: uninstall it; objects stay
+        stored, as etcd keeps them, but every Link request is a 404)."""
+        self.link_versions = tuple(v for v in LINK_VERSIONS if v in set(versions or ()))
+        if not self.link_versions:
+            for w in list(self._watchers):
+                if w.plural == LINKS.plural:
+                    w.end()
+
+    def _served(self, res: Resource) -> bool:
+        return res.plural != LINKS.plural or res.api_version.split("/")[1] in self.link_versions
+
+    def _denied(self, request: web.Request, res: Resource) -> web.Response | None:
+        user = request.headers.get("Impersonate-User") or "admin"
+        if (res.plural, None) in self._forbidden or (res.plural, user) in self._forbidden:
+            group = res.api_version.rpartition("/")[0]
+            return _status_response(
+                403,
+                f'{res.plural}{"." + group if group else ""} is forbidden: User "{user}" cannot '
+                f'{"watch" if _parse_bool(request.query.get("watch")) else "list"} resource '
+                f'"{res.plural}" in API group "{group}" at the cluster scope',
+                "Forbidden",
+            )
+        return None
 
     def compact(self) -> None:
         """Forget history up to now: older resourceVersions (watch, continue) get 410 Expired."""
@@ -557,10 +624,15 @@ class FakeKube:
         static = self._discovery(path)
         if static is not None:
             return web.json_response(static)
-        for res in RESOURCES.values():
-            if not path.startswith(res.prefix + "/"):
+        for res in ROUTES:
+            if not path.startswith(res.prefix + "/") or not self._served(res):
                 continue
             parts = path[len(res.prefix) + 1:].split("/")
+            if res.plural not in (parts[0], parts[2] if len(parts) >= 3 else None):
+                continue  # another resource of this group version
+            denied = self._denied(request, res)
+            if denied is not None:
+                return denied
             if parts == [res.plural]:
                 return await self._collection(request, res, None)
             if len(parts) == 3 and parts[0] == "namespaces" and parts[2] == res.plural:
@@ -571,7 +643,7 @@ class FakeKube:
                     return _status_response(
                         404, f'{res.plural} "{parts[3]}" not found', "NotFound"
                     )
-                return web.json_response(obj)
+                return web.json_response(dict(obj, apiVersion=res.api_version))
         return _status_response(404, f"the server could not find the requested resource {path}")
 
     def _discovery(self, path: str) -> dict[str, Any] | None:
@@ -582,29 +654,36 @@ class FakeKube:
         if path == "/api":
             return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
         if path == "/apis":
-            gv = {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}
+            groups = [_group(name, [version]) for name, version in _GROUPS.items()]
+            if self.link_versions:
+                groups.append(self._link_group())
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        if path == f"/apis/{LINK_GROUP}" and self.link_versions:
+            return {"kind": "APIGroup", "apiVersion": "v1", **self._link_group()}
+        if path.startswith("/apis/") and path[len("/apis/"):] in _GROUPS:
+            name = path[len("/apis/"):]
+            return {"kind": "APIGroup", "apiVersion": "v1", **_group(name, [_GROUPS[name]])}
+        served = [res for res in ROUTES if path == res.prefix and self._served(res)]
+        if served:
             return {
-                "kind": "APIGroupList",
+                "kind": "APIResourceList",
                 "apiVersion": "v1",
-                "groups": [{"name": "discovery.k8s.io", "versions": [gv], "preferredVersion": gv}],
+                "groupVersion": served[0].api_version,
+                "resources": [
+                    {
+                        "name": res.plural,
+                        "singularName": res.kind.lower(),
+                        "namespaced": True,
+                        "kind": res.kind,
+                        "verbs": ["get", "list", "watch"],
+                    }
+                    for res in served
+                ],
             }
-        for res in RESOURCES.values():
-            if path == res.prefix:
-                return {
-                    "kind": "APIResourceList",
-                    "apiVersion": "v1",
-                    "groupVersion": res.api_version,
-                    "resources": [
-                        {
-                            "name": res.plural,
-                            "singularName": res.kind.lower(),
-                            "namespaced": True,
-                            "kind": res.kind,
-                            "verbs": ["get", "list", "watch"],
-                        }
-                    ],
-                }
         return None
+
+    def _link_group(self) -> dict[str, Any]:
+        return _group(LINK_GROUP, self.link_versions)
 
     async def _collection(
         self, request: web.Request, res: Resource, namespace: str | None
@@ -748,6 +827,9 @@ class FakeKube:
                     await resp.write(_line({"type": "BOOKMARK", "object": bookmark}))
                     next_bookmark = loop.time() + self.bookmark_interval
                     continue
+                if ev is None and not watcher.aborted:
+                    await resp.write_eof()
+                    return resp
                 if ev is None or watcher.aborted:
                     raise _Aborted
                 obj = dict(ev.obj, kind=res.kind, apiVersion=res.api_version)
@@ -758,6 +840,12 @@ class FakeKube:
             return resp
         finally:
             self._watchers.discard(watcher)
+
+
+def _group(name: str, versions: Iterable[str]) -> dict[str, Any]:
+    """An APIGroup discovery entry; the first version is the preferred one."""
+    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": listed, "preferredVersion": listed[0]}
 
 
 class _Aborted(Exception):

@@ -48,12 +48,19 @@ class Dnsside:
     """A `dnsside serve` subprocess on 127.0.0.1 with ephemeral ports."""
 
     def __init__(self, *args: str, wait_synced: bool = True, env: dict[str, str] | None = None,
-                 listen: str = "127.0.0.1:0") -> None:
-        cmd = [sys.executable, "-m", "dnsside", "serve", "--listen", listen,
-               "--http-listen", "127.0.0.1:0", *args]
+                 listen: str = "127.0.0.1:0", wrap: Sequence[str] = ()) -> None:
+        # Fixtures' probe Services have cluster-range ClusterIPs: a test probes only the
+        # loopback gateways it starts itself, and says so with --gateway-probe.
+        probe = [] if any(a.startswith("--gateway-probe") for a in args) else [
+            "--gateway-probe", "off"]
+        # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (tests/netns.py).
+        cmd = [*wrap, sys.executable, "-m", "dnsside", "serve", "--listen", listen,
+               "--http-listen", "127.0.0.1:0", *probe, *args]
+        # $POD_IP changes the default NS address: only a test that asks for it gets one.
+        inherited = {k: v for k, v in os.environ.items() if k != "POD_IP"}
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})}, cwd=ROOT,
+            env={**inherited, **(env or {})}, cwd=ROOT,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

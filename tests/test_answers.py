@@ -89,8 +89,8 @@ class TestDemoRows:
         assert {w for _, w, _, _ in recs} == {10}
         assert {port for _, _, port, _ in recs} == {26257, 8080}
         web = srv_records(demo.query("_http._tcp.web.default.svc-global", "SRV", tcp=tcp))
-        assert web == sorted((0, 33, 8080, f"{c}.web.default.svc-global.")
-                             for c in ("east", "west", "north"))
+        assert web == sorted((0, 25, 8080, f"{c}.web.default.svc-global.")
+                             for c in ("east", "west", "north", "federated"))
 
     def test_srv_local_port_comes_from_the_slice(self, demo: Dnsside, tcp: bool) -> None:
         recs = srv_records(demo.query("_grpc._tcp.cockroachdb.db.svc-global", "SRV", tcp=tcp))
@@ -101,7 +101,9 @@ class TestDemoRows:
         assert soa.answer[0].rdtype == dns.rdatatype.SOA
         assert soa.answer[0][0].minimum == 5
         ns = demo.query("svc-global", "NS", tcp=tcp)
-        assert [rd.to_text() for rd in ns.answer[0]] == ["ns.dns.svc-global."]
+        assert [rd.to_text() for rd in ns.answer[0]] == ["svc-global."]
+        assert [(rr.name.to_text(), rd.to_text()) for rr in ns.additional for rd in rr] == [
+            ("svc-global.", "127.0.0.1")], "glue: the apex's address, the --listen address"
 
     def test_nodata_for_empty_non_terminals_and_missing_types(self, demo: Dnsside,
                                                               tcp: bool) -> None:

@@ -3,7 +3,8 @@
 Nothing here talks to a cluster or a Docker engine, and kubectl/kustomize are
 not needed: a tiny loader reads each kustomization.yaml's `resources:` list
 (the only kustomize feature the manifests use; any other field makes the
-loader fail rather than silently skip it) and every object is validated with
+loader fail rather than silently skip it; tests/test_install.py checks the
+same against `kubectl kustomize` and `dnsside install`) and every object is validated with
 kubernetes-validate against the Kubernetes 1.33 OpenAPI schemas in strict mode
 (unknown fields are errors). On top of schema validity, the tests pin down the
 properties the product depends on: read-only RBAC, the pod security settings,
@@ -43,36 +44,37 @@ KUSTOMIZATIONS = [BASE, SIDECAR]
 # Plain manifests applied with `kubectl apply -f` / `create -f`.
 STANDALONE = [
     COREDNS / "coredns-custom-configmap.yaml",
+    DEPLOY / "monitoring" / "monitoring.yaml",
     DEMO / "workload.yaml",
     DEMO / "smoke-job.yaml",
 ]
 # A strategic-merge patch: a partial Deployment, not a complete object.
 SIDECAR_PATCH = SIDECAR / "coredns-patch.yaml"
 
-# Fields of kustomization.yaml the loader understands. `images` only restates
-# the tag already written in the manifests (checked below).
+# Fields of kustomization.yaml the loader understands (the generated ones use
+# `resources` only: `dnsside install` writes every namespace and tag itself).
 KUSTOMIZE_FIELDS = {"apiVersion", "kind", "namespace", "resources", "images"}
+# Custom resources (prometheus-operator): kubernetes-validate has no schema for them;
+# tests/test_install.py validates them against schemas of their own and promtool.
+CUSTOM_KINDS = {"PrometheusRule", "PodMonitor"}
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 
-# `dnsside serve` flags from SPEC.md section 4; each is also DNSSIDE_<FLAG>.
-SERVE_FLAGS = {
-    "--source",
-    "--kubeconfig",
-    "--cluster-name",
-    "--zone",
-    "--listen",
-    "--http-listen",
-    "--ttl",
-    "--publish-not-ready",
-    "--no-local",
-    "--srv-priority",
-    "--namespace",
-}
+# `dnsside serve` flags (SPEC.md section 4 and whatever serve has grown since); each is
+# also DNSSIDE_<FLAG>.
+def _serve_flags() -> set[str]:
+    from dnsside.install import serve_parser
+
+    return {s for a in serve_parser()._actions for s in a.option_strings if s.startswith("--")}
+
+
+SERVE_FLAGS = _serve_flags()
 READ_VERBS = {"get", "list", "watch"}
-ALLOWED_RESOURCES = {("", "services"), ("discovery.k8s.io", "endpointslices")}
+ALLOWED_RESOURCES = {("", "services"), ("discovery.k8s.io", "endpointslices"),
+                     ("multicluster.linkerd.io", "links")}
 IMAGE = "ghcr.io/dnsside/dnsside:0.1.0"
-SIDECAR_STANZA = "svc-global:53 {\n    errors\n    cache 5\n    forward . 127.0.0.1:5353\n}"
+SIDECAR_STANZA = ("svc-global:53 {\n    errors\n    cache 5\n    prometheus :9153\n"
+                  "    bufsize 1232\n    forward . 127.0.0.1:5353\n}")
 
 
 # --------------------------------------------------------------------------
@@ -133,7 +135,7 @@ def all_full_objects() -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"{path.relative_to(ROOT)}:{obj['kind']}/{obj['metadata']['name']}", obj
 
 
-FULL_OBJECTS = list(all_full_objects())
+FULL_OBJECTS = [(n, o) for n, o in all_full_objects() if o["kind"] not in CUSTOM_KINDS]
 
 
 def base_deployment() -> dict[str, Any]:
@@ -268,7 +270,7 @@ def pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("kdir", KUSTOMIZATIONS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_rbac_is_read_only_on_services_and_endpointslices(kdir: Path) -> None:
+def test_rbac_is_read_only_on_services_endpointslices_and_links(kdir: Path) -> None:
     objs = objects(kdir)
     kinds = {o["kind"] for o in objs}
     # No namespaced grants and nothing that could hand out more than this.
@@ -385,20 +387,16 @@ def test_deployment_args_env_and_ports() -> None:
     (c,) = pod["containers"]
     assert c["image"] == IMAGE
     flags = flag_values(c["args"])
-    assert flags["--listen"] == "0.0.0.0:5353"
-    assert flags["--http-listen"] == "0.0.0.0:9153"
-    # $(VAR) is expanded by the kubelet only when VAR is in the container env.
-    ref = re.fullmatch(r"\$\(([A-Z_]+)\)", flags["--cluster-name"])
-    assert ref, flags["--cluster-name"]
+    # [::] = both address families (IPv6-only and dual-stack clusters).
+    assert flags["--listen"] == "[::]:5353"
+    assert flags["--http-listen"] == "[::]:9153"
+    # Every other setting comes from the ConfigMap, read whole as DNSSIDE_* variables.
+    assert "--cluster-name" not in flags
+    (source,) = c["envFrom"]
+    cm = one(objects(BASE), "ConfigMap", source["configMapRef"]["name"])
+    assert "DNSSIDE_CLUSTER_NAME" in cm["data"]
     env = {e["name"]: e for e in c["env"]}
-    assert ref.group(1) in env
-    for name in env:
-        if name.startswith("DNSSIDE_"):
-            flag = "--" + name.removeprefix("DNSSIDE_").lower().replace("_", "-")
-            assert flag in SERVE_FLAGS, f"{name} does not correspond to a flag"
-    cm_ref = env["DNSSIDE_CLUSTER_NAME"]["valueFrom"]["configMapKeyRef"]
-    cm = one(objects(BASE), "ConfigMap", cm_ref["name"])
-    assert cm_ref["key"] in cm["data"]
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     for key in cm["data"]:
         assert key.startswith("DNSSIDE_")
         assert "--" + key.removeprefix("DNSSIDE_").lower().replace("_", "-") in SERVE_FLAGS
@@ -424,10 +422,12 @@ def test_deployment_probes_and_resources() -> None:
     assert res["limits"]["memory"]
 
 
-def test_image_tag_matches_kustomization_images() -> None:
-    (img,) = load_kustomization(BASE)["images"]
-    assert f"{img['name']}:{img['newTag']}" == IMAGE
-    assert sidecar_container()["image"] == IMAGE
+def test_image_tag_is_the_package_version() -> None:
+    from dnsside import __version__
+
+    assert IMAGE.endswith(":" + __version__)
+    (c,) = base_deployment()["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == sidecar_container()["image"] == IMAGE
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -461,9 +461,9 @@ def test_args_and_configmap_parse_with_the_real_cli(
         flag = "--" + key.removeprefix("DNSSIDE_").lower().replace("_", "-")
         assert key.startswith("DNSSIDE_") and flag in known, f"{key}: dnsside has no {flag}"
         monkeypatch.setenv(key, value)
-    # What the kubelet does with $(VAR) when VAR is in the container env.
-    args = [re.sub(r"\$\(([A-Z_]+)\)", lambda m: cm["data"][m.group(1)], a) for a in c["args"]]
-    ns = build_parser().parse_args(args)
+    # envFrom: the kubelet sets each key as an environment variable.
+    assert c["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+    ns = build_parser().parse_args(c["args"])
     flags = flag_values(c["args"])
     assert ns.command == "serve"
     assert ns.listen == flags["--listen"]
@@ -566,10 +566,15 @@ def test_sidecar_patch_shape() -> None:
     assert set(patch) == {"apiVersion", "kind", "metadata", "spec"}
     assert (patch["apiVersion"], patch["kind"]) == ("apps/v1", "Deployment")
     assert patch["metadata"] == {"name": "coredns", "namespace": "kube-system"}
-    assert set(patch["spec"]) == {"template"}
-    assert set(patch["spec"]["template"]) == {"spec"}
+    # The selector is there to make the patch a valid Deployment (kubectl apply,
+    # kubernetes-validate); it is the one every CoreDNS install has, and immutable.
+    assert set(patch["spec"]) == {"template", "selector"}
+    assert patch["spec"]["selector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert set(patch["spec"]["template"]) == {"spec", "metadata"}
+    # Only an annotation: a change of dnsside's ConfigMap rolls the CoreDNS pods.
+    assert set(patch["spec"]["template"]["metadata"]) == {"annotations"}
     tspec = patch["spec"]["template"]["spec"]
-    assert set(tspec) <= {"containers", "volumes"}
+    assert set(tspec) <= {"containers", "volumes", "terminationGracePeriodSeconds"}
     assert all(c["name"] != "coredns" for c in tspec["containers"])
     volumes = {v["name"] for v in tspec.get("volumes", [])}
     for c in tspec["containers"]:
@@ -601,12 +606,12 @@ def test_sidecar_container_settings() -> None:
     # A readiness probe here would make the whole CoreDNS pod unready while
     # dnsside syncs: cluster DNS must not depend on it.
     assert "readinessProbe" not in c
-    env = {e["name"]: e for e in c["env"]}
-    cm_ref = env["DNSSIDE_CLUSTER_NAME"]["valueFrom"]["configMapKeyRef"]
-    cm = one(objects(SIDECAR), "ConfigMap", cm_ref["name"])
+    (source,) = c["envFrom"]
+    cm = one(objects(SIDECAR), "ConfigMap", source["configMapRef"]["name"])
     assert cm["metadata"]["namespace"] == "kube-system"
-    assert cm_ref["key"] in cm["data"]
-    assert flags["--cluster-name"] == f"$({cm_ref['key']})"
+    assert "DNSSIDE_CLUSTER_NAME" in cm["data"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert c["resources"]["limits"]["memory"]
     assert_hardened(c, {})
 
@@ -641,9 +646,9 @@ def test_corefile_snippet_for_the_service() -> None:
 def test_coredns_custom_configmap_example() -> None:
     (cm,) = load_docs(COREDNS / "coredns-custom-configmap.yaml")
     assert cm["metadata"] == {"name": "coredns-custom", "namespace": "kube-system"}
-    assert list(cm["data"]) == ["svc-global.server"]
+    assert list(cm["data"]) == ["dnsside.server"]
     assert all(k.endswith(".server") for k in cm["data"])
-    assert stanza(cm["data"]["svc-global.server"]) == SIDECAR_STANZA
+    assert stanza(cm["data"]["dnsside.server"]) == SIDECAR_STANZA
 
 
 # --------------------------------------------------------------------------

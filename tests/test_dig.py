@@ -117,7 +117,7 @@ def test_dig_edns(srv: Dnsside) -> None:
     # dig sends a COOKIE by default; with NSID, an unknown option, DO and a 4096 buffer:
     d = dig(srv, NGINX, "+bufsize=4096", "+dnssec", "+nsid", "+ednsopt=65001:abcd")
     assert d.status == "NOERROR"
-    assert d.edns == "; EDNS: version: 0, flags:; udp: 1232", "1232, no DO, version 0"
+    assert d.edns == "; EDNS: version: 0, flags: do; udp: 1232", "1232, DO copied, version 0"
     assert d.opt_lines == [d.edns], "no option echoed: no COOKIE, NSID or unknown option"
     assert "ad" not in d.flags and d.rdata("ANSWER", "A") == NGINX_A
     plain = dig(srv, NGINX, "+noedns")
@@ -133,8 +133,10 @@ def test_dig_badvers(srv: Dnsside) -> None:
 
 def test_dig_truncation_then_tcp(srv: Dnsside) -> None:
     tc = dig(srv, ROACH, "SRV", "+noedns", "+ignore")
-    assert "tc" in tc.flags and tc.counts == {"QUERY": 1, "ANSWER": 0, "AUTHORITY": 0,
+    # As many whole SRV records as fit in 512 bytes, no glue.
+    assert "tc" in tc.flags and tc.counts == {"QUERY": 1, "ANSWER": 7, "AUTHORITY": 0,
                                               "ADDITIONAL": 0}
+    assert len(tc.rdata("ANSWER", "SRV")) == 7
     retried = dig(srv, ROACH, "SRV", "+noedns")
     assert "Truncated, retrying in TCP mode" in retried.text
     assert retried.counts["ANSWER"] == 10 and retried.counts["ADDITIONAL"] == 5
@@ -177,8 +179,21 @@ def test_dig_class_refused(srv: Dnsside, qclass: str) -> None:
     assert d.status == "REFUSED" and "aa" not in d.flags
 
 
-def test_dig_any_is_hinfo(srv: Dnsside) -> None:
+def test_dig_any_is_the_a_rrset(srv: Dnsside) -> None:
+    """RFC 8482: one real RRset (a Java client asking for "A AAAA" sends ANY)."""
     d = dig(srv, ROACH, "ANY")
+    a = dig(srv, ROACH, "A")
+    assert d.status == "NOERROR" and d.counts["ANSWER"] == 5
+    assert {rr[3] for rr in d.sections["ANSWER"]} == {"A"}
+    assert d.sections["ANSWER"] == a.sections["ANSWER"]
+
+
+def test_dig_any_at_the_apex_is_hinfo(srv: Dnsside) -> None:
+    if dig(srv, "svc-global", "A").counts["ANSWER"]:  # an apex with addresses answers those
+        assert dig(srv, "svc-global", "ANY").sections["ANSWER"] == dig(
+            srv, "svc-global", "A").sections["ANSWER"]
+        return
+    d = dig(srv, "svc-global", "ANY")
     assert d.status == "NOERROR" and d.counts["ANSWER"] == 1
     assert d.sections["ANSWER"][0][3:] == ["HINFO", '"RFC8482" ""']
     assert int(re.findall(r"MSG SIZE\s+rcvd: (\d+)", d.text)[-1]) < 100
@@ -264,7 +279,7 @@ def test_kdig_edns_options_not_echoed(srv: Dnsside) -> None:
     [m] = kdig(srv, NGINX, "+bufsize=4096", "+nsid", "+cookie", "+subnet=10.0.0.0/24",
                "+padding=64", "+ednsopt=65001:abcd", "+dnssec")
     o = opt(m)
-    assert o is not None and o["CLASS"] == 1232 and o["TTL"] == 0, "1232, version 0, no DO"
+    assert o is not None and o["CLASS"] == 1232 and o["TTL"] == 0x8000, "1232, version 0, DO"
     assert o["RDLENGTH"] == 0, "no option echoed"
     assert rdata(m, "A") == NGINX_A
 
@@ -284,7 +299,8 @@ def test_kdig_no_edns_no_opt(srv: Dnsside) -> None:
 
 def test_kdig_truncation(srv: Dnsside) -> None:
     [tc] = kdig(srv, "+noedns", "+ignore", ROACH, "SRV")
-    assert tc["TC"] == 1 and tc["ANCOUNT"] == 0 and tc["msgLength"] <= 512
+    assert tc["TC"] == 1 and tc["ANCOUNT"] == 7 and tc["msgLength"] <= 512
+    assert len(rdata(tc, "SRV")) == 7 and not tc.get("additionalRRs")
     [full] = kdig(srv, "+noedns", ROACH, "SRV")  # kdig retries over TCP on TC
     assert full["TC"] == 0 and full["ANCOUNT"] == 10
 
@@ -315,8 +331,11 @@ def test_kdig_negative_answers(srv: Dnsside) -> None:
 def test_kdig_any(srv: Dnsside) -> None:
     # (kdig lower-cases the names it sends, so 0x20 is dig's and dnspython's to show.)
     [m] = kdig(srv, ROACH, "ANY")
-    assert [rr["TYPEname"] for rr in m["answerRRs"]] == ["HINFO"]
-    assert m["answerRRs"][0]["rdataHINFO"] == '"RFC8482" ""' and m["msgLength"] < 100
+    assert [rr["TYPEname"] for rr in m["answerRRs"]] == ["A"] * 5
+    assert rdata(m, "A") == ["10.42.2.20", "10.42.2.21", "10.43.90.1", "10.43.90.2",
+                             "10.43.90.3"]
+    [srv_any] = kdig(srv, "_grpc._tcp." + ROACH, "ANY")
+    assert {rr["TYPEname"] for rr in srv_any["answerRRs"]} == {"SRV"}
 
 
 def test_kdig_flags(srv: Dnsside) -> None:

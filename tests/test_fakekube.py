@@ -85,7 +85,7 @@ async def test_list_shape_and_namespace(fake_kube_demo: FakeKube, http: aiohttp.
     assert body["kind"] == "ServiceList" and body["apiVersion"] == "v1"
     assert body["metadata"]["resourceVersion"] == str(fake_kube_demo.resource_version)
     assert "continue" not in body["metadata"]
-    assert len(body["items"]) == 25
+    assert len(body["items"]) == 32
     assert all("kind" not in i and "apiVersion" not in i for i in body["items"])
     assert names(body["items"]) == sorted(names(body["items"]))
     rvs = [int(i["metadata"]["resourceVersion"]) for i in body["items"]]
@@ -93,11 +93,11 @@ async def test_list_shape_and_namespace(fake_kube_demo: FakeKube, http: aiohttp.
 
     db = await get_json(http, "/api/v1/namespaces/db/services")
     assert {i["metadata"]["namespace"] for i in db["items"]} == {"db"}
-    assert len(db["items"]) == 9
+    assert len(db["items"]) == 11
     slices = await get_json(http, "/apis/discovery.k8s.io/v1/namespaces/db/endpointslices")
     assert slices["kind"] == "EndpointSliceList"
     assert slices["apiVersion"] == "discovery.k8s.io/v1"
-    assert len(slices["items"]) == 9
+    assert len(slices["items"]) == 11
     single = await get_json(http, "/api/v1/namespaces/db/services/cockroachdb")
     assert single["kind"] == "Service" and single["metadata"]["name"] == "cockroachdb"
 
@@ -108,7 +108,7 @@ async def test_paging_is_a_consistent_snapshot(
     kube = fake_kube_demo
     first = await get_json(http, SVC, limit=10)
     assert len(first["items"]) == 10
-    assert first["metadata"]["remainingItemCount"] == 15
+    assert first["metadata"]["remainingItemCount"] == 22
     snapshot = first["metadata"]["resourceVersion"]
     # Writes after the first page are invisible to the rest of the list.
     kube.apply(svc("zzz-new"))
@@ -116,7 +116,7 @@ async def test_paging_is_a_consistent_snapshot(
     assert changed is not None
     changed["spec"]["clusterIP"] = "10.9.9.9"
     kube.apply(changed)
-    kube.delete("Service", "linkerd-multicluster", "probe-gateway-west")
+    kube.delete("Service", "linkerd-multicluster", "probe-west")
 
     items, token = list(first["items"]), first["metadata"]["continue"]
     while token:
@@ -124,10 +124,10 @@ async def test_paging_is_a_consistent_snapshot(
         assert page["metadata"]["resourceVersion"] == snapshot
         items += page["items"]
         token = page["metadata"].get("continue")
-    assert len(items) == 25
+    assert len(items) == 32
     assert names(items) == sorted(names(items))
     assert "default/zzz-new" not in names(items)
-    assert "linkerd-multicluster/probe-gateway-west" in names(items)
+    assert "linkerd-multicluster/probe-west" in names(items)
     web = next(i for i in items if i["metadata"]["name"] == "web")
     assert web["spec"]["clusterIP"] != "10.9.9.9"
 
@@ -147,13 +147,14 @@ async def test_continue_after_compaction_is_410(
 @pytest.mark.parametrize(
     ("selector", "expected"),
     [
-        ("app=web", {"web", "web-west", "web-north", "web-federated"}),
+        ("app=web", {"web", "web-west", "web-north", "web-south", "web-federated"}),
         ("app==web,mirror.linkerd.io/cluster-name=north", {"web-north"}),
         ("mirror.linkerd.io/headless-mirror-svc-name", None),  # checked below
         ("app=web,!mirror.linkerd.io/mirrored-service", {"web"}),
-        ("app=web,mirror.linkerd.io/cluster-name!=west", {"web", "web-north", "web-federated"}),
+        ("app=web,mirror.linkerd.io/cluster-name!=west",
+         {"web", "web-north", "web-south", "web-federated"}),
         ("app in (web, metrics),mirror.linkerd.io/cluster-name notin (west,north)",
-         {"web", "web-federated", "metrics"}),
+         {"web", "web-south", "web-federated", "metrics"}),
     ],
 )
 async def test_label_selectors(
@@ -162,7 +163,8 @@ async def test_label_selectors(
     body = await get_json(http, SVC, labelSelector=selector)
     got = {i["metadata"]["name"] for i in body["items"]}
     if expected is None:
-        assert len(got) == 11 and all(n[-5:] in ("-west", "north") for n in got)
+        assert len(got) == 12 and all(n.rsplit("-", 1)[1] in ("west", "north", "old")
+                                      for n in got)
     else:
         assert got == expected
     assert "remainingItemCount" not in body["metadata"]
@@ -233,7 +235,7 @@ async def test_watch_without_version_starts_with_current_state(
     stream = await watch(http, "/apis/discovery.k8s.io/v1/namespaces/db/endpointslices",
                          timeoutSeconds=1)
     events = await stream.rest()
-    assert len(events) == 9 and {e["type"] for e in events} == {"ADDED"}
+    assert len(events) == 11 and {e["type"] for e in events} == {"ADDED"}
 
 
 async def test_watch_selector_transitions(fake_kube: FakeKube, http: aiohttp.ClientSession):
@@ -364,7 +366,79 @@ async def test_kubeconfig_and_load(fake_kube: FakeKube):
     text = Path(fake_kube.kubeconfig).read_text()
     assert fake_kube.url in text and "fake-token" in text
     stored = fake_kube.load(DEMO_EAST)
-    assert len(stored) == 45
-    assert [int(o["metadata"]["resourceVersion"]) for o in stored] == list(range(1, 46))
-    assert len(fake_kube.objects("Service")) == 25
-    assert len(fake_kube.objects("EndpointSlice")) == 20
+    assert len(stored) == 61
+    assert [int(o["metadata"]["resourceVersion"]) for o in stored] == list(range(1, 62))
+    assert len(fake_kube.objects("Service")) == 32
+    assert len(fake_kube.objects("EndpointSlice")) == 26
+    assert len(fake_kube.objects("Link")) == 3
+
+
+def link(name: str, target: str | None = None, ns: str = "linkerd-multicluster") -> dict[str, Any]:
+    return {
+        "apiVersion": "multicluster.linkerd.io/v1alpha3",
+        "kind": "Link",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"targetClusterName": target or name, "probeSpec": {"path": "/ready"}},
+    }
+
+
+async def test_links_at_every_served_version_and_discovery(
+    fake_kube: FakeKube, http: aiohttp.ClientSession
+):
+    fake_kube.apply(link("west"))
+    groups = await get_json(http, "/apis")
+    group = next(g for g in groups["groups"] if g["name"] == "multicluster.linkerd.io")
+    assert group["preferredVersion"]["version"] == "v1alpha3"
+    assert [v["version"] for v in group["versions"]] == ["v1alpha3", "v1alpha2", "v1alpha1"]
+    for version in ("v1alpha1", "v1alpha2", "v1alpha3"):
+        body = await get_json(http, f"/apis/multicluster.linkerd.io/{version}/links")
+        assert body["kind"] == "LinkList"
+        assert body["apiVersion"] == f"multicluster.linkerd.io/{version}"
+        assert [i["spec"]["targetClusterName"] for i in body["items"]] == ["west"]
+    one = await get_json(
+        http, "/apis/multicluster.linkerd.io/v1alpha1/namespaces/linkerd-multicluster/links/west")
+    assert one["apiVersion"] == "multicluster.linkerd.io/v1alpha1"
+    resources = await get_json(http, "/apis/multicluster.linkerd.io/v1alpha2")
+    assert [r["name"] for r in resources["resources"]] == ["links"]
+
+
+async def test_link_watch_and_crd_versions(fake_kube: FakeKube, http: aiohttp.ClientSession):
+    fake_kube.set_link_crd(["v1alpha1"])
+    async with http.get("/apis/multicluster.linkerd.io/v1alpha3/links") as resp:
+        assert resp.status == 404
+    path = "/apis/multicluster.linkerd.io/v1alpha1/links"
+    listed = await get_json(http, path)
+    async with http.get(path, params={"watch": "1",
+                                      "resourceVersion": listed["metadata"]["resourceVersion"]}
+                        ) as resp:
+        stream = Stream(resp)
+        fake_kube.apply(link("north"))
+        ev = await stream.next()
+        assert ev is not None and ev["type"] == "ADDED"
+        assert ev["object"]["apiVersion"] == "multicluster.linkerd.io/v1alpha1"
+        fake_kube.set_link_crd(None)  # uninstalled: the stream ends
+        assert await stream.rest() == []
+    groups = await get_json(http, "/apis")
+    assert "multicluster.linkerd.io" not in {g["name"] for g in groups["groups"]}
+    async with http.get("/apis/multicluster.linkerd.io") as resp:
+        assert resp.status == 404
+    async with http.get(path) as resp:
+        assert resp.status == 404
+
+
+async def test_forbid_per_resource_and_user(fake_kube: FakeKube, http: aiohttp.ClientSession):
+    path = "/apis/multicluster.linkerd.io/v1alpha3/links"
+    fake_kube.forbid("links", "system:serviceaccount:dnsside:dnsside")
+    assert (await get_json(http, path))["items"] == []  # admin may
+    headers = {"Impersonate-User": "system:serviceaccount:dnsside:dnsside"}
+    async with http.get(path, headers=headers) as resp:
+        assert resp.status == 403
+        status = await resp.json()
+        assert status["reason"] == "Forbidden"
+        assert 'cannot list resource "links" in API group "multicluster.linkerd.io"' in (
+            status["message"])
+    fake_kube.forbid("services")
+    async with http.get(SVC) as resp:
+        assert resp.status == 403
+    fake_kube.allow("services")
+    assert (await get_json(http, SVC))["kind"] == "ServiceList"

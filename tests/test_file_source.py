@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import DEMO, Dnsside, answers, run_cli, wait_for
 
-from dnsside.events import Replace
-from dnsside.linkerd import ServiceRecord
+from dnsside.events import Kind, LinksUnavailable, Replace
+from dnsside.linkerd import LinkRecord, ServiceRecord
 from dnsside.sources.file import (
     FileSource,
     FileSourceError,
@@ -45,7 +45,10 @@ def test_list_multidoc_and_json_read_the_same(tmp_path: Path) -> None:
 
 def test_namespace_filter() -> None:
     recs, _ = load_records(DEMO, frozenset({"db"}))
-    assert recs and {r.namespace for r in recs} == {"db"}
+    links = [r for r in recs if isinstance(r, LinkRecord)]
+    assert recs and {r.namespace for r in recs if r not in links} == {"db"}
+    # Links count wherever they live, as on the API: they say which clusters are linked.
+    assert {link.target_cluster for link in links} == {"west", "north", "south"}
 
 
 @pytest.mark.parametrize(
@@ -117,11 +120,16 @@ async def test_events_then_reload_then_broken_file(tmp_path: Path) -> None:
     source = FileSource(path, poll_interval=0.01)
     stream = source.events()
     first = await anext(stream)
-    assert isinstance(first[0], Replace) and len(first[0].records) == 45
+    assert isinstance(first[0], Replace) and len(first[0].records) == 61
+    # The dump has Links, so it has all of them: Links are part of the whole truth.
+    assert Kind.LINK in first[0].kinds
     items = yaml.safe_load(DEMO.read_text())["items"][:10]
     path.write_text(yaml.safe_dump({"kind": "List", "items": items}))
     second = await anext(stream)
     assert isinstance(second[0], Replace) and len(second[0].records) == 10
+    # A dump without any Link was taken without them: say so, so nothing is filtered.
+    assert Kind.LINK not in second[0].kinds
+    assert isinstance(second[1], LinksUnavailable) and "no Link objects" in second[1].reason
     path.write_text("{{{ not yaml")
     third = await anext(stream)
     assert "invalid" in str(third[0])

@@ -13,13 +13,14 @@ from support import DEMO
 
 from dnsside.events import Delete, Kind, Replace, SourceError, Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import ServiceRecord, SliceRecord, parse_object
+from dnsside.linkerd import Record, ServiceRecord, SliceRecord, parse_object
 
 BOTH = frozenset({Kind.SERVICE, Kind.SLICE})
+ALL = BOTH | {Kind.LINK}  # a dump with Links: mirrors of unlinked clusters are orphans
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 
 
-def demo_records() -> tuple[ServiceRecord | SliceRecord, ...]:
+def demo_records() -> tuple[Record, ...]:
     out = []
     for obj in ITEMS:
         r = parse_object(obj)
@@ -32,7 +33,7 @@ def obj(name: str) -> dict[str, Any]:
     return copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == name))
 
 
-def rec(o: dict[str, Any]) -> ServiceRecord | SliceRecord:
+def rec(o: dict[str, Any]) -> Record:
     r = parse_object(o)
     assert r is not None
     return r
@@ -42,7 +43,7 @@ def rec(o: dict[str, Any]) -> ServiceRecord | SliceRecord:
 def index() -> Index:
     idx = Index(make_responder(["svc-global."], IndexOptions().zone),
                 IndexOptions(cluster_name="east"))
-    idx.apply([Replace(BOTH, demo_records()), Synced()])
+    idx.apply([Replace(ALL, demo_records()), Synced()])
     return idx
 
 
@@ -112,8 +113,8 @@ def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture)
 
 
 def test_last_member_gone_makes_names_and_namespace_vanish(index: Index) -> None:
-    for name in ("cockroachdb", "cockroachdb-west", "cockroachdb-north", *(
-            f"cockroachdb-{i}-{c}" for i in range(3) for c in ("west", "north"))):
+    for name in ("cockroachdb", "cockroachdb-west", "cockroachdb-north", "kafka", "kafka-south",
+                 *(f"cockroachdb-{i}-{c}" for i in range(3) for c in ("west", "north"))):
         index.apply([Delete(Kind.SERVICE, "db", name)])
     assert ("db", "cockroachdb") not in index.global_services
     assert ask(index, "db.svc-global").rcode() == dns.rcode.NXDOMAIN
@@ -146,9 +147,10 @@ def test_replace_diffs_and_drops_what_is_missing(index: Index) -> None:
     # A Replace of one kind leaves the other kind alone.
     index.apply([Replace(frozenset({Kind.SLICE}), ())])
     assert index.services and not index.slices
-    # No slice, nothing ready... except remote-discovery mirrors, which have no endpoints.
+    # No slice, nothing ready... except remote-discovery and federated mirrors, which have no
+    # endpoints at all.
     assert ask(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
-    assert addrs(index, "web.default.svc-global") == ["10.43.100.8"]
+    assert addrs(index, "web.default.svc-global") == ["10.43.100.8", "10.43.100.9"]
 
 
 def test_mirror_changing_its_original_moves_between_services(index: Index) -> None:

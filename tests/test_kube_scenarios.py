@@ -84,22 +84,24 @@ def test_same_answers_as_the_file_source(kube: ThreadedKube) -> None:
 
 def test_new_link_appears_and_per_pod_mirror_goes(kube: ThreadedKube) -> None:
     with serve(kube) as srv:
+        link = obj("south")  # `linkerd multicluster link --cluster-name far | kubectl apply`
+        link["metadata"]["name"] = link["spec"]["targetClusterName"] = "far"
         root = obj("nginx-svc-west")
-        root["metadata"]["name"] = "nginx-svc-south"
-        root["metadata"]["labels"]["mirror.linkerd.io/cluster-name"] = "south"
+        root["metadata"]["name"] = "nginx-svc-far"
+        root["metadata"]["labels"]["mirror.linkerd.io/cluster-name"] = "far"
         pod = obj("nginx-set-0-west")
-        pod["metadata"]["name"] = "nginx-set-0-south"
-        pod["metadata"]["labels"]["mirror.linkerd.io/cluster-name"] = "south"
-        pod["metadata"]["labels"]["mirror.linkerd.io/headless-mirror-svc-name"] = "nginx-svc-south"
+        pod["metadata"]["name"] = "nginx-set-0-far"
+        pod["metadata"]["labels"]["mirror.linkerd.io/cluster-name"] = "far"
+        pod["metadata"]["labels"]["mirror.linkerd.io/headless-mirror-svc-name"] = "nginx-svc-far"
         pod["spec"]["clusterIP"], pod["spec"]["clusterIPs"] = "10.44.0.9", ["10.44.0.9"]
         sl = obj("nginx-set-0-west-ba6e2")
-        sl["metadata"]["name"] = "nginx-set-0-south-1"
-        sl["metadata"]["labels"]["kubernetes.io/service-name"] = "nginx-set-0-south"
-        for o in (root, pod, sl):
+        sl["metadata"]["name"] = "nginx-set-0-far-1"
+        sl["metadata"]["labels"]["kubernetes.io/service-name"] = "nginx-set-0-far"
+        for o in (link, root, pod, sl):
             kube.call(kube.kube.apply, o)
-        wait_for(lambda: "10.44.0.9" in answers(srv.query(NGINX)), what="the south link")
-        assert answers(srv.query("nginx-set-0.south.nginx-svc.default.svc-global")) == ["10.44.0.9"]
-        srv.wait_log("link south seen: 1 members")
+        wait_for(lambda: "10.44.0.9" in answers(srv.query(NGINX)), what="the far link")
+        assert answers(srv.query("nginx-set-0.far.nginx-svc.default.svc-global")) == ["10.44.0.9"]
+        srv.wait_log("link far seen: 1 members")
         kube.call(kube.kube.delete, "Service", "default", "nginx-set-2-west")
         wait_for(lambda: "10.43.245.244" not in answers(srv.query(NGINX)), what="mirror removal")
         gone = srv.query("nginx-set-2.west.nginx-svc.default.svc-global")

@@ -21,7 +21,8 @@ from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Up
 from dnsside.linkerd import Record, parse_object
 from dnsside.sources.kube import Backoff, KubeConfigError, KubeSource
 
-SVC_PATHS = {"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"}
+LINKS_PATH = "/apis/multicluster.linkerd.io/v1alpha3/links"
+SVC_PATHS = {"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", LINKS_PATH}
 DEADLINE = 10.0
 
 RecordKey = tuple[Kind, str, str]
@@ -38,9 +39,10 @@ def expected_state(kube: FakeKube, namespaces: Iterable[str] = ()) -> dict[Recor
     """What the index should hold: every object of the fake, parsed."""
     wanted = set(namespaces)
     state = {}
-    for kind in ("Service", "EndpointSlice"):
+    for kind in ("Service", "EndpointSlice", "Link"):
         for obj in kube.objects(kind):
-            if wanted and obj["metadata"]["namespace"] not in wanted:
+            # Links are read cluster-wide whatever the namespaces (they say what is linked).
+            if wanted and obj["metadata"]["namespace"] not in wanted and kind != "Link":
                 continue
             record = parse_object(obj)
             assert record is not None
@@ -125,6 +127,7 @@ async def start(fake_kube: FakeKube) -> AsyncIterator[Callable[..., Collector]]:
             "backoff_base": 0.01,
             "backoff_cap": 0.1,
             "watch_timeout": 30,
+            "links_retry": 0.1,
             **kwargs,
         }
         collector = Collector(KubeSource(**options))
@@ -191,9 +194,10 @@ def watch_requests(kube: FakeKube, since: int = 0) -> list[tuple[str, dict[str, 
 
 
 def list_requests(kube: FakeKube, since: int = 0) -> list[str]:
+    """Collection lists (discovery requests, which have no query, left out)."""
     return [
         t for m, t in kube.request_log[since:]
-        if m == "GET" and "watch=" not in t
+        if m == "GET" and "watch=" not in t and "?" in t
     ]
 
 
@@ -207,20 +211,23 @@ async def test_initial_sync_is_one_replace_then_synced(
     await c.wait_for(lambda: c.synced)
     first = c.batches[0]
     assert len(first) == 2 and isinstance(first[0], Replace) and first[1] == Synced()
-    assert first[0].kinds == frozenset({Kind.SERVICE, Kind.SLICE})
+    assert first[0].kinds == frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
 
     docs = yaml.safe_load(DEMO_EAST.read_text())["items"]
     from_file = {parse_object(d) for d in docs}
     assert set(first[0].records) == from_file
-    assert len(first[0].records) == 45
+    assert len(first[0].records) == 61
     assert {key_of(r) for r in first[0].records} == set(expected_state(fake_kube_demo))
 
     lists = list_requests(fake_kube_demo)
-    assert sum("/api/v1/services?" in t for t in lists) == 4  # ceil(25 / 7)
-    assert sum("endpointslices?" in t for t in lists) == 3  # ceil(20 / 7)
+    assert sum("/api/v1/services?" in t for t in lists) == 5  # ceil(32 / 7)
+    assert sum("endpointslices?" in t for t in lists) == 4  # ceil(26 / 7)
+    assert sum("links?" in t for t in lists) == 1
     assert all("limit=7" in t for t in lists)
-    # Both watches start at the lists' resourceVersion, with bookmarks.
-    await c.wait_for(lambda: len(watch_requests(fake_kube_demo)) == 2)
+    # The Link CRD's version comes from discovery.
+    assert fake_kube_demo.count("/apis/multicluster.linkerd.io") == 1
+    # All three watches start at the lists' resourceVersion, with bookmarks.
+    await c.wait_for(lambda: len(watch_requests(fake_kube_demo)) == 3)
     for path, q in watch_requests(fake_kube_demo):
         assert path in SVC_PATHS
         assert q["resourceVersion"] == [str(fake_kube_demo.resource_version)]
@@ -316,7 +323,7 @@ async def test_bad_object_in_a_list_is_skipped(
         c = start()
         await c.wait_for(lambda: c.synced)
     replace = c.of_type(Replace)[0]
-    assert len(replace.records) == 45
+    assert len(replace.records) == 61
     assert (Kind.SERVICE, "db", "broken") not in {key_of(r) for r in replace.records}
     assert any("db/broken" in r.getMessage() for r in caplog.records)
 
@@ -327,23 +334,24 @@ async def test_resume_after_dropped_streams_without_relist(
     kube = fake_kube_demo
     c = start()
     await c.converged(kube)
-    await c.wait_for(lambda: kube.open_streams == 2)
+    await c.wait_for(lambda: kube.open_streams == 3)
     relists = sample("dnsside_relists_total", resource="services")
     mark = len(kube.request_log)
     last_rv = kube.resource_version
 
-    assert kube.drop_streams() == 2
+    assert kube.drop_streams() == 3
     # Changes made while the client reconnects come from the watch history.
     kube.apply(pod_mirror("nginx-set-3", "west", "nginx-svc", "10.96.1.33"))
     kube.delete("EndpointSlice", "default", "nginx-set-0-north-bffce")
     await c.converged(kube)
 
+    # The Link watch has nothing to deliver, so it may still be backing off: wait for it.
+    await c.wait_for(lambda: {p for p, _ in watch_requests(kube, mark)} == SVC_PATHS)
     assert list_requests(kube, mark) == []  # no relist
     assert len(c.of_type(Replace)) == 1
     assert sample("dnsside_relists_total", resource="services") == relists
     resumed = watch_requests(kube, mark)
-    assert {p for p, _ in resumed} == SVC_PATHS
-    assert all(q["resourceVersion"] == [str(last_rv)] for _, q in resumed[:2])
+    assert all(q["resourceVersion"] == [str(last_rv)] for _, q in resumed[:3])
     assert len(c.of_type(SourceError)) >= 1  # the drops were reported, nothing else
     assert sample("dnsside_watch_restarts_total", resource="services", reason="dropped") >= 1
 
@@ -382,7 +390,7 @@ async def test_api_errors_are_retried_then_recover(
     kube = fake_kube_demo
     c = start()
     await c.converged(kube)
-    await c.wait_for(lambda: kube.open_streams == 2)
+    await c.wait_for(lambda: kube.open_streams == 3)
     errors = len(c.of_type(SourceError))
     kube.fail_next(6, status=503)
     kube.drop_streams()
@@ -401,7 +409,7 @@ async def test_unreachable_api_then_410_relists_and_replaces(
     c = start()
     await c.converged(kube)
     relists = {r: sample("dnsside_relists_total", resource=r) for r in ("services",
-                                                                      "endpointslices")}
+                                                                      "endpointslices", "links")}
     await kube.set_unreachable(True)
     await c.wait_for(lambda: len(c.of_type(SourceError)) >= 4)  # both watches keep trying
 
@@ -423,8 +431,12 @@ async def test_unreachable_api_then_410_relists_and_replaces(
     with caplog.at_level(logging.INFO, logger="dnsside.kube"):
         await kube.set_unreachable(False)
         await c.converged(kube)
+        # The Link watch's history is gone too (its Links did not change, so the state
+        # above converges without it).
+        await c.wait_for(lambda: len(c.of_type(Replace)) == 4)
     replaces = c.of_type(Replace)[1:]
-    assert sorted(next(iter(r.kinds)).value for r in replaces) == ["EndpointSlice", "Service"]
+    assert sorted(next(iter(r.kinds)).value for r in replaces) == [
+        "EndpointSlice", "Link", "Service"]
     for r in replaces:
         assert len(r.kinds) == 1
         assert not gone & {key_of(rec) for rec in r.records}
@@ -437,6 +449,7 @@ async def test_unreachable_api_then_410_relists_and_replaces(
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("relisting services") and "410" in m for m in messages)
     assert any(m.startswith("relisting endpointslices") for m in messages)
+    assert any(m.startswith("relisting links") for m in messages)
 
     # And it keeps watching afterwards.
     kube.apply(svc("after-relist", "db"))
@@ -449,14 +462,15 @@ async def test_namespace_filter(fake_kube_demo: FakeKube, start: Callable[..., C
     c = start(namespaces=namespaces)
     await c.converged(kube, namespaces)
     assert {k[1] for k in c.state} == set(namespaces)
-    await c.wait_for(lambda: len(watch_requests(kube)) == 4)
+    await c.wait_for(lambda: len(watch_requests(kube)) == 5)
     paths = {urlsplit(t).path for _, t in kube.request_log}
+    # Links are read cluster-wide (they live in linkerd-multicluster, not in the app's).
     assert paths == {
         f"{prefix}/namespaces/{ns}/{plural}"
         for ns in namespaces
         for prefix, plural in (("/api/v1", "services"),
                                ("/apis/discovery.k8s.io/v1", "endpointslices"))
-    }
+    } | {"/apis/multicluster.linkerd.io", LINKS_PATH}
     kube.apply(svc("elsewhere", "default"))
     kube.apply(svc("here", "db"))
     await c.converged(kube, namespaces)
@@ -464,7 +478,7 @@ async def test_namespace_filter(fake_kube_demo: FakeKube, start: Callable[..., C
 
     # A 410 in one namespace relists that resource in all of them, as one Replace.
     await kube.set_unreachable(True)
-    kube.delete("Service", "linkerd-multicluster", "probe-gateway-north")
+    kube.delete("Service", "linkerd-multicluster", "probe-north")
     kube.compact()
     await kube.set_unreachable(False)
     await c.converged(kube, namespaces)
@@ -481,7 +495,8 @@ async def test_only_get_requests(fake_kube_demo: FakeKube, start: Callable[..., 
     kube.apply(svc("x", "db"))
     await c.converged(kube)
     assert kube.verbs() == {"GET"}
-    assert {urlsplit(t).path for _, t in kube.request_log} == SVC_PATHS
+    assert {urlsplit(t).path for _, t in kube.request_log} == SVC_PATHS | {
+        "/apis/multicluster.linkerd.io"}
 
 
 async def test_closing_the_generator_closes_streams(fake_kube_demo: FakeKube):
@@ -489,7 +504,7 @@ async def test_closing_the_generator_closes_streams(fake_kube_demo: FakeKube):
     events = source.events()
     first = await anext(events)
     assert isinstance(first[0], Replace)
-    await _poll(lambda: fake_kube_demo.open_streams == 2)
+    await _poll(lambda: fake_kube_demo.open_streams == 3)
     await events.aclose()
     await _poll(lambda: fake_kube_demo.open_streams == 0)
 
@@ -504,7 +519,7 @@ async def test_kubeconfig_from_environment(
     events = KubeSource(kubeconfig=None).events()
     try:
         first = await asyncio.wait_for(anext(events), DEADLINE)
-        assert isinstance(first[0], Replace) and len(first[0].records) == 45
+        assert isinstance(first[0], Replace) and len(first[0].records) == 61
     finally:
         await events.aclose()
 

@@ -10,22 +10,30 @@ import yaml
 from support import DEMO
 
 from dnsside.linkerd import (
+    FEDERATED_CLUSTER,
+    NO_REMOTE_ENDPOINTS,
     GlobalService,
+    LinkRecord,
     Member,
     ObjectError,
     Role,
     ServiceRecord,
     SliceRecord,
+    Via,
     assemble,
+    is_clash,
+    is_orphan,
+    parse_link,
     parse_object,
     parse_service,
     parse_slice,
+    probe_url,
 )
 
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 
 
-def records() -> list[ServiceRecord | SliceRecord]:
+def records() -> list[ServiceRecord | SliceRecord | LinkRecord]:
     out = []
     for i, obj in enumerate(ITEMS):
         r = parse_object(obj, f"demo[{i}]")
@@ -34,7 +42,12 @@ def records() -> list[ServiceRecord | SliceRecord]:
     return out
 
 
+LINKED = frozenset(r.target_cluster for r in records() if isinstance(r, LinkRecord))
+
+
 def build(namespace: str, name: str, **kw: Any) -> GlobalService | None:
+    """As the index assembles it: the demo's Links say which clusters are linked."""
+    kw.setdefault("linked_clusters", LINKED)
     recs = records()
     services = {r.name: r for r in recs if isinstance(r, ServiceRecord) and r.namespace == namespace}
     slices = [r for r in recs if isinstance(r, SliceRecord) and r.namespace == namespace]
@@ -64,8 +77,11 @@ def test_roles_of_every_demo_service() -> None:
         Role.POD_MIRROR, "nginx-svc", "west", "nginx-set-2")
     assert roles[("default", "web-west")] == (Role.CLUSTER_MIRROR, "web", "west", "")
     assert roles[("default", "web-north")][0] is Role.CLUSTER_MIRROR
-    assert roles[("default", "web-federated")][0] is Role.IGNORED
-    assert roles[("linkerd-multicluster", "probe-gateway-west")][0] is Role.IGNORED
+    assert roles[("default", "web-federated")][:2] == (Role.FEDERATED, "web")
+    assert roles[("linkerd-multicluster", "probe-west")] == (Role.GATEWAY_PROBE, "", "west", "")
+    assert roles[("default", "payments-federated")][:3] == (Role.FEDERATED, "payments", "")
+    assert roles[("db", "kafka-south")] == (Role.CLUSTER_MIRROR, "kafka", "south", "")
+    assert LINKED == {"west", "north", "south"}
     assert roles[("default", "metrics")] == (Role.LOCAL, "metrics", "", "")
 
 
@@ -106,7 +122,16 @@ def test_web_cluster_level_members() -> None:
     gs = build("default", "web")
     assert gs is not None
     members = by_name(gs)
-    assert set(members) == {("east", None), ("west", None), ("north", None)}
+    assert set(members) == {("east", None), ("west", None), ("north", None), ("south", None),
+                            ("federated", None)}
+    assert members[("federated", None)].addresses == ("10.43.100.9",)
+    assert members[("federated", None)].ready  # no endpoints: meshed clients only
+    assert members[("federated", None)].via is Via.FEDERATED
+    assert members[("north", None)].via is Via.REMOTE_DISCOVERY
+    # An empty remote service: the gateway mirror's slices were deleted by Kubernetes.
+    assert not members[("south", None)].ready
+    assert members[("south", None)].why_not_ready == NO_REMOTE_ENDPOINTS
+    assert not gs.headless
     assert members[("east", None)].addresses == ("10.43.0.50",)
     assert members[("west", None)].ready  # gateway mode: slice ready
     assert members[("north", None)].ready  # remote discovery: no endpoints, always ready
@@ -125,6 +150,7 @@ def test_no_local() -> None:
     assert gs is not None
     assert all(not m.local for m in gs.members)
     assert {m.cluster for m in gs.members} == {"west", "north"}
+    assert gs.headless
 
 
 def _pod_mirror(**changes: Any) -> dict[str, Any]:
@@ -216,3 +242,168 @@ def test_unknown_kinds_are_not_records() -> None:
     assert parse_object({"kind": "Pod", "metadata": {"name": "p", "namespace": "n"}}) is None
     with pytest.raises(ObjectError):
         parse_object(["not", "an", "object"], "x")
+
+
+# --------------------------------------------------------------------------- Linkerd's lifecycle
+
+
+def _link(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "multicluster.linkerd.io/v1alpha1", "kind": "Link",
+            "metadata": {"name": "west", "namespace": "linkerd-multicluster"}, "spec": spec}
+
+
+def test_links_of_every_version() -> None:
+    west = next(r for r in records() if isinstance(r, LinkRecord) and r.name == "west")
+    assert (west.target_cluster, west.probe_path, west.gateway_address) == (
+        "west", "/ready", "172.18.0.3")
+    for version in ("v1alpha1", "v1alpha2", "v1alpha3"):
+        obj = dict(_link(targetClusterName="West-1", probeSpec={"path": "/health", "port": 4191}),
+                   apiVersion=f"multicluster.linkerd.io/{version}")
+        link = parse_object(obj)
+        assert isinstance(link, LinkRecord)
+        assert (link.target_cluster, link.probe_path) == ("west-1", "/health")
+    # A hand-written Link without targetClusterName names its cluster by its own name.
+    assert parse_link(_link()).target_cluster == "west"
+    # Another group's Link is not Linkerd's.
+    assert parse_object(dict(_link(), apiVersion="example.com/v1")) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"targetClusterName": "no such/cluster"}, "targetClusterName"),
+        ({"probeSpec": "oops"}, "probeSpec must be an object"),
+        ({"probeSpec": {"path": "ready"}}, "not a URL path"),
+        ({"probeSpec": {"path": "/a b"}}, "not a URL path"),
+    ],
+)
+def test_malformed_links(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ObjectError, match=message) as info:
+        parse_object(_link(**spec), "dump.yaml items[9]")
+    assert "dump.yaml items[9]: Link linkerd-multicluster/west" in str(info.value)
+
+
+def _federated(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"kind": "Service", "metadata": {
+        "name": name, "namespace": "default", "annotations": annotations,
+        "labels": {"mirror.linkerd.io/mirrored-service": "true"}},
+        "spec": {"clusterIP": "10.43.7.7", "ports": [{"name": "http", "port": 80}]}}
+
+
+@pytest.mark.parametrize(
+    ("name", "annotations", "role", "original"),
+    [
+        ("api-federated", {"multicluster.linkerd.io/local-discovery": "api"}, Role.FEDERATED,
+         "api"),
+        ("x-federated", {"multicluster.linkerd.io/remote-discovery": "api@west,api@north"},
+         Role.FEDERATED, "api"),
+        ("api-federated", {}, Role.FEDERATED, "api"),
+        ("strange", {}, Role.IGNORED, ""),  # a mirror dnsside cannot place
+    ],
+)
+def test_federated_service_names_its_original(name: str, annotations: dict[str, str],
+                                              role: Role, original: str) -> None:
+    svc = parse_service(_federated(name, annotations))
+    assert (svc.role, svc.original, svc.cluster) == (role, original, "")
+
+
+def test_a_service_shared_only_through_federation() -> None:
+    gs = build("default", "payments")
+    assert gs is not None
+    (member,) = gs.members
+    assert (member.cluster, member.hostname, member.addresses, member.ready) == (
+        FEDERATED_CLUSTER, None, ("10.43.100.20",), True)
+    assert "meshed clients only" in member.via.value
+    assert build("default", "payments", include_federated=False) == GlobalService(
+        "default", "payments", (), (), False)
+
+
+def test_orphans_are_excluded_and_named() -> None:
+    gs = build("default", "nginx-svc")
+    assert gs is not None
+    assert "old" not in {m.cluster for m in gs.members}
+    (orphan,) = gs.excluded
+    assert (orphan.cluster, orphan.hostname, orphan.addresses) == ("old", "nginx-set-0",
+                                                                   ("10.45.0.10",))
+    assert is_orphan(orphan) and not orphan.ready
+    assert "no Link targets cluster old" in orphan.why_not_ready
+    # Links that cannot be read filter nothing: the orphan is a member like any other.
+    unfiltered = build("default", "nginx-svc", linked_clusters=None)
+    assert unfiltered is not None and not unfiltered.excluded
+    assert ("old", "nginx-set-0") in by_name(unfiltered)
+    # No Link left at all: only the local members remain.
+    alone = build("default", "nginx-svc", linked_clusters=frozenset())
+    assert alone is not None
+    assert {m.cluster for m in alone.members} == {"east"}
+    assert {m.cluster for m in alone.excluded} == {"west", "north", "old"}
+
+
+def test_a_service_with_only_orphaned_mirrors_has_no_members() -> None:
+    recs = [r for r in records() if isinstance(r, ServiceRecord) and r.namespace == "db"]
+    mirrors = [(r, []) for r in recs if r.original == "cockroachdb" and r.role is not Role.LOCAL]
+    # No local original (or one that is not exported): global only through its mirrors.
+    gs = assemble("db", "cockroachdb", None, [], mirrors, cluster_name="east",
+                  linked_clusters=frozenset({"south"}))
+    assert gs is not None
+    assert gs.members == () and len(gs.excluded) == 6 and all(map(is_orphan, gs.excluded))
+    assert assemble("db", "cockroachdb", None, [], [], cluster_name="east") is None
+
+
+def test_failing_gateway_takes_only_gateway_routed_members_out() -> None:
+    failing = frozenset({"west", "north", "south"})
+    web = build("default", "web", failing_gateways=failing)
+    assert web is not None
+    by = by_name(web)
+    assert not by[("west", None)].ready  # gateway mode
+    assert "fails dnsside's probe" in by[("west", None)].why_not_ready
+    assert by[("north", None)].ready  # remote discovery: never probed
+    assert by[("federated", None)].ready and by[("east", None)].ready
+    # Linkerd's own reason stands when Linkerd already says not ready.
+    assert by[("south", None)].why_not_ready == NO_REMOTE_ENDPOINTS
+    nginx = build("default", "nginx-svc", failing_gateways=frozenset({"west"}))
+    assert nginx is not None
+    assert {(m.cluster, m.ready) for m in nginx.members if m.cluster == "west"} == {
+        ("west", False)}
+    assert all(m.ready for m in nginx.members if m.local)
+
+
+def test_name_clash_local_member_wins() -> None:
+    gs = build("default", "nginx-svc", cluster_name="west")
+    assert gs is not None
+    names = [(m.cluster, m.hostname) for m in gs.members]
+    assert len(names) == len(set(names))  # never two members with one name
+    winners = by_name(gs)
+    assert winners[("west", "nginx-set-0")].local and winners[("west", "nginx-set-1")].local
+    assert not winners[("west", "nginx-set-2")].local  # no local pod of that name
+    lost = [m for m in gs.excluded if is_clash(m)]
+    assert {(m.cluster, m.hostname) for m in lost} == {("west", "nginx-set-0"),
+                                                       ("west", "nginx-set-1")}
+    # The same for a cluster-level member: the local ClusterIP wins.
+    web = build("default", "web", cluster_name="west")
+    assert web is not None
+    assert by_name(web)[("west", None)].addresses == ("10.43.0.50",)
+
+
+def test_headless_flag() -> None:
+    for ns, name, headless in (("default", "nginx-svc", True), ("db", "cockroachdb", True),
+                               ("db", "kafka", True), ("default", "web", False),
+                               ("default", "payments", False)):
+        gs = build(ns, name)
+        assert gs is not None and gs.headless is headless, (ns, name)
+
+
+def test_probe_url() -> None:
+    probes = {r.cluster: r for r in records()
+              if isinstance(r, ServiceRecord) and r.role is Role.GATEWAY_PROBE}
+    link = parse_link(_link(probeSpec={"path": "/live"}))
+    assert probe_url(probes["west"], None) == "http://10.43.200.11:4191/ready"
+    assert probe_url(probes["west"], link) == "http://10.43.200.11:4191/live"
+    v6 = parse_service({"kind": "Service", "metadata": {
+        "name": "probe-x", "namespace": "linkerd-multicluster",
+        "labels": {"mirror.linkerd.io/mirrored-gateway": "true",
+                   "mirror.linkerd.io/cluster-name": "x"}},
+        "spec": {"clusterIPs": ["fd00::42"], "ports": [{"name": "mc-probe", "port": 4191},
+                                                      {"name": "other", "port": 1}]}})
+    assert probe_url(v6, None) == "http://[fd00::42]:4191/ready"
+    not_a_probe = next(r for r in records() if isinstance(r, ServiceRecord) and r.name == "web")
+    assert probe_url(not_a_probe, None) is None

@@ -117,9 +117,9 @@ def test_apex_soa_and_ns(srv: Dnsside) -> None:
     soa = parse(ask(srv, query("svc-global", SOA)))
     assert soa.flags & dns.flags.AA and len(soa.answer) == 1
     rd = soa.answer[0][0]
-    assert rd.mname.to_text() == "ns.dns.svc-global." and rd.minimum == 5
+    assert rd.mname.to_text() == "svc-global." and rd.minimum == 5, "MNAME: the NS target"
     ns = parse(ask(srv, query("svc-global", NS)))
-    assert answers(ns, "NS") == ["ns.dns.svc-global."]
+    assert answers(ns, "NS") == ["svc-global."]
 
 
 # --------------------------------------------------------------------------- EDNS(0)
@@ -145,8 +145,10 @@ def test_edns_echoed_with_1232_and_no_options(
     msg = parse(ask(srv, wire, transport))
     assert msg.rcode() == rcode
     assert msg.edns == 0 and msg.payload == 1232
-    assert msg.ednsflags == 0, "the DO bit is not echoed: no DNSSEC here"
-    assert not msg.options
+    if rcode == dns.rcode.REFUSED:  # RFC 8914: Not Authoritative; nothing else is echoed
+        assert [(o.otype, o.code) for o in msg.options] == [(15, 20)]
+    else:
+        assert not msg.options
     if rcode == dns.rcode.NOERROR and qtype == A and name == NGINX:
         assert answers(msg) == NGINX_A
 
@@ -196,15 +198,19 @@ def test_malformed_opt_is_formerr(
 # --------------------------------------------------------------------------- truncation
 
 
-def test_udp_without_edns_truncates_to_question_only(srv: Dnsside) -> None:
+def test_udp_without_edns_truncates_to_whole_answer_records(srv: Dnsside) -> None:
+    """TC=1 with as many whole SRV records as fit in 512 bytes, no glue (see
+    tests/test_zone_rules.py for the rule at every size)."""
     wire = query(ROACH, SRV)
     reply = ask(srv, wire)
     msg = parse(reply)
     assert len(reply) <= 512
     assert msg.flags & dns.flags.TC and msg.flags & dns.flags.AA
     assert msg.rcode() == dns.rcode.NOERROR
-    assert struct.unpack("!4H", reply[4:12]) == (1, 0, 0, 0)
-    assert reply[12:] == question_of(wire)
+    assert struct.unpack("!4H", reply[4:12]) == (1, 7, 0, 0)
+    assert reply[12 : 12 + len(question_of(wire))] == question_of(wire)
+    full = parse(ask(srv, wire, "tcp"))
+    assert set(answers(msg, "SRV")) < set(answers(full, "SRV"))
 
 
 def test_same_query_over_tcp_is_complete(srv: Dnsside) -> None:
@@ -231,7 +237,7 @@ def test_tc_reply_keeps_opt(srv: Dnsside) -> None:
     reply = ask(srv, query(ROACH, SRV, edns=opt_rr(payload=512)))
     msg = parse(reply)
     assert msg.flags & dns.flags.TC and msg.edns == 0 and msg.payload == 1232
-    assert not msg.answer and len(reply) <= 512
+    assert len(answers(msg, "SRV")) == 7 and len(reply) <= 512
 
 
 def test_payload_below_512_counts_as_512(srv: Dnsside) -> None:
@@ -253,7 +259,8 @@ def test_udp_never_exceeds_1232_whatever_the_client_offers(srv: Dnsside, offered
         reply = ask(srv, query(name, qtype, edns=opt_rr(payload=offered)))
         assert len(reply) <= 1232
         msg = parse(reply)
-        assert msg.flags & dns.flags.TC and msg.payload == 1232 and not msg.answer
+        assert msg.flags & dns.flags.TC and msg.payload == 1232
+        assert 0 < len(answers(msg, "A" if qtype == A else "SRV")) < 120
     tcp = parse(ask(srv, query("big.bulk.svc-global", A, edns=opt_rr(payload=4096)), "tcp"))
     assert len(answers(tcp)) == 120 and not tcp.flags & dns.flags.TC
 
@@ -392,11 +399,38 @@ def test_compression_loops_elsewhere_are_formerr(srv: Dnsside, transport: str) -
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("name", [NGINX, ROACH, "svc-global", "big.bulk.svc-global"])
-def test_any_is_one_small_hinfo(srv: Dnsside, transport: str, name: str) -> None:
-    wire = query(name, ANY)
+@pytest.mark.parametrize("name", [NGINX, ROACH, "mid.bulk.svc-global", "big.bulk.svc-global"])
+def test_any_at_an_address_name_is_its_a_rrset(srv: Dnsside, transport: str, name: str) -> None:
+    """RFC 8482 §4.1: one real RRset, the A one, exactly as an A query gets it (same size
+    rules: the bulk names are truncated over plain UDP like their A answers), never the
+    whole node and never the HINFO placeholder."""
+    any_reply = ask(srv, query(name, ANY), transport)
+    a_reply = ask(srv, query(name, A), transport)
+    msg, a_msg = parse(any_reply), parse(a_reply)
+    assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.AA
+    assert msg.flags == a_msg.flags and answers(msg) == answers(a_msg)
+    assert {rrset.rdtype for rrset in msg.answer} <= {A}
+    if not msg.flags & dns.flags.TC:
+        assert answers(msg), "addresses, not a placeholder"
+    assert transport == "udp" or not msg.flags & dns.flags.TC
+    assert len(any_reply) == len(a_reply) <= (512 if transport == "udp" else 65535)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_any_at_the_apex_is_hinfo_unless_it_owns_addresses(srv: Dnsside, transport: str) -> None:
+    """The apex owns SOA and NS but no address or SRV RRset: the synthesised HINFO
+    (RFC 8482 §4.2) stands for them. Should the apex own addresses (an NS target at the
+    apex), ANY answers those instead: tests/test_any.py checks that rule on every name."""
+    apex_a = parse(ask(srv, query("svc-global", A), transport))
+    apex_aaaa = parse(ask(srv, query("svc-global", AAAA), transport))
+    wire = query("svc-global", ANY)
     reply = ask(srv, wire, transport)
     msg = parse(reply)
+    if answers(apex_a) or answers(apex_aaaa, "AAAA"):
+        owned = apex_a if answers(apex_a) else apex_aaaa
+        assert [r.rdtype for r in msg.answer] == [r.rdtype for r in owned.answer]
+        assert msg.answer == owned.answer
+        return
     assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.AA
     assert not msg.flags & dns.flags.TC
     assert [rrset.rdtype for rrset in msg.answer] == [HINFO] and len(msg.answer[0]) == 1
@@ -475,7 +509,7 @@ def test_0x20_owner_names_follow_the_question(srv: Dnsside) -> None:
     [("default.svc-global", A), ("db.svc-global", A), ("default.svc-global", SRV),
      ("_tcp.nginx-svc.default.svc-global", SRV), ("_tcp.nginx-svc.default.svc-global", A),
      (NGINX, AAAA), (NGINX, TXT), ("east.nginx-svc.default.svc-global", SRV),
-     ("svc-global", A), ("_http._tcp.nginx-svc.default.svc-global", A)],
+     ("svc-global", AAAA), ("svc-global", SRV), ("_http._tcp.nginx-svc.default.svc-global", A)],
 )
 def test_nodata(srv: Dnsside, transport: str, name: str, qtype: int) -> None:
     msg = parse(ask(srv, query(name, qtype), transport))

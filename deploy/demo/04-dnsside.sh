@@ -45,7 +45,7 @@ fi
 write_stanza() {
     local k="$1" stanza="$2"
     kubectl --context "$k" -n kube-system create configmap coredns-custom \
-        --from-file=svc-global.server="$stanza" --dry-run=client -o yaml |
+        --from-file=dnsside.server="$stanza" --dry-run=client -o yaml |
         kubectl --context "$k" apply -f -
     restart_coredns "$k"
 }
@@ -83,10 +83,11 @@ for c in "${CLUSTERS[@]}"; do
             "$REPO_ROOT/deploy/coredns/Corefile.service.snippet" >"$stanza_file"
         write_stanza "$k" "$stanza_file"
     else
-        kubectl --context "$k" apply -k "$REPO_ROOT/deploy/overlays/sidecar"
+        # RBAC, settings and the partial coredns Deployment (coredns-patch.yaml): server-side,
+        # so the field manager dnsside owns the dnsside container and nothing else.
+        kubectl --context "$k" apply --server-side --field-manager=dnsside \
+            -k "$REPO_ROOT/deploy/overlays/sidecar"
         set_cluster_name "$k" kube-system "$c"
-        kubectl --context "$k" -n kube-system patch deployment coredns \
-            --type strategic --patch-file "$REPO_ROOT/deploy/overlays/sidecar/coredns-patch.yaml"
         if [[ "$IMAGE" != "$DEFAULT_IMAGE" ]]; then
             kubectl --context "$k" -n kube-system set image deployment/coredns dnsside="$IMAGE"
         fi

@@ -1,7 +1,9 @@
-"""Serve a dump of Services and EndpointSlices from a file, reloading it when it changes.
+"""Serve a dump of Services, EndpointSlices and Links from a file, reloading it when it changes.
 
-The file is what ``kubectl get services,endpointslices -A -o yaml`` (or ``-o json``)
-prints: a ``List``, or several YAML documents, each an object or a list.
+The file is what ``kubectl get services,endpointslices,links.multicluster.linkerd.io -A
+-o yaml`` (or ``-o json``) prints: a ``List``, or several YAML documents, each an
+object or a list. A dump without any Link was taken without them: then no mirror
+is called an orphan.
 
 The tricky thing is what "keep the previous state" means for a file that is
 only partly broken. A file that cannot be read or parsed at all changes
@@ -26,12 +28,15 @@ import yaml
 
 from dnsside import metrics
 from dnsside.bulk import bulk
-from dnsside.events import Event, Kind, Replace, SourceError, Synced
-from dnsside.linkerd import ObjectError, Record, parse_object
+from dnsside.events import Event, Kind, LinksUnavailable, Replace, SourceError, Synced
+from dnsside.linkerd import LinkRecord, ObjectError, Record, parse_object
 
 log = logging.getLogger("dnsside.file")
 
 _KINDS = frozenset({Kind.SERVICE, Kind.SLICE})
+_WITH_LINKS = _KINDS | {Kind.LINK}
+NO_LINKS = ("the file has no Link objects (dump it with `kubectl get services,endpointslices,"
+            "links.multicluster.linkerd.io -A -o yaml` to have them)")
 
 
 class FileSourceError(Exception):
@@ -141,7 +146,8 @@ def _items(docs: list[Any], where: str) -> Iterator[tuple[str, Any]]:
 def _identity(obj: Any) -> tuple[Kind, str, str] | None:
     if not isinstance(obj, Mapping) or not isinstance(obj.get("metadata"), Mapping):
         return None
-    kind = {"Service": Kind.SERVICE, "EndpointSlice": Kind.SLICE}.get(obj.get("kind", ""))
+    kinds = {"Service": Kind.SERVICE, "EndpointSlice": Kind.SLICE, "Link": Kind.LINK}
+    kind = kinds.get(obj.get("kind", ""))
     ns, name = obj["metadata"].get("namespace"), obj["metadata"].get("name")
     if kind is None or not isinstance(ns, str) or not isinstance(name, str):
         return None
@@ -164,19 +170,24 @@ def load_records(
             ident = _identity(obj)
             kept = previous.get(ident) if previous is not None and ident else None
             warnings.append(f"{exc}; {'kept its previous version' if kept else 'skipped'}")
-            if kept is not None and (not namespaces or kept.namespace in namespaces):
+            if kept is not None and _wanted(kept, namespaces):
                 records.append(kept)
             continue
         if record is None:
             kind = obj.get("kind") if isinstance(obj, Mapping) else None
             unknown[str(kind)] = unknown.get(str(kind), 0) + 1
             continue
-        if not namespaces or record.namespace in namespaces:
+        if _wanted(record, namespaces):
             records.append(record)
     for kind, n in unknown.items():
-        warnings.append(f"{path}: ignored {n} object(s) of kind {kind} (only Service and "
-                        "EndpointSlice are read)")
+        warnings.append(f"{path}: ignored {n} object(s) of kind {kind} (only Service, "
+                        "EndpointSlice and Link are read)")
     return records, warnings
+
+
+def _wanted(record: Record, namespaces: frozenset[str]) -> bool:
+    """Links count wherever they live (usually linkerd-multicluster), like on the API."""
+    return not namespaces or record.namespace in namespaces or isinstance(record, LinkRecord)
 
 
 class FileSource:
@@ -215,7 +226,11 @@ class FileSource:
         for w in warnings:
             log.warning("%s", w)
         metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
-        return [Replace(_KINDS, tuple(records))]
+        # One Link in the dump means the dump has them all; none means it was taken
+        # without them, and then nothing can be called an orphan.
+        if any(isinstance(r, LinkRecord) for r in records):
+            return [Replace(_WITH_LINKS, tuple(records))]
+        return [Replace(_KINDS, tuple(records)), LinksUnavailable(NO_LINKS)]
 
     async def events(self) -> AsyncIterator[list[Event]]:
         stamp = self._stamp()

@@ -1,4 +1,4 @@
-"""The Kubernetes source: list then watch Services and EndpointSlices, as an informer does.
+"""The Kubernetes source: list then watch Services, EndpointSlices and Links, as an informer does.
 
 Flow, per resource (core/v1 ``services``, discovery.k8s.io/v1 ``endpointslices``)
 and per namespace when ``namespaces`` is set (else cluster-wide):
@@ -30,10 +30,20 @@ and per namespace when ``namespaces`` is set (else cluster-wide):
    holds and swaps the result in at once, so objects deleted while we were
    away disappear and no query sees an empty or partial answer in between.
 
+Links (``links.multicluster.linkerd.io``) follow the same flow, cluster-wide
+whatever ``namespaces`` says, with two differences. Their version comes from
+discovery (the API server's preferred one of v1alpha3, v1alpha2, v1alpha1).
+And not being able to read them is a state, not an error: a missing CRD or a
+403 becomes ``LinksUnavailable`` (the index then filters nothing) and never
+holds up the first sync; Links are looked for again every ``links_retry``
+seconds, and a watch that starts getting 403/404 says so the same way. Only a
+complete list replaces the Link set, so no broken watch can orphan every mirror.
+
 Every restart and relist is logged on ``dnsside.kube`` with the resource and
 the reason, and counted in ``dnsside_watch_restarts{resource,reason}`` /
 ``dnsside_relists{resource}``. Only GET requests are made; RBAC needs
-get/list/watch on services and endpointslices and nothing else.
+get/list/watch on services, endpointslices and links.multicluster.linkerd.io
+and nothing else.
 
 Server-side label selectors: none, on purpose. They would have to keep
 everything SPEC §1-2 needs, and that is nearly everything:
@@ -86,8 +96,25 @@ from kubernetes_asyncio.config import (
 )
 
 from dnsside import __version__, metrics
-from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
-from dnsside.linkerd import ObjectError, Record, parse_service, parse_slice
+from dnsside.events import (
+    Delete,
+    Event,
+    Kind,
+    LinksUnavailable,
+    Replace,
+    SourceError,
+    Synced,
+    Upsert,
+)
+from dnsside.linkerd import (
+    LINK_GROUP,
+    LINK_VERSIONS,
+    ObjectError,
+    Record,
+    parse_link,
+    parse_service,
+    parse_slice,
+)
 
 log = logging.getLogger("dnsside.kube")
 
@@ -117,6 +144,25 @@ ENDPOINTSLICES = _Resource(
     Kind.SLICE, "endpointslices", "/apis/discovery.k8s.io/v1", parse_slice
 )
 RESOURCES = (SERVICES, ENDPOINTSLICES)
+
+
+def links_resource(version: str) -> _Resource:
+    """Linkerd's Link CRD at the version the API server prefers (found by discovery)."""
+    return _Resource(Kind.LINK, "links", f"/apis/{LINK_GROUP}/{version}", parse_link)
+
+
+@dataclass(slots=True)
+class _LinkView:
+    """The outcome of listing Links: the resource and its records, or why there are none."""
+
+    resource: _Resource | None
+    records: list[Record]
+    version: str = ""  # the list's resourceVersion
+    reason: str = ""  # why Links cannot be read (resource is None)
+
+
+class _LinksGone(Exception):
+    """The Link watch hit 403/404: RBAC was revoked or the CRD uninstalled."""
 
 
 class KubeConfigError(Exception):
@@ -229,6 +275,8 @@ class KubeSource:
         page_size: int = 500,
         request_timeout: float = 60.0,
         queue_size: int = 64,
+        links_retry: float = 30.0,
+        links_grace: float = 5.0,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
@@ -238,6 +286,9 @@ class KubeSource:
         self.page_size = page_size
         self.request_timeout = request_timeout
         self.queue_size = queue_size
+        self.links_retry = links_retry
+        self.links_grace = links_grace
+        self._links_error = ""
         self._rng = random.Random()
         self._crash: Exception | None = None
 
@@ -327,17 +378,120 @@ class KubeSource:
             await queue.put(None)
 
     async def _run(self, api: Any, queue: asyncio.Queue[list[Event] | None]) -> None:
-        async with asyncio.TaskGroup() as tg:
-            listings = [tg.create_task(self._list_resource(api, res, queue)) for res in RESOURCES]
+        link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                listings = [tg.create_task(self._list_resource(api, res, queue))
+                            for res in RESOURCES]
+            # Links never hold up the first answers for long: give a failing Link list a
+            # little longer, then start without them (the Link loop keeps trying).
+            done, _ = await asyncio.wait({link_listing}, timeout=self.links_grace)
+            links = (link_listing.result() if done else
+                     _LinkView(None, [], reason=self._links_error or "listing Links timed out"))
+        finally:
+            link_listing.cancel()
         results = [t.result() for t in listings]
         records = tuple(r for recs, _ in results for r in recs)
-        await queue.put([Replace(frozenset(r.kind for r in RESOURCES), records), Synced()])
+        kinds = frozenset(r.kind for r in RESOURCES)
+        batch: list[Event]
+        if links.resource is not None:
+            batch = [Replace(kinds | {Kind.LINK}, records + tuple(links.records))]
+        else:
+            batch = [Replace(kinds, records), LinksUnavailable(links.reason)]
+        await queue.put([*batch, Synced()])
         metrics.SOURCE_SYNCED.labels(source=self.name).set(1)
         pairs = list(zip(RESOURCES, results, strict=True))
-        log.info("initial sync: %s", ", ".join(f"{len(r[1][0])} {r[0].plural}" for r in pairs))
+        log.info("initial sync: %s, %s", ", ".join(f"{len(r[1][0])} {r[0].plural}" for r in pairs),
+                 f"{len(links.records)} links" if links.resource else "links unreadable")
         async with asyncio.TaskGroup() as tg:
             for res, (_, versions) in pairs:
                 tg.create_task(self._follow(api, res, versions, queue))
+            tg.create_task(self._follow_links(api, links, queue))
+
+    # ------------------------------------------------------------------ links
+
+    async def _list_links(
+        self, api: Any, queue: asyncio.Queue[list[Event] | None], attempts: int | None = 3
+    ) -> _LinkView:
+        """Discover the Link CRD's version and list every Link, cluster-wide (they live in
+        linkerd-multicluster whatever ``--namespace`` says). A missing CRD or a 403 is an
+        answer, not an error: Links are then unavailable and nothing is filtered. Other
+        failures are retried (``attempts`` times; None: until cancelled), then count as
+        unavailable for now: the Link loop keeps trying."""
+        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._try_list_links(api)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                reason = self._links_error = f"listing Links failed: {_describe(exc)}"
+                if attempts is not None and attempt >= attempts:
+                    return _LinkView(None, [], reason=reason)
+                delay = self._retry_delay(backoff, exc)
+                await self._report_and_wait(queue, exc, f"{reason}; retrying in {delay:.1f}s",
+                                            delay)
+
+    async def _try_list_links(self, api: Any) -> _LinkView:
+        try:
+            group = await self._get_json(api, f"/apis/{LINK_GROUP}", {})
+        except ApiError as exc:
+            if exc.status == 404:
+                return _LinkView(None, [], reason=f"the Link CRD (links.{LINK_GROUP}) is not "
+                                 "installed")
+            if exc.status == 403:
+                return _LinkView(None, [], reason=f"API discovery of {LINK_GROUP} is forbidden: "
+                                 f"{exc.message or exc}")
+            raise
+        served = [v.get("version") for v in group.get("versions") or [] if isinstance(v, Mapping)]
+        preferred = (group.get("preferredVersion") or {}).get("version")
+        known = [v for v in LINK_VERSIONS if v in served]
+        if not known:
+            return _LinkView(None, [], reason=f"{LINK_GROUP} serves {served}, dnsside reads "
+                             f"{', '.join(LINK_VERSIONS)}")
+        version = preferred if preferred in known else known[0]
+        res = links_resource(version)
+        records: list[Record] = []
+        try:
+            rv = await self._list(api, res, None, records)
+        except ApiError as exc:
+            if exc.status in (403, 404):
+                return _LinkView(None, [], reason=f"cannot list Links ({version}): "
+                                 f"{exc.message or exc}")
+            raise
+        return _LinkView(res, records, rv)
+
+    async def _follow_links(
+        self, api: Any, view: _LinkView, queue: asyncio.Queue[list[Event] | None]
+    ) -> None:
+        """Watch Links while they can be read; while they cannot, look again every
+        ``links_retry`` seconds. Only a full list (a synced view) ever removes a Link, so a
+        broken watch can never make every mirror an orphan."""
+        while True:
+            if view.resource is None:
+                await asyncio.sleep(self.links_retry)
+                view = await self._list_links(api, queue, attempts=1)
+                if view.resource is None:
+                    continue
+                log.info("Links can be read (%s): %d", view.resource.prefix, len(view.records))
+                await queue.put([Replace(frozenset({Kind.LINK}), tuple(view.records))])
+            res = view.resource
+            try:
+                await self._watch(api, res, None, view.version, queue, gone=_links_gone)
+            except _Expired as exc:
+                log.warning("relisting links: watch links: 410 Expired (%s)", exc)
+                metrics.RELISTS.labels(resource=res.plural).inc()
+            except _LinksGone as exc:
+                view = _LinkView(None, [], reason=str(exc))
+                await queue.put([LinksUnavailable(view.reason)])
+                continue
+            view = await self._list_links(api, queue)
+            if view.resource is None:
+                await queue.put([LinksUnavailable(view.reason)])
+            else:
+                await queue.put([Replace(frozenset({Kind.LINK}), tuple(view.records))])
 
     async def _follow(
         self,
@@ -470,10 +624,12 @@ class KubeSource:
         namespace: str | None,
         resource_version: str,
         queue: asyncio.Queue[list[Event] | None],
+        gone: Callable[[Exception], Exception | None] | None = None,
     ) -> None:
         """Keep one watch open forever, resuming from the last resourceVersion.
 
-        Returns never; raises _Expired when the server no longer has that version.
+        Returns never; raises _Expired when the server no longer has that version, and
+        what ``gone`` makes of an error it recognises as final for this resource.
         """
         where = res.where("watch", namespace)
         cursor = _Cursor(resource_version)
@@ -493,6 +649,10 @@ class KubeSource:
                 if isinstance(exc, ApiError) and exc.expired:
                     metrics.WATCH_RESTARTS.labels(resource=res.plural, reason="expired").inc()
                     raise _Expired(res, namespace, str(exc)) from exc
+                final = gone(exc) if gone is not None else None
+                if final is not None:
+                    metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=_reason(exc)).inc()
+                    raise final from exc
                 reason = _reason(exc)
                 metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=reason).inc()
                 if cursor.progressed:
@@ -653,6 +813,12 @@ class KubeSource:
         if isinstance(version, str) and version:
             cursor.resource_version = version
         cursor.progressed = True
+
+
+def _links_gone(exc: Exception) -> Exception | None:
+    if isinstance(exc, ApiError) and exc.status in (403, 404):
+        return _LinksGone(f"watching Links failed: {exc}")
+    return None
 
 
 async def _api_error(resp: aiohttp.ClientResponse) -> ApiError:

@@ -1,0 +1,212 @@
+"""`dnsside install [coredns|monitoring]` and `dnsside check`: the operator's commands.
+
+They print manifests or check results and never serve; they live apart from
+``cli.py`` so the serve path imports none of this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+from typing import Any
+
+from dnsside import install as inst
+
+_BAKEABLE = "_dnsside_bakeable"  # where the install parser keeps its BakeableFlag list
+
+
+def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
+    """Add ``install`` (with ``coredns`` and ``monitoring``) and ``check`` to ``sub``."""
+    install = sub.add_parser(
+        "install", help="print the manifests for `kubectl apply -f -`",
+        description="Print every dnsside manifest for `kubectl apply -f -`. Sidecar mode "
+        "patches the CoreDNS Deployment: apply it with `kubectl apply --server-side "
+        "--field-manager=dnsside -f -`.")
+    install.add_argument("--mode", choices=inst.MODES, default="standalone",
+                         help="its own Deployment and Service, or a container in CoreDNS's pods")
+    install.add_argument("--cluster-name", dest="install_cluster_name", metavar="NAME",
+                         help="(required) the name the other clusters linked this one as "
+                         "(`linkerd multicluster link --cluster-name`)")
+    install.add_argument("--namespace", dest="install_namespace", metavar="NS",
+                         help="where dnsside lives (default dnsside; sidecar: CoreDNS's, "
+                         "kube-system)")
+    install.add_argument("--image", default=inst.IMAGE)
+    install.add_argument("--replicas", type=int, default=2, help="standalone mode")
+    install.add_argument("--memory-limit", default="512Mi",
+                         help="see the README's sizing table (512Mi: up to 100k members)")
+    install.add_argument("--coredns-deployment", default="coredns", metavar="NAME",
+                         help="sidecar mode: CoreDNS's Deployment")
+    install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",
+                         help="sidecar mode: CoreDNS's ServiceAccount")
+    install.set_defaults(**{_BAKEABLE: inst.add_bakeable_flags(install, serve)})
+    targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
+
+    coredns = targets.add_parser(
+        "coredns", help="print what makes the cluster DNS forward the zones to dnsside",
+        description="Print the object that makes the cluster DNS forward dnsside's zones to "
+        "it. deploy/README.md says per flavor where it goes and what survives an upgrade.")
+    coredns.add_argument("--flavor", required=True, choices=inst.FLAVORS)
+    coredns.add_argument("--mode", dest="coredns_mode", choices=inst.MODES,
+                         default="standalone", help="how dnsside was installed")
+    coredns.add_argument("--address", metavar="IP[:PORT]",
+                         help="where dnsside answers (default: sidecar 127.0.0.1:5353; "
+                         "standalone: the dnsside Service's ClusterIP, read from the cluster)")
+    coredns.add_argument("--zone", dest="coredns_zones", action="append", metavar="ZONE",
+                         help="dnsside's --zone, repeatable (default svc-global.)")
+    coredns.add_argument("--mcs-zone", dest="coredns_mcs_zones", action="append",
+                         metavar="ZONE", help="dnsside's --mcs-zone, repeatable")
+    coredns.add_argument("--namespace", dest="coredns_namespace", default="dnsside",
+                         help="dnsside's namespace, to read its Service's ClusterIP")
+    coredns.add_argument("--kubeconfig", dest="coredns_kubeconfig")
+    coredns.add_argument("--cluster-domain", default="cluster.local")
+    coredns.add_argument("--from", dest="from_file", metavar="FILE",
+                         help="the live object to patch (`kubectl get ... -o yaml`; - = stdin): "
+                         "everything in it is kept")
+    coredns.add_argument("--block-only", action="store_true",
+                         help="print only the Corefile server block")
+
+    monitoring = targets.add_parser(
+        "monitoring", help="print a PodMonitor and dnsside's PrometheusRule",
+        description="Print a PodMonitor and the PrometheusRule with dnsside's alerts "
+        "(prometheus-operator); runbooks in deploy/README.md.")
+    monitoring.add_argument("--mode", dest="monitoring_mode", choices=inst.MODES,
+                            default="standalone")
+    monitoring.add_argument("--namespace", dest="monitoring_namespace", metavar="NS",
+                            help="default dnsside (sidecar: kube-system)")
+    monitoring.add_argument("--label", dest="labels", action="append", metavar="KEY=VALUE",
+                            help="extra label for Prometheus's ruleSelector, e.g. "
+                            "release=kube-prometheus-stack")
+
+    check = sub.add_parser(
+        "check", help="check the install, its RBAC, the Links and the answers",
+        description="Check dnsside's install like `linkerd check`: a hint for each failure, exit "
+        "status 1 when any check fails.")
+    check.add_argument("--kubeconfig", dest="check_kubeconfig",
+                       help="default $KUBECONFIG, ~/.kube/config")
+    check.add_argument("--namespace", dest="check_namespace", metavar="NS",
+                       help="dnsside's namespace (default dnsside, sidecar kube-system)")
+    check.add_argument("--mode", dest="check_mode", choices=("auto", *inst.MODES),
+                       default="auto")
+    check.add_argument("--cluster-name", dest="check_cluster_name", metavar="NAME",
+                       help="used when dnsside's ConfigMap sets none")
+    check.add_argument("--as", dest="as_user", metavar="USER",
+                       help="check RBAC as this user (Impersonate-User), e.g. "
+                       "system:serviceaccount:dnsside:dnsside")
+    check.add_argument("--dns", metavar="HOST:PORT",
+                       help="also query the zone's SOA and a global service there, over TCP "
+                       "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353`)")
+    check.add_argument("--coredns-deployment", dest="check_coredns", default="coredns")
+
+
+def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run ``install``/``check``; ``argv`` is quoted in the header of what install prints."""
+    command = "dnsside " + " ".join(shlex.quote(a) for a in argv)
+    try:
+        if args.command == "check":
+            return _check(args)
+        if args.target == "coredns":
+            sys.stdout.write(_coredns(args))
+        elif args.target == "monitoring":
+            sys.stdout.write(_monitoring(args, command))
+        else:
+            sys.stdout.write(_install(args, command))
+        return 0
+    except inst.InstallError as exc:
+        print(f"dnsside: {exc}", file=sys.stderr)
+        return 2
+
+
+def _install(args: argparse.Namespace, command: str) -> str:
+    if not args.install_cluster_name:
+        raise inst.InstallError("--cluster-name is required: the name the other clusters "
+                                "linked this one as (`linkerd multicluster link --cluster-name`)")
+    opts = inst.InstallOptions(
+        cluster_name=args.install_cluster_name.lower(),
+        mode=args.mode,
+        namespace=args.install_namespace,
+        image=args.image,
+        replicas=args.replicas,
+        settings=inst.baked_settings(args, getattr(args, _BAKEABLE)),
+        memory_limit=args.memory_limit,
+        coredns_deployment=args.coredns_deployment,
+        coredns_service_account=args.coredns_service_account,
+    )
+    objs = inst.manifests(opts)
+    if opts.cluster_name == "local":
+        print("dnsside: warning: --cluster-name local is the unset default; `dnsside check` "
+              "will flag it", file=sys.stderr)
+    how = ("kubectl apply --server-side --field-manager=dnsside -f -   (patches CoreDNS's "
+           "Deployment: only the dnsside container is ours)" if opts.mode == "sidecar"
+           else "kubectl apply -f -")
+    return inst.to_yaml(objs, f"Generated by: {command}\n  {how}")
+
+
+def _coredns(args: argparse.Namespace) -> str:
+    zones = tuple(args.coredns_zones or [inst.DEFAULT_ZONE]) + tuple(args.coredns_mcs_zones or ())
+    address = args.address
+    if not address:
+        if args.coredns_mode == "sidecar":
+            address = f"127.0.0.1:{inst.DNS_PORT}"
+        else:
+            address = asyncio.run(_service_address(args.coredns_kubeconfig,
+                                                   args.coredns_namespace))
+    existing = inst.read_existing(args.from_file) if args.from_file else None
+    return inst.coredns_output(inst.CorednsOptions(
+        flavor=args.flavor, address=address, zones=zones, mode=args.coredns_mode,
+        cluster_domain=args.cluster_domain, existing=existing, block_only=args.block_only))
+
+
+async def _service_address(kubeconfig: str | None, namespace: str) -> str:
+    """The dnsside Service's ClusterIP (the first family's), port 5353."""
+    from dnsside.check import ApiFailure, Checker, CheckOptions, _connect
+    from dnsside.sources.kube import KubeConfigError
+
+    hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
+            "jsonpath='{.spec.clusterIP}')")
+    try:
+        api, refresher = await _connect(kubeconfig)
+    except KubeConfigError as exc:
+        raise inst.InstallError(f"cannot read dnsside's Service: {exc}; {hint}") from None
+    try:
+        svc = await Checker(CheckOptions(), api).get(
+            f"/api/v1/namespaces/{namespace}/services/{inst.NAME}")
+    except (ApiFailure, OSError, TimeoutError) as exc:
+        raise inst.InstallError(f"cannot read Service {namespace}/{inst.NAME}: {exc}; "
+                                f"{hint}") from None
+    finally:
+        if refresher is not None:
+            refresher.cancel()
+        await api.close()
+    spec = svc.get("spec") or {}
+    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    if not ips or not ips[0] or ips[0] == "None":
+        raise inst.InstallError(f"Service {namespace}/{inst.NAME} has no ClusterIP; {hint}")
+    return inst.format_address(str(ips[0]), inst.DNS_PORT)
+
+
+def _monitoring(args: argparse.Namespace, command: str) -> str:
+    labels = {}
+    for item in args.labels or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise inst.InstallError(f"--label {item!r}: expected KEY=VALUE")
+        labels[key] = value
+    mode = args.monitoring_mode
+    ns = args.monitoring_namespace or ("kube-system" if mode == "sidecar" else inst.NAME)
+    return inst.to_yaml(inst.monitoring(mode, ns, labels),
+                        f"Generated by: {command}\n"
+                        "  kubectl apply -f -   (needs prometheus-operator's CRDs)")
+
+
+def _check(args: argparse.Namespace) -> int:
+    from dnsside.check import CheckOptions, render, run_checks
+
+    options = CheckOptions(
+        kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
+        mode=args.check_mode, cluster_name=args.check_cluster_name, as_user=args.as_user,
+        dns=args.dns, coredns_deployment=args.check_coredns)
+    results = asyncio.run(run_checks(options))
+    sys.stdout.write(render(results))
+    return 0 if all(r.ok for r in results) else 1

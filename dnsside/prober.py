@@ -1,0 +1,206 @@
+"""dnsside's own probe of each link's gateway: one more source of events for the index.
+
+Linkerd marks a dead cluster's mirrors not ready 9 to 90 s after its gateway dies,
+minutes later with many mirrors, and never when the gateway was already down
+when the service mirror started (README, "What Linkerd does underneath"). So dnsside probes the
+gateways itself, the way Linkerd's probe worker does: ``GET`` the link's probe
+Service (``http://<ClusterIP>:<mc-probe port><probeSpec.path>``) every period;
+after ``failures`` consecutive failures the cluster's gateway-routed members
+leave every answer, and one success brings them back.
+
+The one tricky rule: a target that has *never* answered since dnsside started
+is not acted on. Such a gateway may be unreachable from this pod for reasons
+that have nothing to do with the cluster behind it (a NetworkPolicy, a probe
+Service that Linkerd has not wired yet), and the probe may only ever make
+answers shorter when it has seen the gateway work. Linkerd's own readiness
+stands for it; the state is reported (``never answered``) so an operator sees it.
+
+:class:`GatewayTracker` is that rule as a pure state machine; :class:`GatewayProber`
+is the I/O around it (aiohttp, already needed by the Kubernetes client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+
+from dnsside import metrics
+from dnsside.events import Event, Gateway, GatewayState
+
+log = logging.getLogger("dnsside.probe")
+
+SOURCE_NAME = "gateway-probe"
+
+
+@dataclass(slots=True)
+class _Target:
+    url: str
+    answered: bool = False  # succeeded at least once since start
+    failures: int = 0  # consecutive
+    state: Gateway | None = None
+
+
+class GatewayTracker:
+    """Probe results in, state changes out. No clock, no sockets."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = max(1, failures)
+        self.targets: dict[str, _Target] = {}
+
+    def record(self, cluster: str, url: str, ok: bool, detail: str = "") -> GatewayState | None:
+        """One probe result; the new state when it changed."""
+        target = self.targets.get(cluster)
+        if target is None or target.url != url:
+            target = self.targets[cluster] = _Target(url)
+        if ok:
+            target.answered, target.failures = True, 0
+            state: Gateway | None = Gateway.ALIVE
+        else:
+            target.failures += 1
+            if target.failures < self.failures:
+                state = target.state  # not yet: one blip is not an outage
+            else:
+                state = Gateway.FAILING if target.answered else Gateway.UNREACHED
+        if state is target.state:
+            return None
+        target.state = state
+        return GatewayState(cluster, state, detail)
+
+    def forget(self, cluster: str) -> GatewayState | None:
+        target = self.targets.pop(cluster, None)
+        return GatewayState(cluster, None) if target is not None and target.state else None
+
+
+class GatewayProber:
+    """Probe every target ``targets()`` names (cluster → URL), re-reading it every period."""
+
+    name = SOURCE_NAME
+
+    def __init__(
+        self,
+        targets: Callable[[], Mapping[str, str]],
+        *,
+        period: float = 1.0,
+        timeout: float = 1.0,
+        failures: int = 2,
+    ) -> None:
+        self.targets = targets
+        self.period = period
+        self.timeout = timeout
+        self.tracker = GatewayTracker(failures)
+
+    async def events(self) -> AsyncIterator[list[Event]]:
+        queue: asyncio.Queue[GatewayState] = asyncio.Queue()
+        tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        connector = aiohttp.TCPConnector(force_close=True, limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            try:
+                while True:
+                    self._reconcile(session, tasks, queue)
+                    try:
+                        first = await asyncio.wait_for(queue.get(), self.period)
+                    except TimeoutError:
+                        continue
+                    batch: list[Event] = [first]
+                    while not queue.empty():
+                        batch.append(queue.get_nowait())
+                    yield batch
+            finally:
+                for _, task in tasks.values():
+                    task.cancel()
+                for _, task in tasks.values():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    def _reconcile(
+        self,
+        session: aiohttp.ClientSession,
+        tasks: dict[str, tuple[str, asyncio.Task[None]]],
+        queue: asyncio.Queue[GatewayState],
+    ) -> None:
+        """Start probing new targets, stop probing gone or moved ones."""
+        wanted = dict(self.targets())
+        for cluster, (url, task) in list(tasks.items()):
+            if wanted.get(cluster) != url:
+                task.cancel()
+                del tasks[cluster]
+                gone = self.tracker.forget(cluster)
+                _set_state(cluster, None)
+                if gone is not None:
+                    queue.put_nowait(gone)
+                log.info("gateway probe of cluster %s stopped (%s)", cluster, url)
+        for cluster, url in wanted.items():
+            if cluster not in tasks:
+                log.info("probing the gateway of cluster %s: GET %s every %gs", cluster, url,
+                         self.period)
+                task = asyncio.create_task(self._probe_loop(session, cluster, url, queue),
+                                           name=f"probe-{cluster}")
+                tasks[cluster] = (url, task)
+
+    async def _probe_loop(
+        self, session: aiohttp.ClientSession, cluster: str, url: str,
+        queue: asyncio.Queue[GatewayState],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            ok, detail = await self._probe(session, url)
+            metrics.GATEWAY_PROBES.labels(cluster=cluster,
+                                          result="success" if ok else "failure").inc()
+            change = self.tracker.record(cluster, url, ok, detail)
+            if change is not None:
+                _log_change(change, url, self.tracker.failures)
+                _set_state(cluster, change.state)
+                queue.put_nowait(change)
+            due = max(due + self.period, loop.time())
+            await asyncio.sleep(due - loop.time())
+
+    async def _probe(self, session: aiohttp.ClientSession, url: str) -> tuple[bool, str]:
+        """(success, what happened): success is HTTP 200, as for Linkerd's probe worker."""
+        try:
+            async with session.get(url, allow_redirects=False,
+                                   timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+                if resp.status == 200:
+                    return True, "200"
+                return False, f"HTTP {resp.status}"
+        except TimeoutError:
+            return False, f"no answer within {self.timeout:g}s"
+        except aiohttp.ClientError as exc:
+            return False, str(exc) or type(exc).__name__
+        except OSError as exc:
+            return False, exc.strerror or str(exc)
+
+
+def _set_state(cluster: str, state: Gateway | None) -> None:
+    for s in Gateway:
+        if state is None:
+            with contextlib.suppress(KeyError):
+                metrics.GATEWAY_STATE.remove(cluster, _label(s))
+        else:
+            metrics.GATEWAY_STATE.labels(cluster=cluster, state=_label(s)).set(
+                1 if s is state else 0)
+
+
+def _label(state: Gateway) -> str:
+    return state.value.replace(" ", "-")
+
+
+def _log_change(change: GatewayState, url: str, failures: int) -> None:
+    if change.state is Gateway.FAILING:
+        log.warning("gateway of cluster %s fails dnsside's probe (GET %s: %s, %d times in a "
+                    "row): its gateway-routed members leave every answer until a probe succeeds",
+                    change.cluster, url, change.detail, failures)
+    elif change.state is Gateway.UNREACHED:
+        log.warning("gateway of cluster %s has never answered dnsside's probe since start (GET "
+                    "%s: %s): not acted on, Linkerd's readiness stands; check that this pod can "
+                    "reach the probe Service", change.cluster, url, change.detail)
+    elif change.state is Gateway.ALIVE:
+        log.info("gateway of cluster %s answers dnsside's probe (GET %s)", change.cluster, url)
+
+
+__all__ = ["GatewayProber", "GatewayTracker"]

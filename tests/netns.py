@@ -1,0 +1,98 @@
+"""A throw-away network namespace for tests that need a resolver on port 53.
+
+Application resolvers (glibc, Go) read `/etc/resolv.conf` and ask port 53: the only way
+to point them at a test's resolver without touching the machine's own resolver is a
+network namespace. `ip netns exec NAME` bind-mounts `/etc/netns/NAME/resolv.conf` over
+`/etc/resolv.conf` for the command it runs, so one file written by the test is the
+system resolver configuration inside. The namespace has only a loopback interface
+(127.0.0.0/8 and ::1): nothing a process started inside it sends can leave it.
+
+Every process started through :meth:`Netns.popen` is stopped, and the namespace and
+its `/etc/netns` directory removed, when the context exits, also when a test fails.
+Needs root (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+_serial = itertools.count()
+
+
+class Netns:
+    """``with Netns("apps", resolv_conf="nameserver 127.0.0.1\\n") as ns: ns.run([...])``."""
+
+    def __init__(self, tag: str, resolv_conf: str = "nameserver 127.0.0.1\n") -> None:
+        # Unique per process and call: other engineers' and other tests' namespaces coexist.
+        self.name = f"dnsside-{tag}-{os.getpid()}-{next(_serial)}"
+        self.etc = Path("/etc/netns") / self.name
+        self.resolv_conf = resolv_conf
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    def __enter__(self) -> Netns:
+        subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
+        try:
+            subprocess.run(["ip", "-n", self.name, "link", "set", "lo", "up"], check=True,
+                           capture_output=True)
+            self.etc.mkdir(parents=True, exist_ok=True)
+            (self.etc / "resolv.conf").write_text(self.resolv_conf)
+            # glibc consults files before dns: an empty hosts file keeps the machine's
+            # /etc/hosts out of the answers.
+            (self.etc / "hosts").write_text("127.0.0.1 localhost\n")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def cmd(self, args: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *args]
+
+    def popen(self, args: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
+        """Start a long-running process inside; it is stopped when the namespace goes."""
+        proc: subprocess.Popen[Any] = subprocess.Popen(self.cmd(args), **kw)
+        self.procs.append(proc)
+        return proc
+
+    def run(self, args: Sequence[str], timeout: float = 60, **kw: Any
+            ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.cmd(args), capture_output=True, text=True, timeout=timeout,
+                              **kw)
+
+    def stop(self, proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; always reaped."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        proc.wait()
+
+    def close(self) -> None:
+        # Signal every process first, then reap: members of a cluster (etcd) stop in
+        # parallel instead of each waiting for peers that are already gone.
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self.procs):
+            self.stop(proc)
+        # Anything still inside was started by this test (through `ip netns exec`).
+        pids = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        shutil.rmtree(self.etc, ignore_errors=True)
+

@@ -1,0 +1,214 @@
+"""unbound in front of the KEP-1645 names: a stub zone for clusterset.local (and svc-global).
+
+The resolver is unbound with its defaults where they matter here (QNAME
+minimisation on, relaxed), plus 0x20 and `harden-below-nxdomain`; root hints
+point at loopback only and nothing is validated, so it never leaves 127.0.0.1.
+Every "Done when" name of issue 12 must resolve through it exactly as dnsside
+answers it directly.
+
+One known interaction, written down in the README: the specification forbids
+`<clusterid>.<svc>.<ns>.svc.M`, and dnsside answers NXDOMAIN there although
+pod names exist below it. unbound's minimised walk towards
+`<pod>.<clusterid>.<svc>...` meets that NXDOMAIN and, in its default relaxed
+mode, asks again with the full name (`test_pod_names_resolve_past_the_forbidden_cluster_label`
+checks that it does and gets the pod).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.exception
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import pytest
+from support import Dnsside, answers, demo_server, wait_for
+
+M = "clusterset.local"
+NGINX = f"nginx-svc.default.svc.{M}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Unbound:
+    def __init__(self, tmp: Path, upstream_port: int) -> None:
+        self.tmp = tmp
+        self.conf = tmp / "unbound.conf"
+        self.log = tmp / "unbound.log"
+        self.upstream_port = upstream_port
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def write_conf(self) -> None:
+        self.port = free_port()
+        # Network rule: the only root server unbound knows is loopback, and it never needs one
+        # (every name asked is in a stub zone).
+        (self.tmp / "root.hints").write_text(
+            ".  3600000  NS  a.root-servers.net.\na.root-servers.net.  3600000  A  127.0.0.1\n")
+        stubs = "".join(f"""
+stub-zone:
+    name: "{zone}"
+    stub-addr: 127.0.0.1@{self.upstream_port}
+""" for zone in (M, "svc-global"))
+        self.conf.write_text(f"""
+server:
+    interface: 127.0.0.1
+    port: {self.port}
+    do-ip6: no
+    do-daemonize: no
+    use-syslog: no
+    logfile: ""
+    verbosity: 1
+    chroot: ""
+    username: ""
+    directory: "{self.tmp}"
+    pidfile: "{self.tmp}/unbound.pid"
+    num-threads: 1
+    module-config: "iterator"
+    root-hints: "{self.tmp}/root.hints"
+    qname-minimisation: yes
+    harden-below-nxdomain: yes
+    use-caps-for-id: yes
+    do-not-query-localhost: no
+    domain-insecure: "{M}"
+    domain-insecure: "svc-global"
+    access-control: 127.0.0.0/8 allow
+
+remote-control:
+    control-enable: no
+{stubs}""")
+
+    def start(self) -> None:
+        for _ in range(3):  # the free port may be taken between probe and bind: try another
+            self.write_conf()
+            check = subprocess.run(["unbound-checkconf", str(self.conf)], capture_output=True,
+                                   text=True, timeout=30)
+            assert check.returncode == 0, check.stdout + check.stderr
+            with self.log.open("wb") as log:
+                self.proc = subprocess.Popen(["unbound", "-d", "-c", str(self.conf)],
+                                             stdout=log, stderr=subprocess.STDOUT)
+            try:
+                wait_for(self._answers, 15, "unbound to answer")
+                return
+            except AssertionError:
+                self.stop()
+        raise AssertionError("unbound did not start:\n" + self.log.read_text())
+
+    def _answers(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError("unbound exited:\n" + self.log.read_text())
+        try:
+            msg = self.query(M, "SOA", timeout=0.5)
+        except (dns.exception.Timeout, OSError):
+            return False
+        return msg.rcode() == dns.rcode.NOERROR and bool(msg.answer)
+
+    def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
+        q = dns.message.make_query(name, rdtype)  # RD set: a stub resolver's query
+        msg, _tcp = dns.query.udp_with_fallback(q, "127.0.0.1", port=self.port, timeout=timeout)
+        return msg
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def dnsside() -> Iterator[Dnsside]:
+    with demo_server("--mcs-zone", "clusterset.local.", "--query-log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def unbound(dnsside: Dnsside, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Unbound]:
+    u = Unbound(tmp_path_factory.mktemp("unbound-mcs"), dnsside.port)
+    u.start()
+    yield u
+    u.stop()
+
+
+def same_answer(dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str) -> dns.message.Message:
+    """Ask both; rcode, answer rdata (every type) and the negative SOA owner must agree."""
+    direct = dnsside.query(name, rdtype, tcp=True)
+    via = unbound.query(name, rdtype)
+    assert via.rcode() == direct.rcode(), f"{name} {rdtype}: {via}"
+    assert via.flags & dns.flags.RA
+    for t in ("A", "AAAA", "SRV", "SOA", "NS", "TXT"):
+        assert answers(via, t) == answers(direct, t), f"{name} {rdtype} {t}"
+    if not direct.answer:
+        assert [r.name for r in via.authority if r.rdtype == dns.rdatatype.SOA] == [
+            r.name for r in direct.authority if r.rdtype == dns.rdatatype.SOA]
+    return via
+
+
+def test_done_when_through_unbound(dnsside: Dnsside, unbound: Unbound) -> None:
+    a = same_answer(dnsside, unbound, NGINX, "A")
+    assert answers(a) == answers(unbound.query("nginx-svc.default.svc-global", "A"))
+    assert len(answers(a)) == 5
+
+    pod = same_answer(dnsside, unbound, f"nginx-set-0.west.{NGINX}", "A")
+    assert answers(pod) == ["10.43.179.60"]
+
+    srv = same_answer(dnsside, unbound, f"_http._tcp.{NGINX}", "SRV")
+    targets = sorted(rd.target.to_text() for rd in srv.answer[0])
+    assert len(targets) == 5 and all(t.endswith(f".{NGINX}.") for t in targets)
+    for target in targets:  # each target resolves to its glue through the resolver too
+        assert answers(same_answer(dnsside, unbound, target, "A"))
+
+    txt = same_answer(dnsside, unbound, f"dns-version.{M}", "TXT")
+    assert [rd.to_text() for rd in txt.answer[0]] == ['"1.0.0"']
+
+    nx = same_answer(dnsside, unbound, f"west.{NGINX}", "A")
+    assert nx.rcode() == dns.rcode.NXDOMAIN
+
+    nodata = same_answer(dnsside, unbound, f"default.svc.{M}", "A")
+    assert nodata.rcode() == dns.rcode.NOERROR and not nodata.answer
+
+
+@pytest.mark.parametrize(("name", "rdtype"), [
+    (f"web.default.svc.{M}", "A"), (f"_http._tcp.web.default.svc.{M}", "SRV"),
+    (f"cockroachdb.db.svc.{M}", "SRV"), (f"_grpc._tcp.cockroachdb.db.svc.{M}", "SRV"),
+    (f"cockroachdb-1.east.cockroachdb.db.svc.{M}", "A"), (M, "SOA"), (M, "NS"),
+    (f"svc.{M}", "A"), (f"_tcp.{NGINX}", "SRV"), (NGINX, "AAAA"),
+    (f"metrics.default.svc.{M}", "A"), (f"east.web.default.svc.{M}", "A"),
+])
+def test_names_agree_through_unbound(dnsside: Dnsside, unbound: Unbound, name: str,
+                                     rdtype: str) -> None:
+    same_answer(dnsside, unbound, name, rdtype)
+
+
+def test_pod_names_resolve_past_the_forbidden_cluster_label(dnsside: Dnsside,
+                                                           unbound: Unbound) -> None:
+    """A cold lookup of a pod name: unbound's minimised walk asks `<clusterid>.<svc>...`,
+    gets NXDOMAIN, and (relaxed mode, its default) asks the full name, which answers."""
+    svc = f"cockroachdb.db.svc.{M}"
+    name = f"cockroachdb-2.west.{svc}"  # asked by no other test: not in unbound's cache
+    assert answers(unbound.query(name, "A")) == ["10.43.90.3"]
+
+    def asked() -> list[str]:
+        return [line.split()[6].lower() for line in list(dnsside.lines)
+                if "dnsside.query:" in line]
+
+    wait_for(lambda: name + "." in asked(), 10, f"the full query for {name}")
+    assert f"west.{svc}." in asked()  # the minimised step that got NXDOMAIN
+
+
+def test_unbound_logged_no_errors(unbound: Unbound) -> None:
+    text = unbound.log.read_text()
+    for bad in ("error", "0x20", "FORMERR", "failed", "SERVFAIL"):
+        assert bad not in text, text

@@ -1,0 +1,239 @@
+"""dnsside's gateway prober: the state machine alone, then real HTTP gateways on loopback
+that answer 200, 503, hang or stop, watched through DNS answers (dig and dnspython)."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support import DEMO, Dnsside, answers, wait_for
+
+from dnsside.events import Gateway
+from dnsside.prober import GatewayTracker
+
+NGINX = "nginx-svc.default.svc-global"
+WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
+
+# --------------------------------------------------------------------------- the state machine
+
+
+def test_tracker_needs_consecutive_failures_after_a_success() -> None:
+    t = GatewayTracker(failures=2)
+    url = "http://127.0.0.1:1/ready"
+    assert t.record("west", url, True) is not None  # first success: alive
+    assert t.record("west", url, False) is None  # one blip is not an outage
+    assert t.record("west", url, True) is None  # and it resets the count
+    assert t.record("west", url, False) is None
+    change = t.record("west", url, False, "HTTP 503")
+    assert change is not None and change.state is Gateway.FAILING and change.detail == "HTTP 503"
+    assert t.record("west", url, False) is None  # still failing: no new event
+    back = t.record("west", url, True)
+    assert back is not None and back.state is Gateway.ALIVE
+
+
+def test_tracker_never_acts_on_a_target_that_never_answered() -> None:
+    t = GatewayTracker(failures=3)
+    url = "http://127.0.0.1:1/ready"
+    assert t.record("north", url, False) is None
+    assert t.record("north", url, False) is None
+    change = t.record("north", url, False, "connection refused")
+    assert change is not None and change.state is Gateway.UNREACHED
+    # A new URL (the probe Service moved) starts from scratch.
+    assert t.record("north", url + "2", False) is None
+    forgotten = t.forget("north")
+    assert forgotten is None  # it had no state yet under the new URL
+    assert t.record("north", url, True) is not None
+    gone = t.forget("north")
+    assert gone is not None and gone.state is None
+
+
+# --------------------------------------------------------------------------- real gateways
+
+
+class Gateway200:
+    """A gateway's probe endpoint on 127.0.0.1: answers 200 or 503, hangs, or is stopped."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.mode = "ok"
+        self.release = threading.Event()
+        self.server: http.server.ThreadingHTTPServer | None = None
+        self.hits = 0
+
+    def start(self) -> None:
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                gateway.hits += 1
+                if gateway.mode == "hang":
+                    gateway.release.wait(30)
+                    return
+                self.send_response(200 if gateway.mode == "ok" else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        http.server.ThreadingHTTPServer.allow_reuse_address = True
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.release.clear()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop listening: probes now get 'connection refused'."""
+        if self.server is not None:
+            self.release.set()
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+@pytest.fixture
+def gateways() -> Iterator[dict[str, Gateway200]]:
+    gws = {c: Gateway200() for c in ("west", "north", "south")}
+    yield gws
+    for gw in gws.values():
+        gw.stop()
+
+
+def topology(tmp: Path, gateways: dict[str, Gateway200]) -> Path:
+    """The demo, with each link's probe Service pointing at its loopback gateway."""
+    doc = yaml.safe_load(DEMO.read_text())
+    for obj in doc["items"]:
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Service" and name.startswith("probe-"):
+            cluster = name.removeprefix("probe-")
+            obj["spec"]["clusterIP"], obj["spec"]["clusterIPs"] = "127.0.0.1", ["127.0.0.1"]
+            obj["spec"]["ports"][0]["port"] = gateways[cluster].port
+    path = tmp / "demo-probed.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def dig(srv: Dnsside, name: str, rdtype: str = "A") -> list[str]:
+    out = subprocess.run(["dig", f"@{srv.host}", "-p", str(srv.port), name, rdtype, "+short",
+                          "+tries=1", "+time=2"], capture_output=True, text=True, timeout=10)
+    return sorted(out.stdout.split("\n")) if out.returncode == 0 else ["dig failed"]
+
+
+def west_in_answers(srv: Dnsside) -> tuple[bool, bool]:
+    """(west in nginx A, west in nginx SRV), asked with dig."""
+    a = set(dig(srv, NGINX))
+    srv_lines = dig(srv, "_http._tcp." + NGINX, "SRV")
+    return bool(WEST & a), any(".west." in line for line in srv_lines)
+
+
+def state(srv: Dnsside, cluster: str, value: str) -> bool:
+    _, text = srv.http("/metrics")
+    pattern = (rf'dnsside_gateway_probe_state{{cluster="{cluster}",state="{value}"}} 1\.0')
+    return re.search(pattern, text) is not None
+
+
+def probed(tmp: Path, gateways: dict[str, Gateway200], *flags: str) -> Dnsside:
+    return Dnsside("--source", str(topology(tmp, gateways)), "--cluster-name", "east",
+                   "--gateway-probe", "on", *flags)
+
+
+def test_stopped_gateway_leaves_within_3s_and_returns_within_2s(
+    tmp_path: Path, gateways: dict[str, Gateway200]
+) -> None:
+    """SPEC's defaults: period 1 s, timeout 1 s, 2 failures. Measured with dig."""
+    for gw in gateways.values():
+        gw.start()
+    with probed(tmp_path, gateways) as srv:
+        wait_for(lambda: state(srv, "west", "alive"), 10, "west alive")
+        assert west_in_answers(srv) == (True, True)
+        gateways["west"].stop()
+        stopped = time.monotonic()
+        wait_for(lambda: west_in_answers(srv) == (False, False), 10, "west out of A and SRV")
+        gone_after = time.monotonic() - stopped
+        # Remote-discovery, federated and local members never move.
+        assert {"10.43.100.8", "10.43.100.9", "10.43.0.50"} <= set(dig(srv, "web.default.svc-global"))
+        assert "10.43.100.7" not in dig(srv, "web.default.svc-global")  # west's gateway mirror
+        assert {"10.42.1.10", "10.42.1.11"} <= set(dig(srv, NGINX))
+        srv.wait_log("gateway of cluster west fails dnsside's probe")
+        gateways["west"].start()
+        restarted = time.monotonic()
+        wait_for(lambda: west_in_answers(srv) == (True, True), 10, "west back in A and SRV")
+        back_after = time.monotonic() - restarted
+        print(f"\nwest left the answers {gone_after:.2f}s after its gateway stopped, "
+              f"came back {back_after:.2f}s after it started")
+        assert gone_after <= 3.0, f"left after {gone_after:.2f}s"
+        assert back_after <= 2.0, f"came back after {back_after:.2f}s"
+
+
+@pytest.mark.parametrize("mode", ["fail", "hang"])
+def test_failing_or_hanging_gateway(tmp_path: Path, gateways: dict[str, Gateway200],
+                                    mode: str) -> None:
+    """Answers 503, or accepts and never answers: both are failures (the second by timeout)."""
+    for gw in gateways.values():
+        gw.start()
+    period, timeout = 0.2, 0.2
+    bound = period * 2 + timeout + 1.0  # period × failures + the last probe's timeout + 1 s
+    with probed(tmp_path, gateways, "--gateway-probe-period", str(period),
+                "--gateway-probe-timeout", str(timeout)) as srv:
+        wait_for(lambda: state(srv, "west", "alive"), 10, "west alive")
+        gateways["west"].mode = mode
+        changed = time.monotonic()
+        wait_for(lambda: not WEST & set(answers(srv.query(NGINX))), 10, "west out")
+        assert time.monotonic() - changed <= bound
+        assert state(srv, "west", "failing")
+        _, text = srv.http("/metrics")
+        failures = re.search(
+            r'dnsside_gateway_probes_total\{cluster="west",result="failure"\} (\S+)', text)
+        assert failures is not None and float(failures.group(1)) >= 2
+        _, body = srv.http(f"/debug/explain?name=nginx-set-0.west.{NGINX}")
+        assert "fails dnsside's probe" in body
+        gateways["west"].mode = "ok"
+        gateways["west"].release.set()
+        changed = time.monotonic()
+        wait_for(lambda: WEST <= set(answers(srv.query(NGINX))), 10, "west back")
+        assert time.monotonic() - changed <= bound
+        assert state(srv, "west", "alive")
+
+
+def test_never_answered_gateway_changes_nothing(
+    tmp_path: Path, gateways: dict[str, Gateway200]
+) -> None:
+    """south's probe target never answers (nothing listens): Linkerd's readiness stands."""
+    gateways["west"].start()
+    gateways["north"].start()
+    with probed(tmp_path, gateways, "--gateway-probe-period", "0.2",
+                "--gateway-probe-timeout", "0.2") as srv:
+        wait_for(lambda: state(srv, "south", "never-answered"), 10, "south never answered")
+        kafka = answers(srv.query("kafka.db.svc-global"))
+        assert "10.44.0.20" in kafka  # south's gateway-mode mirror, ready per Linkerd
+        srv.wait_log("gateway of cluster south has never answered dnsside's probe")
+        _, body = srv.http("/debug/explain?name=south.kafka.db.svc-global")
+        assert "never answered since start" in body and "not acted on" in body
+        # Once it has answered, failing counts.
+        gateways["south"].start()
+        wait_for(lambda: state(srv, "south", "alive"), 10, "south alive")
+        gateways["south"].stop()
+        wait_for(lambda: "10.44.0.20" not in answers(srv.query("kafka.db.svc-global")), 10,
+                 "south out")
+
+
+def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, Gateway200]) -> None:
+    """A dump is usually served far from its cluster: its ClusterIPs are not probed unless
+    --gateway-probe on says so."""
+    gateways["west"].start()
+    with Dnsside("--source", str(topology(tmp_path, gateways)), "--cluster-name", "east",
+                 "--gateway-probe", "auto") as srv:
+        srv.wait_log("gateway probe off")
+        assert WEST <= set(answers(srv.query(NGINX)))
+    assert gateways["west"].hits == 0
