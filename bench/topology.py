@@ -341,6 +341,48 @@ def cached(members: int, directory: Path) -> tuple[Path, dict[str, Any]]:
     return out, write(members, out)
 
 
+DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-east.yaml"
+
+
+def demo(directory: Path, n_queries: int = 50000, seed: int = 2) -> tuple[Path, dict[str, Any]]:
+    """The demo topology (``examples/demo-east.yaml``) and a query file of the same mix.
+
+    The names come from the answers dnsside builds from the demo (the few that
+    answer with records), sorted by shape into the kinds :func:`queries` draws from.
+    """
+    import struct
+
+    from nsd_zone import build_index, query_for, to_text
+
+    out = directory / "demo-east.queries"
+    meta_path = directory / "demo-east.meta.json"
+    if out.exists() and meta_path.exists() and out.stat().st_mtime >= DEMO.stat().st_mtime:
+        return DEMO, json.loads(meta_path.read_text())
+    index = build_index(DEMO, LOCAL)
+    t = Topology(random.Random(seed))
+    for key in sorted(index.responder.answers):
+        wire, qtype = key[:-4], struct.unpack("!H", key[-4:-2])[0]
+        reply = index.responder.respond(query_for(key), udp=False)
+        if reply is None or reply[3] & 0xF or reply[6:8] == b"\0\0":
+            continue
+        labels = to_text(wire).rstrip(".").split(".")[:-1]  # without the zone
+        if not labels:
+            continue
+        if labels[0].startswith("_") and qtype == 33:
+            t.name("srv", ".".join(labels) + f".{ZONE}.")
+        elif len(labels) == 2 and qtype == 1:
+            t.name("svc", ".".join(labels) + f".{ZONE}.")
+        elif len(labels) == 3 and qtype == 1:
+            t.name("cluster", ".".join(labels) + f".{ZONE}.")
+        elif len(labels) == 4 and qtype == 1:
+            t.name("host", ".".join(labels) + f".{ZONE}.")
+    directory.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(queries(t, n_queries, seed)) + "\n")
+    meta = {"members": "demo", "names": {k: len(v) for k, v in t.names.items()}}
+    meta_path.write_text(json.dumps(meta, indent=1))
+    return DEMO, meta
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--members", type=int, default=1000)

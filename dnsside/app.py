@@ -56,6 +56,7 @@ class Config:
     gateway_probe_timeout: float = 1.0
     gateway_probe_failures: int = 2
     lameduck: float = 5.0  # seconds of answering after SIGTERM, while /readyz says 503
+    udp_io: str = "batch"  # batch (recvmmsg/sendmmsg) or plain (recvfrom/sendto)
 
     @property
     def probing(self) -> bool:
@@ -210,8 +211,10 @@ class App:
         except OSError:
             sock.close()
             raise
-        udp = UdpServer(sock, self.responder, self.config.query_log)
+        udp = UdpServer(sock, self.responder, self.config.query_log, self.config.udp_io)
         udp.start()
+        log.info("udp io: %s", "batch (recvmmsg/sendmmsg)" if udp.io == "batch"
+                 else "plain (recvfrom/sendto)")
         return udp
 
     async def consume(self) -> None:

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "--no-uvloop", action="store_true", help="use asyncio's own event loop")
     _add(serve, "--lameduck", type=float, default=5.0, metavar="SECONDS",
          help="after SIGTERM, stay not ready but keep answering this long, then stop")
+    _add(serve, "--udp-io", default="batch", choices=["batch", "plain"],
+         help="UDP system calls: batch (recvmmsg/sendmmsg, Linux; falls back to plain where "
+         "unavailable) or plain (one recvfrom and one sendto per query)")
     explain = sub.add_parser("explain", help="print the answer to NAME and where it comes from")
     _source_flags(explain)
     explain.add_argument("name")
@@ -161,6 +164,7 @@ def config_from(args: argparse.Namespace) -> Config:
         config.tcp_max_connections = args.tcp_max_connections
         config.query_log = args.query_log
         config.lameduck = args.lameduck
+        config.udp_io = args.udp_io
     return config
 
 

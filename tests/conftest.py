@@ -5,7 +5,7 @@ from __future__ import annotations
 # --------------------------------------------------------------------------- fake API server
 # (tests/fakekube.py) `fake_kube`: a running FakeKube with `.kubeconfig`, `.url` and the
 # control methods (load/apply/delete/drop_streams/fail_next/compact/set_unreachable).
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,3 +26,16 @@ async def fake_kube_demo(fake_kube: FakeKube) -> FakeKube:
     """The fake API server loaded with examples/demo-east.yaml."""
     fake_kube.load(DEMO_EAST)
     return fake_kube
+
+
+# --------------------------------------------------------------------------- UDP I/O modes
+# `udp_io`: "batch" (recvmmsg/sendmmsg) then "plain" (recvfrom/sendto). Module-scoped, so a
+# module's shared server starts once per mode and the tests that use it run under both.
+# Every `dnsside serve` started while it is active gets DNSSIDE_UDP_IO (= --udp-io);
+# server fixtures check with support.expect_udp_io that the mode really is in effect.
+@pytest.fixture(scope="module", params=["batch", "plain"])
+def udp_io(request: pytest.FixtureRequest) -> Iterator[str]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DNSSIDE_UDP_IO", request.param)
+    yield request.param
+    mp.undo()

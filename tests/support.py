@@ -126,6 +126,13 @@ class Dnsside:
             self.proc.wait()
 
 
+def expect_udp_io(srv: Dnsside, mode: str) -> Dnsside:
+    """``srv``, after checking it moves UDP datagrams the ``mode`` way (`--udp-io`):
+    "batch" silently falling back to "plain" would leave the batch path untested."""
+    srv.wait_log(f"udp io: {mode} ")
+    return srv
+
+
 def answers(msg: dns.message.Message, rdtype: str = "A") -> list[str]:
     """The rdata of every answer RR of ``rdtype``, as text, sorted."""
     t = dns.rdatatype.from_text(rdtype)

@@ -10,15 +10,15 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 import topology as t
-from support import Dnsside, answers, demo_server
+from support import Dnsside, answers, demo_server, expect_udp_io
 
 NGINX = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
 
 
 @pytest.fixture(scope="module")
-def demo() -> Iterator[Dnsside]:
+def demo(udp_io: str) -> Iterator[Dnsside]:
     with demo_server() as srv:
-        yield srv
+        yield expect_udp_io(srv, udp_io)
 
 
 def srv_records(msg: dns.message.Message) -> list[tuple[int, int, int, str]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from support import Dnsside, demo_server
+from support import Dnsside, demo_server, expect_udp_io
 
 NGINX = "nginx-svc.default.svc-global"
 NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
@@ -22,9 +22,9 @@ ROACH = "cockroachdb.db.svc-global"
 
 
 @pytest.fixture(scope="module")
-def srv() -> Iterator[Dnsside]:
+def srv(udp_io: str) -> Iterator[Dnsside]:
     with demo_server() as s:
-        yield s
+        yield expect_udp_io(s, udp_io)
 
 
 # --------------------------------------------------------------------------- dig

@@ -10,7 +10,7 @@ import struct
 import time
 
 import dns.message
-from support import DEMO, answers, demo_server, run_cli, wait_for
+from support import DEMO, answers, demo_server, expect_udp_io, run_cli, wait_for
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -24,8 +24,9 @@ def metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def test_metrics_move_with_queries_and_describe_the_index() -> None:
+def test_metrics_move_with_queries_and_describe_the_index(udp_io: str) -> None:
     with demo_server() as srv:
+        expect_udp_io(srv, udp_io)
         before = srv.http("/metrics")[1]
         for _ in range(3):
             srv.query("nginx-svc.default.svc-global", "A")

@@ -44,7 +44,7 @@ from rawdns import (
     udp,
     wire_name,
 )
-from support import DEMO, Dnsside, answers, wait_for
+from support import DEMO, Dnsside, answers, expect_udp_io, wait_for
 
 TRANSPORTS = ["udp", "tcp"]
 NGINX = "nginx-svc.default.svc-global"
@@ -54,14 +54,14 @@ AD = 0x0020
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
+def srv(tmp_path_factory: pytest.TempPathFactory, udp_io: str) -> Iterator[Dnsside]:
     """The demo plus `mid.bulk` (50 addresses: > 512 B, < 1232 B) and `big.bulk` (120: > 1232 B)."""
     demo = yaml.safe_load(DEMO.read_text())
     demo["items"] += bulk_objects("mid", "bulk", 50, 98) + bulk_objects("big", "bulk", 120, 99)
     path = tmp_path_factory.mktemp("zone") / "zone.json"
     path.write_text(json.dumps(demo))
     with Dnsside("--source", str(path), "--cluster-name", "east") as s:
-        yield s
+        yield expect_udp_io(s, udp_io)
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,12 @@ import subprocess
 
 import dns.rcode
 
-from support import answers, demo_server
+from support import answers, demo_server, expect_udp_io
 
 
-def test_demo_answers_over_udp_tcp_and_dig() -> None:
+def test_demo_answers_over_udp_tcp_and_dig(udp_io: str) -> None:
     with demo_server() as srv:
+        expect_udp_io(srv, udp_io)
         for tcp in (False, True):
             a = srv.query("nginx-svc.default.svc-global", "A", tcp=tcp)
             assert answers(a) == sorted(

@@ -22,20 +22,20 @@ import pytest
 import yaml
 from rawdns import bulk_objects
 from resolvers import Unbound
-from support import DEMO, Dnsside, answers, wait_for
+from support import DEMO, Dnsside, answers, expect_udp_io, wait_for
 
 NGINX = "nginx-svc.default.svc-global"
 
 
 @pytest.fixture(scope="module")
-def dnsside(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
+def dnsside(tmp_path_factory: pytest.TempPathFactory, udp_io: str) -> Iterator[Dnsside]:
     """The demo plus `big.bulk` (120 addresses: truncated over UDP, so unbound retries on TCP)."""
     demo = yaml.safe_load(DEMO.read_text())
     demo["items"] += bulk_objects("big", "bulk", 120, 99)
     path = tmp_path_factory.mktemp("zone") / "zone.json"
     path.write_text(json.dumps(demo))
     with Dnsside("--source", str(path), "--cluster-name", "east", "--query-log") as s:
-        yield s
+        yield expect_udp_io(s, udp_io)
 
 
 @pytest.fixture(scope="module", params=["udp", "tcp-upstream"])

@@ -1,0 +1,109 @@
+"""A/B of dnsside variants against NSD, for development (the report is bench/run.py's).
+
+    .venv/bin/python bench/ab.py --variant batch="--udp-io batch" \\
+        --variant plain="--udp-io plain" --rates 5000,20000,max --repeats 5
+
+Same machinery as ``bench/run.py`` (servers on core 0, dnsperf on core 1, the
+same query file and NSD zone), but all servers run at once and take turns at
+every rate of every repeat, so slow drifts of a shared machine hit them alike.
+Prints, per rate, the median CPU µs per answered query of each variant, the
+median of its per-repeat ratios to NSD, answered q/s and the worst loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import run  # bench/run.py
+
+
+class Variant(run.Dnsside):
+    """dnsside with extra flags; ``@NAME=value`` among them sets an environment variable."""
+
+    def __init__(self, topology: Path, words: list[str]) -> None:
+        super().__init__(topology, [w for w in words if not w.startswith("@")])
+        self.env = [w[1:] for w in words if w.startswith("@")]
+
+    def command(self) -> list[str]:
+        return (["env", *self.env] if self.env else []) + super().command()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--variant", action="append", default=[],
+                   help="NAME=\"extra dnsside flags\" (repeatable; default: one, no flags); "
+                   "@VAR=value among the flags sets an environment variable")
+    p.add_argument("--rates", default="5000,20000,50000,max")
+    p.add_argument("--seconds", type=float, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--size", type=int, default=10000, help="topology members (0: the demo)")
+    p.add_argument("--no-nsd", action="store_true")
+    args = p.parse_args()
+    run.OUT.mkdir(exist_ok=True)
+    variants = [v.split("=", 1) for v in args.variant] or [["dnsside", ""]]
+    topology, queries = run.topology_files(args.size)
+    from nsd_zone import build_index, write_nsd
+
+    index = build_index(topology, run.CLUSTER)
+    conf = write_nsd(index, run.OUT / "nsd-ab", run.free_port())
+    del index
+    qname = run.first_name(queries)
+    makers: list[tuple[str, Any]] = [
+        (name, lambda flags=flags: Variant(topology, shlex.split(flags)))
+        for name, flags in variants]
+    if not args.no_nsd:
+        makers.append(("nsd", lambda: run.Nsd(conf)))
+    rates = [0 if r == "max" else int(r) for r in args.rates.split(",")]
+    raw: dict[tuple[str, int], list[run.Run]] = {}
+    servers: list[tuple[str, run.Server]] = []
+    try:
+        # All servers run side by side (idle ones cost nothing) and take turns at every
+        # rate of every repeat, in a rotating order: drifts of a shared machine hit all.
+        for name, make in makers:
+            server = make()
+            server.start()
+            servers.append((name, server))
+        for _, server in servers:
+            server.ready(qname)  # type: ignore[attr-defined]
+            run.warm_up(server, queries)
+        for rep in range(args.repeats):
+            for rate in rates:
+                k = rep % len(servers)
+                for name, server in servers[k:] + servers[:k]:
+                    r = run.dnsperf(server, queries, rate, args.seconds, latency=False)
+                    raw.setdefault((name, rate), []).append(r)
+                    run.log(f"rep {rep + 1} {name} @{rate or 'max'}: {r.us_per_query:.2f} us/q "
+                            f"{r.qps:.0f} q/s lost {r.lost} cpu {r.cpu_util:.0%}")
+    finally:
+        for _, server in servers:
+            server.stop()
+    names = [n for n, _ in makers]
+    print(f"\n{args.size or 'demo'} members, {args.repeats} repeats x {args.seconds:g} s")
+    print(f"{'rate':>7} " + " ".join(f"{n:>22}" for n in names))
+    for rate in rates:
+        cells = []
+        for name in names:
+            runs = raw[(name, rate)]
+            us = statistics.median(r.us_per_query for r in runs)
+            cell = f"{us:6.2f}"
+            if name != "nsd" and ("nsd", rate) in raw:
+                ratios = [a.us_per_query / b.us_per_query
+                          for a, b in zip(runs, raw[("nsd", rate)], strict=False)]
+                cell += f" {statistics.median(ratios):.2f}x"
+            if rate == 0:
+                cell += f" {statistics.median(r.qps for r in runs) / 1000:.0f}k"
+            lost = max(r.lost for r in runs)
+            cell += f" L{lost}" if lost else ""
+            cells.append(f"{cell:>22}")
+        print(f"{rate or 'max':>7} " + " ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.exit(main())
