@@ -19,7 +19,7 @@ import enum
 import ipaddress
 import re
 import socket
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from sys import intern
 from typing import Any, TypeVar
@@ -138,6 +138,73 @@ class Endpoint:
     pod_name: str | None  # targetRef.name when targetRef.kind is Pod
 
 
+class Endpoints(Sequence[Endpoint]):
+    """A slice's endpoints packed into one string, decoded when read.
+
+    Only the endpoints of a local headless Service's slices are ever read one by
+    one (they become its members); every other slice is asked only whether one of
+    its endpoints is ready. Yet a slice holds one endpoint per pod (a root headless
+    mirror's slice one per remote pod): as objects, 180 bytes each, 14 MB at 100k
+    members. Packed they take their text and nothing else. Equal packings compare
+    and hash equal, so identical ones (a per-pod mirror's gateway endpoint) are
+    shared.
+    """
+
+    __slots__ = ("_packed", "ready")
+
+    def __init__(self, packed: str, ready: bool) -> None:
+        self._packed = packed
+        self.ready = ready  # any endpoint is ready
+
+    @staticmethod
+    def pack(endpoints: Sequence[Endpoint]) -> Endpoints | tuple[Endpoint, ...]:
+        """Packed, unless a field holds a separator (a malformed name): then the tuple."""
+        pieces = []
+        for e in endpoints:
+            fields = (e.hostname or "", e.pod_name or "", *e.addresses)
+            if any(_SEPARATORS.intersection(f) for f in fields):
+                return tuple(endpoints)
+            flags = ("r" if e.ready else "-") + ("h" if e.hostname is not None else "-") + (
+                "p" if e.pod_name is not None else "-")
+            pieces.append(_FIELD.join((flags, *fields)))
+        return Endpoints(_ENDPOINT.join(pieces), any(e.ready for e in endpoints))
+
+    def _decode(self) -> list[Endpoint]:
+        if not self._packed:
+            return []
+        out = []
+        for piece in self._packed.split(_ENDPOINT):
+            flags, hostname, pod_name, *addresses = piece.split(_FIELD)
+            out.append(Endpoint(tuple(addresses), flags[0] == "r",
+                                hostname if flags[1] == "h" else None,
+                                pod_name if flags[2] == "p" else None))
+        return out
+
+    def __iter__(self) -> Iterator[Endpoint]:
+        return iter(self._decode())
+
+    def __len__(self) -> int:
+        return self._packed.count(_ENDPOINT) + 1 if self._packed else 0
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._decode()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Endpoints):
+            return self._packed == other._packed
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._packed)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+_ENDPOINT, _FIELD = "\x1e", "\x1f"
+_SEPARATORS = frozenset(_ENDPOINT + _FIELD)
+
+
 @dataclass(frozen=True, slots=True)
 class SliceRecord:
     """The few fields of a discovery.k8s.io/v1 EndpointSlice that the model needs."""
@@ -145,12 +212,15 @@ class SliceRecord:
     namespace: str
     name: str
     service_name: str
-    endpoints: tuple[Endpoint, ...]
+    endpoints: Sequence[Endpoint]  # Endpoints when parsed (packed), any sequence works
     ports: tuple[Port, ...]
 
     @property
     def has_ready_endpoint(self) -> bool:
-        return any(e.ready for e in self.endpoints)
+        endpoints = self.endpoints
+        if type(endpoints) is Endpoints:
+            return endpoints.ready
+        return any(e.ready for e in endpoints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +286,9 @@ def normal_ip(text: str) -> str:
     """
     try:
         socket.inet_pton(socket.AF_INET, text)
-        return intern(text)
+        return text
     except OSError:
-        return intern(str(ipaddress.ip_address(text)))
+        return str(ipaddress.ip_address(text))
 
 
 def is_dns_label(value: str) -> bool:
@@ -357,7 +427,7 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
         role=role,
         original=intern(original.lower()),
         cluster=intern(cluster.lower()),
-        hostname=hostname.lower(),
+        hostname=intern(hostname.lower()),  # the same pod's in every link: one string
         cluster_ips=ips,
         ports=ports,
         exported=exported,
@@ -424,16 +494,18 @@ def parse_slice(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
         namespace=intern(namespace),
         name=name,
         service_name=service_name,
-        endpoints=_shared_endpoints(tuple(endpoints)),
+        endpoints=_shared_endpoints(endpoints),
         ports=_ports(obj.get("ports"), ident, "ports"),
     )
 
 
-def _shared_endpoints(endpoints: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+def _shared_endpoints(endpoints: list[Endpoint]) -> Sequence[Endpoint]:
+    packed = Endpoints.pack(endpoints)
     # A per-pod mirror slice holds one gateway endpoint, the same in all of them.
-    if len(endpoints) == 1 and endpoints[0].hostname is None and endpoints[0].pod_name is None:
-        return _share(endpoints)
-    return endpoints
+    if not endpoints or (len(endpoints) == 1 and endpoints[0].hostname is None
+                         and endpoints[0].pod_name is None):
+        return _share(packed)
+    return packed
 
 
 def _endpoint(e: Any, ident: str) -> Endpoint:
@@ -458,14 +530,12 @@ def _endpoint(e: Any, ident: str) -> Endpoint:
         raise ObjectError(f"{ident}.hostname must be a string")
     ref = e.get("targetRef") or {}
     pod_name = ref.get("name") if isinstance(ref, Mapping) and ref.get("kind") == "Pod" else None
-    endpoint = Endpoint(
+    return Endpoint(
         addresses=addresses,
         ready=ready is not False,  # a nil ready condition counts as ready
         hostname=hostname or None,
         pod_name=pod_name if isinstance(pod_name, str) else None,
     )
-    # A gateway endpoint (no hostname, no pod) is the same in every per-pod mirror slice.
-    return _share(endpoint) if endpoint.hostname is None and endpoint.pod_name is None else endpoint
 
 
 # --------------------------------------------------------------------------- assembling

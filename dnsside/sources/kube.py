@@ -87,13 +87,6 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import (
-    ConfigException,
-    load_incluster_config,
-    load_kube_config,
-    refresh_token,
-)
 
 from dnsside import __version__, metrics
 from dnsside.events import (
@@ -115,8 +108,17 @@ from dnsside.linkerd import (
     parse_service,
     parse_slice,
 )
+from dnsside.sources.kubeclient import load as _load_client
 
 log = logging.getLogger("dnsside.kube")
+
+_client = _load_client()  # kubernetes-asyncio without its generated API (41 MB): see kubeclient
+ApiClient: Any = _client["ApiClient"]
+Configuration: Any = _client["Configuration"]
+ConfigException: type[Exception] = _client["ConfigException"]
+load_kube_config: Any = _client["load_kube_config"]
+load_incluster_config: Any = _client["load_incluster_config"]
+refresh_token: Any = _client["refresh_token"]
 
 SOURCE_NAME = "kube"
 
@@ -335,7 +337,7 @@ class KubeSource:
                 )
                 log.info("using kubeconfig %s: API server %s", path, config.host)
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+                load_incluster_config(client_configuration=config)
                 log.info("using the in-cluster service account: API server %s", config.host)
             else:
                 raise KubeConfigError(
