@@ -128,7 +128,7 @@ class Answer:
         self.stat = _stat(qtype, rcode)  # the key this answer is counted under, shared
         self.flags = _FLAGS[rcode]
         an, ns, ar = len(answer), len(authority), len(additional)
-        part = b"".join((*answer, *authority))
+        part = b"".join((*answer, *authority)) if ns else b"".join(answer)
         self.body = part + b"".join(additional) if ar else part
         self.counts, self.counts_edns = _counts(an, ns, ar), _counts(an, ns, ar + 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
@@ -219,10 +219,15 @@ class _MemberWire:
     def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
         self.local = member.local
-        cluster = _label(member.cluster) + svc_name
-        host = _label(member.hostname) if member.hostname is not None else b""
-        self.target = host + cluster
-        self.name = self.target if member.hostname is not None else None
+        cluster = out.labels.get(member.cluster)
+        if cluster is None:
+            cluster = out.labels[member.cluster] = _label(member.cluster)
+        cluster += svc_name
+        self.name: bytes | None = None
+        if member.hostname is not None:
+            self.target = self.name = _label(member.hostname) + cluster
+        else:
+            self.target = cluster
         # A and AAAA records minus their owner name: the same in every zone and scheme.
         tails = out.tails.get(id(member))
         if tails is None:
@@ -254,10 +259,16 @@ class _ServiceTarget:
 
 
 def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target]) -> None:
-    for rtype, tails in ((A, [t for w in group for t in w.a]),
-                         (AAAA, [t for w in group for t in w.aaaa])):
+    if len(group) == 1:  # a pod's own name (most calls): its tails are distinct already
+        pairs = ((A, group[0].a), (AAAA, group[0].aaaa))
+    else:
+        pairs = ((A, tuple(dict.fromkeys([t for w in group for t in w.a]))),
+                 (AAAA, tuple(dict.fromkeys([t for w in group for t in w.aaaa]))))
+    for rtype, tails in pairs:
         if tails:
-            rrs = _fit([_AT_QUESTION + t for t in dict.fromkeys(tails)], MAX_BODY)
+            rrs = [_AT_QUESTION + t for t in tails]
+            if len(rrs) > _FIT_ALWAYS:
+                rrs = _fit(rrs, MAX_BODY)
             # The owner is a pointer to the question, so the same addresses make the same
             # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
             # One Answer object serves them all.
@@ -265,7 +276,12 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
             answer = out.shared.get(body)
             if answer is None:
                 answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
-            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = answer
+            out.answers[name + _TYPE_IN[rtype]] = answer
+
+
+# Address records are at most 2 + 10 + 16 bytes: this many always fit in MAX_BODY.
+_FIT_ALWAYS = MAX_BODY // 28
+_TYPE_IN = {t: struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV)}  # QTYPE, QCLASS
 
 
 def _fit(rrs: list[bytes], room: int) -> list[bytes]:
@@ -299,6 +315,7 @@ class ServiceAnswers:
     # and each member's address record tails by id(member), for the next zone.
     shared: dict[bytes, Answer] = field(default_factory=dict)
     tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
+    labels: dict[str, bytes] = field(default_factory=dict)  # cluster names as labels
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -417,32 +434,43 @@ def _put_srv(
     def priority(w: _Target) -> int:
         return 10 if local_first and not w.local else 0
 
-    per_priority: dict[int, int] = {}
-    for w, _ in pairs:
-        per_priority[priority(w)] = per_priority.get(priority(w), 0) + 1
+    per_priority: dict[int, int] = {0: len(pairs)}
+    if local_first:
+        per_priority = {}
+        for w, _ in pairs:
+            per_priority[priority(w)] = per_priority.get(priority(w), 0) + 1
+    weights = {prio: max(1, 100 // n) for prio, n in per_priority.items()}
     # Offsets below are absolute in the reply: header, then the question (name + 4).
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
     target_at: dict[bytes, tuple[int, _Target]] = {}
+    heads: dict[int, bytes] = {}  # the pointer to the question and the RR head, by RDLENGTH
     size = 0
     for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
-        prio = priority(w)
-        rdata = struct.pack("!HHH", prio, max(1, 100 // per_priority[prio]), p.port) + w.target
-        rr = _AT_QUESTION + _rr_head(SRV, ttl, len(rdata)) + rdata
+        prio = priority(w) if local_first else 0
+        target = w.target
+        head = heads.get(len(target))
+        if head is None:
+            head = heads[len(target)] = _AT_QUESTION + _rr_head(SRV, ttl, 6 + len(target))
+        rr = head + _PACK_SRV(prio, weights[prio], p.port) + target
         if size + len(rr) > MAX_BODY:
             break
         # The glue's owner will point at the target inside this record's RDATA.
-        target_at.setdefault(w.target, (offset + size + 2 + 10 + 6, w))
+        if target not in target_at:
+            target_at[target] = (offset + size + 2 + 10 + 6, w)
         answer.append(rr)
         size += len(rr)
     additional: list[bytes] = []
     for target, (at, w) in target_at.items():
         owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
-        additional.extend(owner + t for t in w.a)
-        additional.extend(owner + t for t in w.aaaa)
+        additional += [owner + t for t in w.a]
+        if w.aaaa:
+            additional += [owner + t for t in w.aaaa]
     additional = _fit(additional, MAX_BODY - size)
-    key = name + struct.pack("!HH", SRV, CLASS_IN)
-    out.answers[key] = Answer(NOERROR, SRV, answer, (), additional)
+    out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional)
+
+
+_PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port
 
 
 # --------------------------------------------------------------------------- zones

@@ -471,26 +471,25 @@ class Index:
 
     def _replace(self, event: Replace, dirty: set[Key]) -> None:
         """Diff the new complete state against ours and apply only the differences."""
-        incoming: dict[tuple[Kind, Key], Record] = {
-            (Kind.of(r), (r.namespace, r.name)): r for r in event.records
-        }
-        if Kind.SERVICE in event.kinds:
-            for key in [k for k in self.services if (Kind.SERVICE, k) not in incoming]:
-                self._forget_service(key, dirty)
-        if Kind.SLICE in event.kinds:
-            for key in [k for k in self.slices if (Kind.SLICE, k) not in incoming]:
-                self._forget_slice(key, dirty)
-        if Kind.LINK in event.kinds:
-            for key in [k for k in self.links if (Kind.LINK, k) not in incoming]:
-                self._delete(Kind.LINK, key, dirty)
-        tables: dict[Kind, MutableMapping[Key, Any]] = {
-            Kind.SERVICE: self.services, Kind.SLICE: self.slices, Kind.LINK: self.links}
-        for (kind, key), record in incoming.items():
+        incoming: dict[type, dict[Key, Record]] = {ServiceRecord: {}, SliceRecord: {},
+                                                    LinkRecord: {}}
+        for r in event.records:
+            incoming[type(r)][(r.namespace, r.name)] = r
+        for kind, record_type, table in ((Kind.SERVICE, ServiceRecord, self.services),
+                                         (Kind.SLICE, SliceRecord, self.slices),
+                                         (Kind.LINK, LinkRecord, self.links)):
             if kind not in event.kinds:
                 continue
-            current = tables[kind].get(key)
-            if current != record:
-                self._upsert(record, dirty)
+            new = incoming[record_type]
+            if table:  # a relist or a reload: drop what is gone, upsert what differs
+                for key in [k for k in table if k not in new]:
+                    self._delete(kind, key, dirty)
+                for key, record in new.items():
+                    if table.get(key) != record:
+                        self._upsert(record, dirty)
+            else:  # the first list: everything is new
+                for record in new.values():
+                    self._upsert(record, dirty)
 
     def _remember_service(self, svc: ServiceRecord, dirty: set[Key]) -> None:
         if svc.role is Role.GATEWAY_PROBE:
