@@ -20,7 +20,12 @@ reports per configuration the median over the starts of:
 * propagation: a per-pod mirror Service gets a new ClusterIP at the fake API
   server → the watch delivers it → the index re-encodes that global service →
   a UDP poller sees the new address for the pod's name (with `--mcs-zone`, the
-  pod's KEP-1645 name must answer it too), p50/p99 over --events changes.
+  pod's KEP-1645 name must answer it too), p50/p99 over --events changes;
+* a full relist: the API server is cut off, its history compacted, then back:
+  every watch gets 410 Expired and dnsside lists Services, EndpointSlices and
+  Links again while it keeps answering from the old index; the peak memory of
+  that (a whole second set of records alive next to the first) is what the
+  memory limit must hold.
 
 Writes bench/KUBE_RESULTS.md (--quick: bench/out/KUBE_RESULTS-quick.md) and the
 raw numbers to bench/out/kube_scale_<members>.json.
@@ -100,8 +105,39 @@ def flippable(items: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
     return picks[::step][:count]
 
 
+def cpu_settled(pid: int, quiet: float = 1.0, timeout: float = 120) -> None:
+    """Wait until the process has used no CPU for ``quiet`` seconds (its work is done)."""
+    deadline = time.monotonic() + timeout
+    last, since = proc_stat(pid)[0], time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = proc_stat(pid)[0]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+    raise SystemExit(f"dnsside (pid {pid}) still busy after {timeout} s")
+
+
+def relist(kube: ThreadedKube, srv: Dnsside, touch: list[dict[str, Any]]) -> float:
+    """Cut the fake off, write ``touch`` (so every watch's resume point is behind), compact
+    its history, reconnect; returns the seconds until dnsside has relisted everything."""
+    kube.run(kube.kube.set_unreachable(True))
+    for obj in touch:
+        kube.call(kube.kube.apply, obj)
+    kube.call(kube.kube.compact)
+    lines = len(srv.lines)
+    started = time.perf_counter()
+    kube.run(kube.kube.set_unreachable(False))
+    for plural in ("services", "endpointslices"):
+        srv.wait_log(f"relisted {plural}:", timeout=600)
+    assert len(srv.lines) > lines
+    cpu_settled(srv.proc.pid)
+    return time.perf_counter() - started
+
+
 def one_start(kube: ThreadedKube, extra: list[str], services: list[dict[str, Any]],
-              run: int) -> dict[str, Any]:
+              run: int, touch: list[dict[str, Any]]) -> dict[str, Any]:
     started = time.perf_counter()
     with Dnsside("--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
                  "--log-level", "info", *extra, wait_synced=False) as srv:
@@ -136,15 +172,55 @@ def one_start(kube: ThreadedKube, extra: list[str], services: list[dict[str, Any
                 if new_ip not in ask(sock, addr, other):
                     raise SystemExit(f"{names[0]} answers {new_ip}, {other} does not")
         sock.close()
+        relist_s = relist(kube, srv, touch)
+        _, rss_relist, hwm_relist = proc_stat(srv.proc.pid)
         srv.stop()
     return {"sync_wall_s": sync_s, "sync_cpu_s": cpu, "rss_mb": rss / 1024,
             "rss_settled_mb": rss_settled / 1024, "peak_rss_mb": hwm / 1024,
             "p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 99),
-            "max_ms": max(latencies), "events": len(latencies)}
+            "max_ms": max(latencies), "events": len(latencies), "relist_s": relist_s,
+            "rss_relist_mb": rss_relist / 1024, "peak_relist_mb": hwm_relist / 1024}
 
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def measure(members: int, configs: dict[str, list[str]], repeats: int,
+            events: int) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Load the ``members`` topology into a fake API server, start each configuration
+    ``repeats`` times, alternately; (topology meta, rows by configuration)."""
+    path, meta = cached(members, OUT)
+    items = json.loads(path.read_text())["items"]
+    services = flippable(items, events)
+    # One object of each listed kind, written while dnsside is cut off before a relist.
+    touch = [next(o for o in items if o["kind"] == kind) for kind in ("Service", "EndpointSlice")]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        kube = ThreadedKube(Path(tmp))
+        loaded = time.perf_counter()
+        kube.call(kube.kube.load, items)
+        del items
+        log(f"{members:,} members: fake API server loaded with {meta['objects']:,} objects in "
+            f"{time.perf_counter() - loaded:.0f} s")
+        run = 0
+        for rep in range(repeats):
+            for name, extra in configs.items():
+                row = one_start(kube, extra, services, run, touch)
+                run += 1
+                runs[name].append(row)
+                log(f"{name} start {rep + 1}: sync {row['sync_wall_s']:.1f} s (CPU "
+                    f"{row['sync_cpu_s']:.1f} s), RSS {row['rss_mb']:.0f} MB (peak "
+                    f"{row['peak_rss_mb']:.0f}), p50 {row['p50_ms']:.2f} ms p99 "
+                    f"{row['p99_ms']:.2f} ms; relist {row['relist_s']:.1f} s, peak "
+                    f"{row['peak_relist_mb']:.0f} MB")
+        kube.close()
+    return meta, runs
+
+
+def _medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    return {name: {"median": {k: statistics.median(r[k] for r in rows) for k in rows[0]},
+                   "runs": rows} for name, rows in runs.items()}
 
 
 def main() -> None:
@@ -152,7 +228,9 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=100_000)
     ap.add_argument("--events", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3, help="alternating starts per configuration")
-    ap.add_argument("--quick", action="store_true", help="one start each, 50 events")
+    ap.add_argument("--sizes", default="1000,10000",
+                    help="smaller topologies measured once each for the sizing table ('' none)")
+    ap.add_argument("--quick", action="store_true", help="one start each, 50 events, no --sizes")
     ap.add_argument("--only", choices=sorted(CONFIGS), help="one configuration")
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the report from the saved JSON, run nothing")
@@ -164,31 +242,16 @@ def main() -> None:
         return
     repeats, events = (1, 50) if args.quick else (args.repeats, args.events)
     configs = {args.only: CONFIGS[args.only]} if args.only else CONFIGS
+    sizes = [] if args.quick else [int(n) for n in args.sizes.split(",") if n.strip()]
 
     began = time.monotonic()
     OUT.mkdir(parents=True, exist_ok=True)
-    path, meta = cached(args.members, OUT)
-    items = json.loads(path.read_text())["items"]
-    services = flippable(items, events)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-    with tempfile.TemporaryDirectory() as tmp:
-        kube = ThreadedKube(Path(tmp))
-        loaded = time.perf_counter()
-        kube.call(kube.kube.load, items)
-        load_s = time.perf_counter() - loaded
-        del items
-        log(f"fake API server loaded with {meta['objects']:,} objects in {load_s:.0f} s")
-        run = 0
-        for rep in range(repeats):
-            for name, extra in configs.items():
-                row = one_start(kube, extra, services, run)
-                run += 1
-                runs[name].append(row)
-                log(f"{name} start {rep + 1}: sync {row['sync_wall_s']:.1f} s (CPU "
-                    f"{row['sync_cpu_s']:.1f} s), RSS {row['rss_mb']:.0f} MB (peak "
-                    f"{row['peak_rss_mb']:.0f}), p50 {row['p50_ms']:.2f} ms p99 "
-                    f"{row['p99_ms']:.2f} ms")
-        kube.close()
+    meta, runs = measure(args.members, configs, repeats, events)
+    by_size = {}
+    for size in sizes:
+        size_meta, size_runs = measure(size, configs, 1, min(events, 50))
+        by_size[str(size_meta["members"])] = _medians(size_runs)
+    by_size[str(meta["members"])] = _medians(runs)
 
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -198,10 +261,9 @@ def main() -> None:
         "command": " ".join(["bench/kube_scale.py", *sys.argv[1:]]),
         "members": meta["members"], "objects": meta["objects"],
         "global_services": meta["global_services"], "repeats": repeats, "events": events,
-        "fake_load_s": round(load_s, 1), "elapsed_min": (time.monotonic() - began) / 60,
-        "configs": {name: {"median": {k: statistics.median(r[k] for r in rows)
-                                      for k in rows[0]}, "runs": rows}
-                    for name, rows in runs.items()},
+        "elapsed_min": (time.monotonic() - began) / 60,
+        "configs": _medians(runs),
+        "sizes": by_size,
     }
     raw.write_text(json.dumps(result, indent=1))
     target.write_text(report(result))
@@ -213,7 +275,7 @@ def _spread(rows: list[dict[str, Any]], key: str, fmt: str) -> str:
     values = [r[key] for r in rows]
     if len(values) < 2:
         return ""
-    return f" ({format(min(values), fmt)}–{format(max(values), fmt)})"
+    return f" ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
 def report(r: dict[str, Any]) -> str:
@@ -259,6 +321,11 @@ def report(r: dict[str, Any]) -> str:
         row(f"the same, p99 ({r['events']} changes a start)", "p99_ms", ".2f", "ms",
             f"≤ {TARGET_P99_MS} ms"),
         row("the same, max", "max_ms", ".2f", "ms", ""),
+        row("full relist after 410 Expired (reconnect → relisted and idle)", "relist_s",
+            ".1f", "s", ""),
+        row("peak resident memory, the relist included (VmHWM)", "peak_relist_mb", ".0f",
+            "MB", "the memory limit"),
+        row("resident memory after the relist", "rss_relist_mb", ".0f", "MB", ""),
     ]
     if "zone" in configs and "zone+mcs" in configs:
         base = configs["zone"]["median"]["rss_mb"]
@@ -270,6 +337,26 @@ def report(r: dict[str, Any]) -> str:
             f"(target ≤ {TARGET_MCS_EXTRA * 100:+.0f} %), "
             f"{(both - base) * (1 << 20) / r['members']:+,.0f} B per member.",
         ]
+    sizes = r.get("sizes") or {}
+    if sizes:
+        lines += [
+            "",
+            "### Memory by size, and the limit to set",
+            "",
+            "Resident memory after the initial sync and its peak with a full relist included "
+            "(VmHWM), MB (VmRSS/1024), `zone` / `zone+mcs`; the limit is the smallest "
+            f"of {', '.join(LIMITS)} that leaves {HEADROOM - 1:.0%} over the higher peak "
+            "(README's sizing table, `dnsside install --memory-limit`).",
+            "",
+            "| members | RSS after sync | peak, a relist included | memory limit |",
+            "|---|---|---|---|",
+        ]
+        for members, cfg in sorted(sizes.items(), key=lambda kv: int(kv[0])):
+            med = {name: c["median"] for name, c in cfg.items()}
+            rss = " / ".join(f"{m['rss_mb']:.0f}" for m in med.values())
+            peak = " / ".join(f"{m['peak_relist_mb']:.0f}" for m in med.values())
+            limit = suggested_limit(max(m["peak_relist_mb"] for m in med.values()))
+            lines.append(f"| {int(members):,} | {rss} MB | {peak} MB | {limit} |")
     lines += [
         "",
         "Propagation is measured end to end: a per-pod mirror Service gets a new ClusterIP "
@@ -280,6 +367,19 @@ def report(r: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines) + "\n" + (BENCH / "kube_discussion.md").read_text()
+
+
+LIMITS = ("128Mi", "192Mi", "256Mi", "384Mi", "512Mi", "768Mi", "1Gi", "2Gi")
+HEADROOM = 1.2
+
+
+def suggested_limit(peak_mib: float) -> str:
+    """The smallest of LIMITS with HEADROOM over ``peak_mib``."""
+    for limit in LIMITS:
+        mib = int(limit[:-2]) * (1024 if limit.endswith("Gi") else 1)
+        if mib >= peak_mib * HEADROOM:
+            return limit
+    return f"{int(peak_mib * HEADROOM) + 1}Mi"
 
 
 def _cpu_model() -> str:

@@ -14,7 +14,7 @@ topology, ``topology`` is ``bench/topology.py``'s), then reports:
   strings land on the first holder; the "alone" column walks each structure on
   its own, shared objects included);
 * with ``--tracemalloc N``, the N source lines that allocated the most of what
-  is still alive after the sync (tracemalloc slows the load about 3×).
+  is still alive after the sync (tracemalloc slows the load about 3 times).
 
 Run it before and after a change to the index: the figures are exact and stable
 (unlike times on a shared machine).
@@ -168,7 +168,7 @@ def main() -> int:
     total = sum(r["first_mb"] for r in rows)
     print(f"{'total (each object once)':28} {'':>9} {total:>9.1f}")
     by_type: dict[str, list[int]] = {}
-    for name, part in parts:
+    for _, part in parts:
         _types(part, by_type)
     print("\nby type (each object once, over all structures):")
     for tname, (size, n) in sorted(by_type.items(), key=lambda kv: -kv[1][0])[:15]:

@@ -471,8 +471,10 @@ class Index:
 
     def _replace(self, event: Replace, dirty: set[Key]) -> None:
         """Diff the new complete state against ours and apply only the differences."""
-        incoming: dict[type, dict[Key, Record]] = {ServiceRecord: {}, SliceRecord: {},
-                                                    LinkRecord: {}}
+        # Tables, not dicts keyed by tuples: a relist at 100k members holds a second set of
+        # records next to ours, and this would add 10 MB of key tuples to that peak.
+        incoming: dict[type, Table[Record]] = {ServiceRecord: Table(), SliceRecord: Table(),
+                                               LinkRecord: Table()}
         for r in event.records:
             incoming[type(r)][(r.namespace, r.name)] = r
         for kind, record_type, table in ((Kind.SERVICE, ServiceRecord, self.services),
@@ -484,11 +486,11 @@ class Index:
             if table:  # a relist or a reload: drop what is gone, upsert what differs
                 for key in [k for k in table if k not in new]:
                     self._delete(kind, key, dirty)
-                for key, record in new.items():
-                    if table.get(key) != record:
+                for record in new.records():
+                    if table.get((record.namespace, record.name)) != record:
                         self._upsert(record, dirty)
             else:  # the first list: everything is new
-                for record in new.values():
+                for record in new.records():
                     self._upsert(record, dirty)
 
     def _remember_service(self, svc: ServiceRecord, dirty: set[Key]) -> None:

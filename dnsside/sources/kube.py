@@ -519,7 +519,8 @@ class KubeSource:
                 where = res.where("watch", first.namespace)
                 log.warning("relisting %s: %s: 410 Expired (%s)", res.plural, where, first)
             metrics.RELISTS.labels(resource=res.plural).inc()
-            records, versions = await self._list_resource(api, res, queue)
+            with paused():
+                records, versions = await self._list_resource(api, res, queue)
             log.info("relisted %s: %d objects", res.plural, len(records))
             await queue.put([Replace(frozenset({res.kind}), tuple(records))])
 
