@@ -444,15 +444,19 @@ def _put_srv(
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
     target_at: dict[bytes, tuple[int, _Target]] = {}
-    heads: dict[int, bytes] = {}  # the pointer to the question and the RR head, by RDLENGTH
+    # Everything of a record but its target: the pointer to the question, the RR head
+    # (RDLENGTH depends on the target's length), priority, weight and port.
+    heads: dict[tuple[int, int, int], bytes] = {}
     size = 0
     for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
         prio = priority(w) if local_first else 0
         target = w.target
-        head = heads.get(len(target))
+        head = heads.get((prio, p.port, len(target)))
         if head is None:
-            head = heads[len(target)] = _AT_QUESTION + _rr_head(SRV, ttl, 6 + len(target))
-        rr = head + _PACK_SRV(prio, weights[prio], p.port) + target
+            head = heads[(prio, p.port, len(target))] = (
+                _AT_QUESTION + _rr_head(SRV, ttl, 6 + len(target))
+                + _PACK_SRV(prio, weights[prio], p.port))
+        rr = head + target
         if size + len(rr) > MAX_BODY:
             break
         # The glue's owner will point at the target inside this record's RDATA.

@@ -461,6 +461,20 @@ class Index:
                                                      record.name)
             self._touch_service(svc_key, dirty)
 
+    def _insert(self, record: Record, dirty: set[Key]) -> None:
+        """:meth:`_upsert` of a record whose key the index does not hold."""
+        if isinstance(record, ServiceRecord):
+            self.services[(record.namespace, record.name)] = record
+            self._remember_service(record, dirty)
+        elif isinstance(record, SliceRecord):
+            self.slices[(record.namespace, record.name)] = record
+            svc_key = (record.namespace, record.service_name)
+            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+                                                     record.name)
+            self._touch_service(svc_key, dirty)
+        else:
+            self._upsert(record, dirty)
+
     def _delete(self, kind: Kind, key: Key, dirty: set[Key]) -> None:
         if kind is Kind.SERVICE:
             self._forget_service(key, dirty)
@@ -489,9 +503,9 @@ class Index:
                 for record in new.records():
                     if table.get((record.namespace, record.name)) != record:
                         self._upsert(record, dirty)
-            else:  # the first list: everything is new
+            else:  # the first list: everything is new, nothing to compare or forget
                 for record in new.records():
-                    self._upsert(record, dirty)
+                    self._insert(record, dirty)
 
     def _remember_service(self, svc: ServiceRecord, dirty: set[Key]) -> None:
         if svc.role is Role.GATEWAY_PROBE:
