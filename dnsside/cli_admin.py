@@ -34,8 +34,9 @@ def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
                          "kube-system)")
     install.add_argument("--image", default=inst.IMAGE)
     install.add_argument("--replicas", type=int, default=2, help="standalone mode")
-    install.add_argument("--memory-limit", default="512Mi",
-                         help="see the README's sizing table (512Mi: up to 100k members)")
+    install.add_argument("--memory-limit", default=inst.MEMORY_LIMIT,
+                         help="see the README's sizing table "
+                         f"({inst.MEMORY_LIMIT}: up to 100k members)")
     install.add_argument("--coredns-deployment", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's Deployment")
     install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",

@@ -106,45 +106,68 @@ def to_wire(name: str) -> bytes:
 class Answer:
     """A reply minus its first four bytes and its question.
 
-    ``body`` holds the answer, authority and additional sections; ``part`` is its
-    prefix without the additional section (a zero-copy view), for a UDP limit the
-    full reply misses. ``ends`` are the offsets in ``body`` where each answer
-    record ends, for a limit that even ``part`` misses: the reply then carries, with
-    TC=1, the answer records that fit (RFC 2181 §9), so a stub resolver that never
-    retries over TCP still gets addresses. It is empty for answers too small ever to
-    be truncated, which is nearly all of them. The OPT record is appended at send
-    time, so one body serves clients with and without EDNS. Section counts are
-    shared bytes.
+    ``body`` holds the answer, authority and additional sections. The OPT record is
+    appended at send time, so one body serves clients with and without EDNS.
+    Section counts, ``flags`` and ``stat`` are shared objects.
+
+    An answer big enough to miss some UDP size limit also has a ``tail``: the size
+    and counts of its prefix without the additional section, for a limit the full
+    reply misses, and the offsets where its answer records end, for a limit that
+    even the prefix misses: the reply then carries, with TC=1, the answer records
+    that fit (RFC 2181 §9), so a stub resolver that never retries over TCP still
+    gets addresses. Nearly every answer is small (one pod's address) and has none:
+    at 100k members the seven slots here instead of thirteen save 6 MB.
     """
 
-    __slots__ = ("body", "counts", "counts_edns", "counts_part", "counts_part_edns", "ends",
-                 "flags", "part", "qtype", "rcode", "size", "size_part", "stat")
+    __slots__ = ("body", "counts", "counts_edns", "flags", "size", "stat", "tail")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
         additional: Sequence[bytes] = ()
     ) -> None:
-        self.rcode = rcode
-        self.qtype = qtype
         self.stat = _stat(qtype, rcode)  # the key this answer is counted under, shared
-        self.flags = _QR_AA | rcode
+        self.flags = _FLAGS[rcode]
         an, ns, ar = len(answer), len(authority), len(additional)
-        part = b"".join((*answer, *authority))
+        part = b"".join((*answer, *authority)) if ns else b"".join(answer)
         self.body = part + b"".join(additional) if ar else part
-        self.part: bytes | memoryview = memoryview(self.body)[: len(part)] if ar else self.body
         self.counts, self.counts_edns = _counts(an, ns, ar), _counts(an, ns, ar + 1)
-        self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
-        self.size_part = 12 + len(part)
-        self.ends: Sequence[int] = ()
-        if self.size_part + _MAX_QUESTION + _MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+        self.tail: _Tail | None = None
+        if self.size + _MAX_QUESTION + _MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+            self.tail = _Tail(an, ns, 12 + len(part), answer)
+
+    @property
+    def rcode(self) -> int:
+        return self.stat[1]
+
+    @property
+    def qtype(self) -> int:
+        return self.stat[0]
+
+
+class _Tail:
+    """What only an answer that can outgrow a UDP limit needs (see :class:`Answer`)."""
+
+    __slots__ = ("counts_part", "counts_part_edns", "ends", "size_part")
+
+    def __init__(self, an: int, ns: int, size_part: int, answer: Sequence[bytes]) -> None:
+        self.size_part = size_part
+        self.counts_part, self.counts_part_edns = _counts(an, ns, 0), _counts(an, ns, 1)
+        self.ends: Sequence[int] = _NO_ENDS
+        if size_part + _MAX_QUESTION + _MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             end, ends = 0, []
             for rr in answer:
                 end += len(rr)
                 ends.append(end)
-            # An array, not a tuple: 4 bytes an offset instead of an int object and a
-            # slot (36), on every RRset of 100k members (the SRV answers hold one per record).
-            self.ends = array("I", ends)
+            # An array, not a tuple: 2 bytes an offset (a body is under 64 KiB) instead of
+            # an int object and a slot (36), on every big RRset (an SRV answer holds one
+            # per record).
+            self.ends = array("H", ends)
+
+
+_NO_ENDS: tuple[int, ...] = ()
+# The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
+_FLAGS = {rcode: _QR_AA | rcode for rcode in range(16)}
 
 
 @functools.lru_cache(maxsize=512)
@@ -196,10 +219,15 @@ class _MemberWire:
     def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
         self.local = member.local
-        cluster = _label(member.cluster) + svc_name
-        host = _label(member.hostname) if member.hostname is not None else b""
-        self.target = host + cluster
-        self.name = self.target if member.hostname is not None else None
+        cluster = out.labels.get(member.cluster)
+        if cluster is None:
+            cluster = out.labels[member.cluster] = _label(member.cluster)
+        cluster += svc_name
+        self.name: bytes | None = None
+        if member.hostname is not None:
+            self.target = self.name = _label(member.hostname) + cluster
+        else:
+            self.target = cluster
         # A and AAAA records minus their owner name: the same in every zone and scheme.
         tails = out.tails.get(id(member))
         if tails is None:
@@ -231,10 +259,16 @@ class _ServiceTarget:
 
 
 def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target]) -> None:
-    for rtype, tails in ((A, [t for w in group for t in w.a]),
-                         (AAAA, [t for w in group for t in w.aaaa])):
+    if len(group) == 1:  # a pod's own name (most calls): its tails are distinct already
+        pairs = ((A, group[0].a), (AAAA, group[0].aaaa))
+    else:
+        pairs = ((A, tuple(dict.fromkeys([t for w in group for t in w.a]))),
+                 (AAAA, tuple(dict.fromkeys([t for w in group for t in w.aaaa]))))
+    for rtype, tails in pairs:
         if tails:
-            rrs = _fit([_AT_QUESTION + t for t in dict.fromkeys(tails)], MAX_BODY)
+            rrs = [_AT_QUESTION + t for t in tails]
+            if len(rrs) > _FIT_ALWAYS:
+                rrs = _fit(rrs, MAX_BODY)
             # The owner is a pointer to the question, so the same addresses make the same
             # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
             # One Answer object serves them all.
@@ -242,7 +276,12 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
             answer = out.shared.get(body)
             if answer is None:
                 answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
-            out.answers[name + struct.pack("!HH", rtype, CLASS_IN)] = answer
+            out.answers[name + _TYPE_IN[rtype]] = answer
+
+
+# Address records are at most 2 + 10 + 16 bytes: this many always fit in MAX_BODY.
+_FIT_ALWAYS = MAX_BODY // 28
+_TYPE_IN = {t: struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV)}  # QTYPE, QCLASS
 
 
 def _fit(rrs: list[bytes], room: int) -> list[bytes]:
@@ -276,6 +315,7 @@ class ServiceAnswers:
     # and each member's address record tails by id(member), for the next zone.
     shared: dict[bytes, Answer] = field(default_factory=dict)
     tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
+    labels: dict[str, bytes] = field(default_factory=dict)  # cluster names as labels
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -394,32 +434,47 @@ def _put_srv(
     def priority(w: _Target) -> int:
         return 10 if local_first and not w.local else 0
 
-    per_priority: dict[int, int] = {}
-    for w, _ in pairs:
-        per_priority[priority(w)] = per_priority.get(priority(w), 0) + 1
+    per_priority: dict[int, int] = {0: len(pairs)}
+    if local_first:
+        per_priority = {}
+        for w, _ in pairs:
+            per_priority[priority(w)] = per_priority.get(priority(w), 0) + 1
+    weights = {prio: max(1, 100 // n) for prio, n in per_priority.items()}
     # Offsets below are absolute in the reply: header, then the question (name + 4).
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
     target_at: dict[bytes, tuple[int, _Target]] = {}
+    # Everything of a record but its target: the pointer to the question, the RR head
+    # (RDLENGTH depends on the target's length), priority, weight and port.
+    heads: dict[tuple[int, int, int], bytes] = {}
     size = 0
     for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
-        prio = priority(w)
-        rdata = struct.pack("!HHH", prio, max(1, 100 // per_priority[prio]), p.port) + w.target
-        rr = _AT_QUESTION + _rr_head(SRV, ttl, len(rdata)) + rdata
+        prio = priority(w) if local_first else 0
+        target = w.target
+        head = heads.get((prio, p.port, len(target)))
+        if head is None:
+            head = heads[(prio, p.port, len(target))] = (
+                _AT_QUESTION + _rr_head(SRV, ttl, 6 + len(target))
+                + _PACK_SRV(prio, weights[prio], p.port))
+        rr = head + target
         if size + len(rr) > MAX_BODY:
             break
         # The glue's owner will point at the target inside this record's RDATA.
-        target_at.setdefault(w.target, (offset + size + 2 + 10 + 6, w))
+        if target not in target_at:
+            target_at[target] = (offset + size + 2 + 10 + 6, w)
         answer.append(rr)
         size += len(rr)
     additional: list[bytes] = []
     for target, (at, w) in target_at.items():
         owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
-        additional.extend(owner + t for t in w.a)
-        additional.extend(owner + t for t in w.aaaa)
+        additional += [owner + t for t in w.a]
+        if w.aaaa:
+            additional += [owner + t for t in w.aaaa]
     additional = _fit(additional, MAX_BODY - size)
-    key = name + struct.pack("!HH", SRV, CLASS_IN)
-    out.answers[key] = Answer(NOERROR, SRV, answer, (), additional)
+    out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional)
+
+
+_PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port
 
 
 # --------------------------------------------------------------------------- zones
@@ -624,14 +679,17 @@ class Responder:
         body: bytes | memoryview
         if answer.size <= room:
             counts, body = (answer.counts_edns if opt else answer.counts), answer.body
-        elif answer.size_part <= room:
-            counts = answer.counts_part_edns if opt else answer.counts_part
-            body = answer.part
         else:
-            flags |= _TC
-            fit = bisect_right(answer.ends, room - 12)
-            counts = _counts(fit, 0, 1 if opt else 0)
-            body = memoryview(answer.body)[: answer.ends[fit - 1]] if fit else b""
+            tail = answer.tail  # an answer that can miss a limit has one (see Answer)
+            assert tail is not None
+            if tail.size_part <= room:
+                counts = tail.counts_part_edns if opt else tail.counts_part
+                body = memoryview(answer.body)[: tail.size_part - 12]
+            else:
+                flags |= _TC
+                fit = bisect_right(tail.ends, room - 12)
+                counts = _counts(fit, 0, 1 if opt else 0)
+                body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
         return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:

@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dnsside import metrics
 from dnsside.bulk import bulk
 from dnsside.dns import (
+    Answer,
     McsZone,
     Responder,
     ServiceAnswers,
@@ -66,6 +67,150 @@ from dnsside.linkerd import (
 log = logging.getLogger("dnsside.index")
 
 Key = tuple[str, str]  # (namespace, name)
+V = TypeVar("V")
+_MISSING: Any = object()
+
+
+class Table(MutableMapping[Key, V]):
+    """A dict keyed by (namespace, name), held as one dict per namespace.
+
+    At 100k members the index keeps three tables of about 92k entries each; a flat
+    dict would hold a (namespace, name) tuple per entry, 56 bytes, 15 MB in all.
+    Here an entry is keyed by the name string its record already holds.
+    """
+
+    __slots__ = ("_by_namespace", "_len")
+
+    def __init__(self) -> None:
+        self._by_namespace: dict[str, dict[str, V]] = {}
+        self._len = 0
+
+    def __getitem__(self, key: Key) -> V:
+        return self._by_namespace[key[0]][key[1]]
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        names = self._by_namespace.get(key[0])
+        return default if names is None else names.get(key[1], default)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        names = self._by_namespace.get(key[0])
+        return names is not None and key[1] in names
+
+    def __setitem__(self, key: Key, value: V) -> None:
+        namespace, name = key
+        names = self._by_namespace.get(namespace)
+        if names is None:
+            names = self._by_namespace[namespace] = {}
+        if name not in names:
+            self._len += 1
+        names[name] = value
+
+    def __delitem__(self, key: Key) -> None:
+        namespace, name = key
+        names = self._by_namespace[namespace]
+        del names[name]
+        self._len -= 1
+        if not names:
+            del self._by_namespace[namespace]
+
+    def pop(self, key: Key, default: Any = _MISSING) -> Any:
+        names = self._by_namespace.get(key[0])
+        if names is None or key[1] not in names:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        value = names[key[1]]
+        self.__delitem__(key)
+        return value
+
+    def __iter__(self) -> Iterator[Key]:
+        for namespace, names in self._by_namespace.items():
+            for name in names:
+                yield (namespace, name)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def records(self) -> Iterator[V]:
+        """The values, without building a key for each."""
+        for names in self._by_namespace.values():
+            yield from names.values()
+
+
+# A global service's contribution to the member, orphan and clash counts, flat:
+# (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the
+# GlobalService itself (its Member objects: 14 MB at 100k members), which is rebuilt
+# from the records whenever someone asks (explain, check).
+Tally = tuple[Any, ...]
+_READY, _NOT_READY, _ORPHAN, _CLASH = "ready", "not-ready", "orphan", "clash"
+
+
+def _tally(gs: GlobalService) -> Tally:
+    counts: Counter[tuple[str, str]] = Counter()
+    for m in gs.members:
+        counts[(_READY if m.ready else _NOT_READY, m.cluster)] += 1
+    for m in gs.excluded:
+        if is_orphan(m):
+            counts[(_ORPHAN, m.cluster)] += 1
+        elif is_clash(m):
+            counts[(_CLASH, m.cluster)] += 1
+    return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
+
+
+def _same_answer(a: Answer | None, b: Answer) -> bool:
+    return a is b or (a is not None and a.body == b.body and a.counts == b.counts
+                      and a.stat == b.stat)
+
+
+# The names under one key (mirrors of a global service, slices of a Service): usually
+# a few, so a tuple (a set costs four times as much); a set past this many, so that
+# adding the 1000th mirror of one service is not a copy of the other 999.
+_SMALL = 32
+Names = tuple[str, ...] | set[str]
+
+
+def _added(names: Names | None, name: str) -> Names:
+    if names is None:
+        return (name,)
+    if isinstance(names, set):
+        names.add(name)
+        return names
+    if name in names:
+        return names
+    return {*names, name} if len(names) >= _SMALL else (*names, name)
+
+
+def _removed(names: Names, name: str) -> Names | None:
+    if isinstance(names, set):
+        names.discard(name)
+        return names or None
+    return tuple(n for n in names if n != name) or None
+
+
+class _GlobalServices(Mapping[Key, GlobalService]):
+    """The global services the index publishes, assembled from its records when read
+    (only explain and check read them; the index keeps just their tallies)."""
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+
+    def __getitem__(self, key: Key) -> GlobalService:
+        if key not in self._index._tallies:
+            raise KeyError(key)
+        gs = self._index.assemble(key)
+        assert gs is not None, key  # a tallied key is one assemble returned a service for
+        return gs
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index._tallies
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._index._tallies)
+
+    def __len__(self) -> int:
+        return len(self._index._tallies)
 
 
 @dataclass(frozen=True)
@@ -104,13 +249,14 @@ class Index:
         self.responder = responder
         self.options = options
         self.zone_wires = [z.wire for z in responder.zones]
-        self.services: dict[Key, ServiceRecord] = {}
-        self.slices: dict[Key, SliceRecord] = {}
+        self.services: Table[ServiceRecord] = Table()
+        self.slices: Table[SliceRecord] = Table()
         self.links: dict[Key, LinkRecord] = {}
-        # Usually one slice per service: a tuple costs a third of a one-element set.
-        self.slices_by_service: dict[Key, tuple[str, ...]] = {}
-        self.mirrors_by_key: dict[Key, set[str]] = {}
-        self.global_services: dict[Key, GlobalService] = {}
+        self.slices_by_service: Table[Names] = Table()
+        self.mirrors_by_key: dict[Key, Names] = {}
+        # Every global service that exists, by the counts it adds to the metrics.
+        self._tallies: dict[Key, Tally] = {}
+        self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
         # What each service put into the responder's tables, to take it out again.
         # Tuples of the keys, not the dicts: the responder already holds the answers.
         self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
@@ -268,7 +414,7 @@ class Index:
         name = self.options.cluster_name
         mirror_clusters: set[str] = set()
         gateway_mirrors = with_slices = 0
-        for svc in self.services.values():
+        for svc in self.services.records():
             if svc.role not in _MIRROR_ROLES:
                 continue
             mirror_clusters.add(svc.cluster)
@@ -289,7 +435,8 @@ class Index:
         self.warnings = active
 
     def _all_keys(self) -> set[Key]:
-        keys = {k for k, s in self.services.items() if s.role is Role.LOCAL and s.exported}
+        keys = {(s.namespace, s.name) for s in self.services.records()
+                if s.role is Role.LOCAL and s.exported}
         keys.update(self.mirrors_by_key)
         return keys
 
@@ -298,17 +445,35 @@ class Index:
             self.links[(record.namespace, record.name)] = record
         elif isinstance(record, ServiceRecord):
             key = (record.namespace, record.name)
+            if self.services.get(key) == record:
+                return  # a write that changed nothing we read (a status, an annotation)
             self._forget_service(key, dirty)
             self.services[key] = record
             self._remember_service(record, dirty)
         else:
             key = (record.namespace, record.name)
+            if self.slices.get(key) == record:
+                return
             self._forget_slice(key, dirty)
             self.slices[key] = record
             svc_key = (record.namespace, record.service_name)
-            names = self.slices_by_service.get(svc_key, ())
-            self.slices_by_service[svc_key] = (*names, record.name)
-            self._touch_service((record.namespace, record.service_name), dirty)
+            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+                                                     record.name)
+            self._touch_service(svc_key, dirty)
+
+    def _insert(self, record: Record, dirty: set[Key]) -> None:
+        """:meth:`_upsert` of a record whose key the index does not hold."""
+        if isinstance(record, ServiceRecord):
+            self.services[(record.namespace, record.name)] = record
+            self._remember_service(record, dirty)
+        elif isinstance(record, SliceRecord):
+            self.slices[(record.namespace, record.name)] = record
+            svc_key = (record.namespace, record.service_name)
+            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+                                                     record.name)
+            self._touch_service(svc_key, dirty)
+        else:
+            self._upsert(record, dirty)
 
     def _delete(self, kind: Kind, key: Key, dirty: set[Key]) -> None:
         if kind is Kind.SERVICE:
@@ -320,26 +485,27 @@ class Index:
 
     def _replace(self, event: Replace, dirty: set[Key]) -> None:
         """Diff the new complete state against ours and apply only the differences."""
-        incoming: dict[tuple[Kind, Key], Record] = {
-            (Kind.of(r), (r.namespace, r.name)): r for r in event.records
-        }
-        if Kind.SERVICE in event.kinds:
-            for key in [k for k in self.services if (Kind.SERVICE, k) not in incoming]:
-                self._forget_service(key, dirty)
-        if Kind.SLICE in event.kinds:
-            for key in [k for k in self.slices if (Kind.SLICE, k) not in incoming]:
-                self._forget_slice(key, dirty)
-        if Kind.LINK in event.kinds:
-            for key in [k for k in self.links if (Kind.LINK, k) not in incoming]:
-                self._delete(Kind.LINK, key, dirty)
-        tables: dict[Kind, dict[Key, Any]] = {
-            Kind.SERVICE: self.services, Kind.SLICE: self.slices, Kind.LINK: self.links}
-        for (kind, key), record in incoming.items():
+        # Tables, not dicts keyed by tuples: a relist at 100k members holds a second set of
+        # records next to ours, and this would add 10 MB of key tuples to that peak.
+        incoming: dict[type, Table[Record]] = {ServiceRecord: Table(), SliceRecord: Table(),
+                                               LinkRecord: Table()}
+        for r in event.records:
+            incoming[type(r)][(r.namespace, r.name)] = r
+        for kind, record_type, table in ((Kind.SERVICE, ServiceRecord, self.services),
+                                         (Kind.SLICE, SliceRecord, self.slices),
+                                         (Kind.LINK, LinkRecord, self.links)):
             if kind not in event.kinds:
                 continue
-            current = tables[kind].get(key)
-            if current != record:
-                self._upsert(record, dirty)
+            new = incoming[record_type]
+            if table:  # a relist or a reload: drop what is gone, upsert what differs
+                for key in [k for k in table if k not in new]:
+                    self._delete(kind, key, dirty)
+                for record in new.records():
+                    if table.get((record.namespace, record.name)) != record:
+                        self._upsert(record, dirty)
+            else:  # the first list: everything is new, nothing to compare or forget
+                for record in new.records():
+                    self._insert(record, dirty)
 
     def _remember_service(self, svc: ServiceRecord, dirty: set[Key]) -> None:
         if svc.role is Role.GATEWAY_PROBE:
@@ -348,7 +514,7 @@ class Index:
         if key is None:
             return
         if svc.role is not Role.LOCAL:
-            self.mirrors_by_key.setdefault(key, set()).add(svc.name)
+            self.mirrors_by_key[key] = _added(self.mirrors_by_key.get(key), svc.name)
         dirty.add(key)
 
     def _forget_service(self, key: Key, dirty: set[Key]) -> None:
@@ -360,9 +526,11 @@ class Index:
         if old.role is not Role.LOCAL:
             names = self.mirrors_by_key.get(old_key)
             if names is not None:
-                names.discard(old.name)
-                if not names:
+                rest = _removed(names, old.name)
+                if rest is None:
                     del self.mirrors_by_key[old_key]
+                else:
+                    self.mirrors_by_key[old_key] = rest
         dirty.add(old_key)
 
     def _forget_slice(self, key: Key, dirty: set[Key]) -> None:
@@ -370,8 +538,9 @@ class Index:
         if old is None:
             return
         svc_key = (old.namespace, old.service_name)
-        rest = tuple(n for n in self.slices_by_service.get(svc_key, ()) if n != old.name)
-        if rest:
+        names = self.slices_by_service.get(svc_key)
+        rest = _removed(names, old.name) if names is not None else None
+        if rest is not None:
             self.slices_by_service[svc_key] = rest
         else:
             self.slices_by_service.pop(svc_key, None)
@@ -411,26 +580,28 @@ class Index:
         )
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
+        """Re-assemble and re-encode ``dirty``; return the keys whose answers or counts
+        changed (a service that appeared or went counts as both)."""
         changed: set[Key] = set()
         for key in dirty:
             gs = self.assemble(key)
-            old = self.global_services.get(key)
-            if gs == old:
+            tally = _tally(gs) if gs is not None else None
+            old = self._tallies.get(key)
+            if not self._publish(key, gs) and tally == old:
                 continue
             changed.add(key)
             self._count_members(old, -1)
-            self._count_members(gs, +1)
-            if gs is None:
-                del self.global_services[key]
-                if old is not None and not quiet:
+            self._count_members(tally, +1)
+            if tally is None:
+                del self._tallies[key]
+                if not quiet:
                     log.info("global service %s/%s is gone", *key)
             else:
                 if old is None and not quiet:
                     log.info("global service %s/%s appeared", *key)
-                self.global_services[key] = gs
-            self._publish(key, gs)
+                self._tallies[key] = tally
         if changed:
-            metrics.GLOBAL_SERVICES.set(len(self.global_services))
+            metrics.GLOBAL_SERVICES.set(len(self._tallies))
             for (cluster, ready), n in self._members.items():
                 metrics.MEMBERS.labels(cluster=cluster, ready=str(ready).lower()).set(n)
             self._log_links(quiet)
@@ -470,25 +641,33 @@ class Index:
                 log.info("link %s gone: no members left", c)
         self._clusters = clusters
 
-    def _count_members(self, gs: GlobalService | None, sign: int) -> None:
-        if gs is None:
+    def _count_members(self, tally: Tally | None, sign: int) -> None:
+        if tally is None:
             return
-        for m in gs.members:
-            self._members[(m.cluster, m.ready)] += sign
-        for m in gs.excluded:
-            if is_orphan(m):
-                self._orphans[m.cluster] += sign
-            elif is_clash(m):
-                self._clashes[m.cluster] += sign
+        for i in range(0, len(tally), 3):
+            tag, cluster, n = tally[i : i + 3]
+            if tag is _ORPHAN:
+                self._orphans[cluster] += sign * n
+            elif tag is _CLASH:
+                self._clashes[cluster] += sign * n
+            else:
+                self._members[(cluster, tag is _READY)] += sign * n
 
-    def _publish(self, key: Key, gs: GlobalService | None) -> None:
+    def _publish(self, key: Key, gs: GlobalService | None) -> bool:
+        """Put ``gs``'s answers in the responder's tables in place of its previous ones;
+        False (and nothing touched) when they are the same bytes."""
         r = self.responder
         new = (
             encode_service(gs, self.responder.zones, self.options.zone)
             if gs is not None
             else ServiceAnswers()
         )
-        old = self._published.pop(key, None)
+        old = self._published.get(key)
+        if old is None and not new.answers:
+            return False
+        if old is not None and self._unchanged(old, new):
+            return False
+        self._published.pop(key, None)
         # Insert first, then remove what is no longer there: a concurrent reader
         # sees either the old or the new answer for a name, never a gap.
         r.answers.update(new.answers)
@@ -507,6 +686,18 @@ class Index:
         delta = (1 if new.answers else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)
+        return True
+
+    def _unchanged(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]],
+                   new: ServiceAnswers) -> bool:
+        """``new`` holds exactly the questions, answer bytes and names published before."""
+        old_answers, old_names = old
+        if len(old_answers) != len(new.answers) or len(old_names) != len(new.names):
+            return False
+        answers = self.responder.answers
+        return (all(name in new.names for name in old_names)
+                and all(k in new.answers and _same_answer(answers.get(k), new.answers[k])
+                        for k in old_answers))
 
     def _count_namespace(self, namespace: str, delta: int) -> None:
         """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the

@@ -19,10 +19,10 @@ import enum
 import ipaddress
 import re
 import socket
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from sys import intern
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
 MIRRORED_SERVICE = "mirror.linkerd.io/mirrored-service"
@@ -138,6 +138,86 @@ class Endpoint:
     pod_name: str | None  # targetRef.name when targetRef.kind is Pod
 
 
+class Endpoints(Sequence[Endpoint]):
+    """A slice's endpoints packed into one string, decoded when read.
+
+    Only the endpoints of a local headless Service's slices are ever read one by
+    one (they become its members); every other slice is asked only whether one of
+    its endpoints is ready. Yet a slice holds one endpoint per pod (a root headless
+    mirror's slice one per remote pod): as objects, 180 bytes each, 14 MB at 100k
+    members. Packed they take their text and nothing else. Equal packings compare
+    and hash equal, so identical ones (a per-pod mirror's gateway endpoint) are
+    shared.
+    """
+
+    __slots__ = ("_packed", "ready")
+
+    def __init__(self, packed: str, ready: bool) -> None:
+        self._packed = packed
+        self.ready = ready  # any endpoint is ready
+
+    @staticmethod
+    def pack(endpoints: Sequence[Endpoint]) -> Endpoints | tuple[Endpoint, ...]:
+        """Packed, unless a name holds a separator (a malformed one): then the tuple."""
+        packed = _pack([(e.addresses, e.ready, e.hostname, e.pod_name) for e in endpoints])
+        return tuple(endpoints) if packed is None else packed
+
+    def _decode(self) -> list[Endpoint]:
+        if not self._packed:
+            return []
+        out = []
+        for piece in self._packed.split(_ENDPOINT):
+            flags, hostname, pod_name, *addresses = piece.split(_FIELD)
+            out.append(Endpoint(tuple(addresses), flags[0] == "r",
+                                hostname if flags[1] == "h" else None,
+                                pod_name if flags[2] == "p" else None))
+        return out
+
+    def __iter__(self) -> Iterator[Endpoint]:
+        return iter(self._decode())
+
+    def __len__(self) -> int:
+        return self._packed.count(_ENDPOINT) + 1 if self._packed else 0
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._decode()[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Endpoints):
+            return self._packed == other._packed
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._packed)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+_ENDPOINT, _FIELD = "\x1e", "\x1f"
+# An endpoint as the parser reads it: (addresses, ready, hostname, pod name).
+EndpointRow = tuple[tuple[str, ...], bool, str | None, str | None]
+
+
+def _pack(rows: Sequence[EndpointRow]) -> Endpoints | None:
+    """Endpoints packed; None when a name holds a separator (addresses, normalised IP
+    addresses, cannot)."""
+    pieces = []
+    any_ready = False
+    for addresses, ready, hostname, pod_name in rows:
+        if hostname is not None and (_FIELD in hostname or _ENDPOINT in hostname):
+            return None
+        if pod_name is not None and (_FIELD in pod_name or _ENDPOINT in pod_name):
+            return None
+        any_ready = any_ready or ready
+        pieces.append(_FIELD.join((_FLAGS[ready, hostname is not None, pod_name is not None],
+                                   hostname or "", pod_name or "", *addresses)))
+    return Endpoints(_ENDPOINT.join(pieces), any_ready)
+
+_FLAGS = {(r, h, p): ("r" if r else "-") + ("h" if h else "-") + ("p" if p else "-")
+          for r in (False, True) for h in (False, True) for p in (False, True)}
+
+
 @dataclass(frozen=True, slots=True)
 class SliceRecord:
     """The few fields of a discovery.k8s.io/v1 EndpointSlice that the model needs."""
@@ -145,12 +225,15 @@ class SliceRecord:
     namespace: str
     name: str
     service_name: str
-    endpoints: tuple[Endpoint, ...]
+    endpoints: Sequence[Endpoint]  # Endpoints when parsed (packed), any sequence works
     ports: tuple[Port, ...]
 
     @property
     def has_ready_endpoint(self) -> bool:
-        return any(e.ready for e in self.endpoints)
+        endpoints = self.endpoints
+        if type(endpoints) is Endpoints:
+            return endpoints.ready
+        return any(e.ready for e in endpoints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +299,9 @@ def normal_ip(text: str) -> str:
     """
     try:
         socket.inet_pton(socket.AF_INET, text)
-        return intern(text)
+        return text
     except OSError:
-        return intern(str(ipaddress.ip_address(text)))
+        return str(ipaddress.ip_address(text))
 
 
 def is_dns_label(value: str) -> bool:
@@ -243,9 +326,34 @@ def parse_object(obj: Any, where: str = "") -> Record | None:
     return None
 
 
+def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    return type(value) is dict or isinstance(value, Mapping)  # the ABC check is slow
+
+
+def _ident(kind: str, namespace: str, name: str, where: str) -> str:
+    """How an error names an object (built only when there is an error)."""
+    return f"{where}: {kind} {namespace}/{name}" if where else f"{kind} {namespace}/{name}"
+
+
+# Labels already found to be DNS labels (namespaces, clusters, services repeat thousands
+# of times); bounded like _SHARED. Hostnames (one per pod) are checked every time.
+_GOOD_LABELS: set[str] = set()
+
+
+def _is_label(value: str) -> bool:
+    if value in _GOOD_LABELS:
+        return True
+    if not is_dns_label(value):
+        return False
+    if len(_GOOD_LABELS) >= _SHARED_MAX:
+        _GOOD_LABELS.clear()
+    _GOOD_LABELS.add(value)
+    return True
+
+
 def _meta(obj: Mapping[str, Any], kind: str, where: str) -> tuple[str, str, Mapping[str, Any]]:
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not _is_map(meta):
         raise ObjectError(f"{where}: {kind} has no metadata")
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name:
@@ -255,25 +363,57 @@ def _meta(obj: Mapping[str, Any], kind: str, where: str) -> tuple[str, str, Mapp
     return namespace, name, meta
 
 
-def _str_map(meta: Mapping[str, Any], field: str, ident: str) -> Mapping[str, str]:
+def _str_map(meta: Mapping[str, Any], field: str, ident: Any) -> Mapping[str, str]:
+    """``meta[field]`` when it maps strings to strings. ``ident()`` names the object."""
     value = meta.get(field)
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ObjectError(f"{ident}: metadata.{field} must map strings to strings")
-    return value
+    if _is_map(value):
+        try:  # str.join checks that every key and every value is a string, in C
+            "".join(value)
+            "".join(value.values())
+            return value
+        except TypeError:
+            pass
+    raise ObjectError(f"{ident()}: metadata.{field} must map strings to strings")
 
 
-def _ports(raw: Any, ident: str, field: str) -> tuple[Port, ...]:
+# Port lists by their raw (name, port, protocol)s: thousands of Services and slices have
+# the same few, and validating and building them was a tenth of the sync's CPU.
+_PORT_LISTS: dict[tuple[Any, ...], tuple[Port, ...]] = {}
+
+
+def _ports(raw: Any, ident: Any, field: str) -> tuple[Port, ...]:
+    """The ports of ``raw`` (spec.ports or a slice's ports); ``ident()`` names the object."""
     if raw is None:
         return ()
+    if type(raw) is list:
+        key: list[Any] = [field]
+        for p in raw:
+            if type(p) is not dict or type(p.get("port")) is not int:
+                break  # not the plain case (a nil port, a bool...): the full check
+            key.append((p.get("name"), p["port"], p.get("protocol")))
+        else:
+            try:
+                found = _PORT_LISTS.get(tuple(key))
+            except TypeError:  # a name or protocol that is no string: the full check says so
+                found = None
+            if found is not None:
+                return found
+            ports = _check_ports(raw, ident(), field)
+            if len(_PORT_LISTS) >= _SHARED_MAX:
+                _PORT_LISTS.clear()
+            _PORT_LISTS[tuple(key)] = ports
+            return ports
+    return _check_ports(raw, ident(), field)
+
+
+def _check_ports(raw: Any, ident: str, field: str) -> tuple[Port, ...]:
     if not isinstance(raw, list):
         raise ObjectError(f"{ident}: {field} must be a list")
     ports = []
     for i, p in enumerate(raw):
-        if not isinstance(p, Mapping):
+        if not _is_map(p):
             raise ObjectError(f"{ident}: {field}[{i}] must be an object")
         number, name, protocol = p.get("port"), p.get("name") or "", p.get("protocol") or "TCP"
         if number is None and field == "ports":  # EndpointSlice: nil port means "all ports"
@@ -296,13 +436,24 @@ def _fq_labels(annotations: Mapping[str, str]) -> list[str]:
     return [label for label in fq.split(".") if label]
 
 
-def _cluster_ips(spec: Mapping[str, Any], ident: str) -> tuple[str, ...]:
+def _str_list(raw: Any) -> bool:
+    """A list of strings (str.join checks the items, in C)."""
+    if type(raw) is not list:
+        return False
+    try:
+        "".join(raw)
+    except TypeError:
+        return False
+    return True
+
+
+def _cluster_ips(spec: Mapping[str, Any], ident: Any) -> tuple[str, ...]:
     raw = spec.get("clusterIPs")
     if raw is None:
         single = spec.get("clusterIP")
         raw = [single] if single else []
-    if not isinstance(raw, list) or not all(isinstance(ip, str) for ip in raw):
-        raise ObjectError(f"{ident}: spec.clusterIPs must be a list of strings")
+    if not _str_list(raw):
+        raise ObjectError(f"{ident()}: spec.clusterIPs must be a list of strings")
     ips = []
     for ip in raw:
         if ip in ("None", ""):
@@ -310,19 +461,22 @@ def _cluster_ips(spec: Mapping[str, Any], ident: str) -> tuple[str, ...]:
         try:
             ips.append(normal_ip(ip))
         except ValueError:
-            raise ObjectError(f"{ident}: spec.clusterIPs has {ip!r}, not an IP address") from None
+            raise ObjectError(f"{ident()}: spec.clusterIPs has {ip!r}, not an IP address"
+                              ) from None
     return tuple(ips)
 
 
 def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
     namespace, name, meta = _meta(obj, "Service", where)
-    ident = f"Service {namespace}/{name}"
-    ident = f"{where}: {ident}" if where else ident
+
+    def ident() -> str:
+        return _ident("Service", namespace, name, where)
+
     labels = _str_map(meta, "labels", ident)
     annotations = _str_map(meta, "annotations", ident)
     spec = obj.get("spec")
-    if not isinstance(spec, Mapping):
-        raise ObjectError(f"{ident}: spec is missing or not an object")
+    if not _is_map(spec):
+        raise ObjectError(f"{ident()}: spec is missing or not an object")
     ips = _cluster_ips(spec, ident)
     ports = _ports(spec.get("ports"), ident, "spec.ports")
     cluster = labels.get(CLUSTER_NAME, "")
@@ -347,17 +501,19 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
     exported = role is Role.LOCAL and labels.get(EXPORTED, "false") != "false"
 
     if role is not Role.IGNORED:  # a probe Service names its cluster: check that too
-        for what, value in (("namespace", namespace), ("service", original), ("cluster", cluster),
-                            ("hostname", hostname)):
-            if value and not is_dns_label(value.lower()):
-                raise ObjectError(f"{ident}: {what} {value!r} cannot be a DNS label")
+        for what, value in (("namespace", namespace), ("service", original), ("cluster", cluster)):
+            if value and not _is_label(value.lower()):
+                raise ObjectError(f"{ident()}: {what} {value!r} cannot be a DNS label")
+        if hostname and not is_dns_label(hostname.lower()):  # one per pod: not worth caching
+            raise ObjectError(f"{ident()}: hostname {hostname!r} cannot be a DNS label")
+    original, cluster, hostname = original.lower(), cluster.lower(), hostname.lower()
     return ServiceRecord(
         namespace=intern(namespace),
         name=name,
         role=role,
-        original=intern(original.lower()),
-        cluster=intern(cluster.lower()),
-        hostname=hostname.lower(),
+        original=intern(original),
+        cluster=intern(cluster),
+        hostname=intern(hostname),  # the same pod's in every link: one string
         cluster_ips=ips,
         ports=ports,
         exported=exported,
@@ -408,64 +564,65 @@ def parse_link(obj: Mapping[str, Any], where: str = "") -> LinkRecord:
 
 def parse_slice(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
     namespace, name, meta = _meta(obj, "EndpointSlice", where)
-    ident = f"EndpointSlice {namespace}/{name}"
-    ident = f"{where}: {ident}" if where else ident
+
+    def ident() -> str:
+        return _ident("EndpointSlice", namespace, name, where)
+
     labels = _str_map(meta, "labels", ident)
     service_name = labels.get(SERVICE_NAME, "")
     address_type = obj.get("addressType", "IPv4")
     raw_endpoints = obj.get("endpoints") or []
-    if not isinstance(raw_endpoints, list):
-        raise ObjectError(f"{ident}: endpoints must be a list")
-    endpoints = []
-    if address_type in ("IPv4", "IPv6"):  # FQDN slices carry no addresses we can serve
-        for i, e in enumerate(raw_endpoints):
-            endpoints.append(_endpoint(e, f"{ident}: endpoints[{i}]"))
+    if type(raw_endpoints) is not list:
+        raise ObjectError(f"{ident()}: endpoints must be a list")
+    endpoints: Sequence[Endpoint] = ()
+    if address_type in ("IPv4", "IPv6") and raw_endpoints:  # FQDN: no addresses to serve
+        endpoints = _packed_endpoints(raw_endpoints, ident)
     return SliceRecord(
         namespace=intern(namespace),
         name=name,
         service_name=service_name,
-        endpoints=_shared_endpoints(tuple(endpoints)),
+        endpoints=endpoints,
         ports=_ports(obj.get("ports"), ident, "ports"),
     )
 
 
-def _shared_endpoints(endpoints: tuple[Endpoint, ...]) -> tuple[Endpoint, ...]:
+
+def _packed_endpoints(raw: list[Any], ident: Any) -> Sequence[Endpoint]:
+    rows = [_endpoint(e, ident, i) for i, e in enumerate(raw)]
+    packed = _pack(rows)
+    if packed is None:
+        return tuple(Endpoint(*row) for row in rows)
     # A per-pod mirror slice holds one gateway endpoint, the same in all of them.
-    if len(endpoints) == 1 and endpoints[0].hostname is None and endpoints[0].pod_name is None:
-        return _share(endpoints)
-    return endpoints
+    if len(rows) == 1 and rows[0][2] is None and rows[0][3] is None:
+        return _share(packed)
+    return packed
 
 
-def _endpoint(e: Any, ident: str) -> Endpoint:
-    if not isinstance(e, Mapping):
-        raise ObjectError(f"{ident} must be an object")
+def _endpoint(e: Any, ident: Any, i: int) -> EndpointRow:
+    if not _is_map(e):
+        raise ObjectError(f"{ident()}: endpoints[{i}] must be an object")
     raw = e.get("addresses") or []
-    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
-        raise ObjectError(f"{ident}.addresses must be a list of strings")
+    if not _str_list(raw):
+        raise ObjectError(f"{ident()}: endpoints[{i}].addresses must be a list of strings")
     try:
-        addresses = tuple(normal_ip(a) for a in raw)
+        addresses = tuple([normal_ip(a) for a in raw])
     except ValueError:
-        raise ObjectError(f"{ident}.addresses: {raw!r} has a value that is not an IP address"
-                          ) from None
+        raise ObjectError(f"{ident()}: endpoints[{i}].addresses: {raw!r} has a value that is "
+                          "not an IP address") from None
     conditions = e.get("conditions") or {}
-    if not isinstance(conditions, Mapping):
-        raise ObjectError(f"{ident}.conditions must be an object")
+    if not _is_map(conditions):
+        raise ObjectError(f"{ident()}: endpoints[{i}].conditions must be an object")
     ready = conditions.get("ready")
-    if ready is not None and not isinstance(ready, bool):
-        raise ObjectError(f"{ident}.conditions.ready must be a boolean")
+    if ready is not None and type(ready) is not bool:
+        raise ObjectError(f"{ident()}: endpoints[{i}].conditions.ready must be a boolean")
     hostname = e.get("hostname")
     if hostname is not None and not isinstance(hostname, str):
-        raise ObjectError(f"{ident}.hostname must be a string")
-    ref = e.get("targetRef") or {}
-    pod_name = ref.get("name") if isinstance(ref, Mapping) and ref.get("kind") == "Pod" else None
-    endpoint = Endpoint(
-        addresses=addresses,
-        ready=ready is not False,  # a nil ready condition counts as ready
-        hostname=hostname or None,
-        pod_name=pod_name if isinstance(pod_name, str) else None,
-    )
-    # A gateway endpoint (no hostname, no pod) is the same in every per-pod mirror slice.
-    return _share(endpoint) if endpoint.hostname is None and endpoint.pod_name is None else endpoint
+        raise ObjectError(f"{ident()}: endpoints[{i}].hostname must be a string")
+    ref = e.get("targetRef")
+    pod_name = ref.get("name") if ref and _is_map(ref) and ref.get("kind") == "Pod" else None
+    # A nil ready condition counts as ready.
+    return (addresses, ready is not False, hostname or None,
+            pod_name if isinstance(pod_name, str) else None)
 
 
 # --------------------------------------------------------------------------- assembling

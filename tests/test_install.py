@@ -138,7 +138,7 @@ def test_deploy_files_are_generated_from_install() -> None:
 def test_drift_is_detected(tmp_path: Path) -> None:
     # Guards the guard: an edited generated file differs from what the generator writes.
     rel = "deploy/base/deployment.yaml"
-    edited = (ROOT / rel).read_text().replace("memory: 512Mi", "memory: 256Mi")
+    edited = (ROOT / rel).read_text().replace(f"memory: {inst.MEMORY_LIMIT}", "memory: 1Mi")
     assert edited != inst.deploy_files()[rel]
 
 
@@ -274,6 +274,10 @@ def test_memory_limit_matches_the_readme_sizing_table() -> None:
     assert 100_000 in by_members
     for _rss, peak, limit in by_members.values():
         assert limit * 2**20 >= peak * 10**6 * 1.2, "each suggested limit leaves 20% headroom"
+    # ... with --mcs-zone too, when the table has that column.
+    for limit, mcs_peak in re.findall(r"^\| [\d,]+ \| \d+ MB \| \d+ MB \| (\d+)Mi \| "
+                                      r"\d+ MB, (\d+) MB \|", section, re.M):
+        assert int(limit) * 2**20 >= int(mcs_peak) * 10**6 * 1.2
     default = container(install("--cluster-name", "east"))["resources"]["limits"]["memory"]
     assert default == f"{by_members[100_000][2]}Mi"
 

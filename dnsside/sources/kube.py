@@ -79,6 +79,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -87,15 +88,9 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import (
-    ConfigException,
-    load_incluster_config,
-    load_kube_config,
-    refresh_token,
-)
 
 from dnsside import __version__, metrics
+from dnsside.bulk import paused
 from dnsside.events import (
     Delete,
     Event,
@@ -115,8 +110,17 @@ from dnsside.linkerd import (
     parse_service,
     parse_slice,
 )
+from dnsside.sources.kubeclient import load as _load_client
 
 log = logging.getLogger("dnsside.kube")
+
+_client = _load_client()  # kubernetes-asyncio without its generated API (41 MB): see kubeclient
+ApiClient: Any = _client["ApiClient"]
+Configuration: Any = _client["Configuration"]
+ConfigException: type[Exception] = _client["ConfigException"]
+load_kube_config: Any = _client["load_kube_config"]
+load_incluster_config: Any = _client["load_incluster_config"]
+refresh_token: Any = _client["refresh_token"]
 
 SOURCE_NAME = "kube"
 
@@ -335,7 +339,7 @@ class KubeSource:
                 )
                 log.info("using kubeconfig %s: API server %s", path, config.host)
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+                load_incluster_config(client_configuration=config)
                 log.info("using the in-cluster service account: API server %s", config.host)
             else:
                 raise KubeConfigError(
@@ -380,9 +384,12 @@ class KubeSource:
     async def _run(self, api: Any, queue: asyncio.Queue[list[Event] | None]) -> None:
         link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
         try:
-            async with asyncio.TaskGroup() as tg:
-                listings = [tg.create_task(self._list_resource(api, res, queue))
-                            for res in RESOURCES]
+            # Hundreds of thousands of records that live on: no GC passes over them while
+            # they are made (see dnsside.bulk); the index collects, then freezes them.
+            with paused():
+                async with asyncio.TaskGroup() as tg:
+                    listings = [tg.create_task(self._list_resource(api, res, queue))
+                                for res in RESOURCES]
             # Links never hold up the first answers for long: give a failing Link list a
             # little longer, then start without them (the Link loop keeps trying).
             done, _ = await asyncio.wait({link_listing}, timeout=self.links_grace)
@@ -512,7 +519,8 @@ class KubeSource:
                 where = res.where("watch", first.namespace)
                 log.warning("relisting %s: %s: 410 Expired (%s)", res.plural, where, first)
             metrics.RELISTS.labels(resource=res.plural).inc()
-            records, versions = await self._list_resource(api, res, queue)
+            with paused():
+                records, versions = await self._list_resource(api, res, queue)
             log.info("relisted %s: %d objects", res.plural, len(records))
             await queue.put([Replace(frozenset({res.kind}), tuple(records))])
 
@@ -541,51 +549,80 @@ class KubeSource:
     async def _list(
         self, api: Any, res: _Resource, namespace: str | None, out: list[Record]
     ) -> str:
-        """One paged list into ``out``; returns the list's resourceVersion."""
+        """One paged list into ``out``; returns the list's resourceVersion.
+
+        The next page is requested before this one is decoded and parsed, so the API
+        server prepares (and the network carries) page n+1 while dnsside works on page
+        n: the continue token is read off the start of the raw page (ListMeta comes
+        before the items), and checked against the decoded one, which wins. The parse
+        yields to the event loop every few dozen items, which is when that request goes
+        out and its answer comes in (it takes a few loop turns, with real I/O between).
+        """
         where = res.where("list", namespace)
+        path = res.path(namespace)
         start = len(out)
         while True:  # restarted when a continue token expires mid-list
             params = {"limit": str(self.page_size)}
             version = ""
+            ahead: tuple[str, asyncio.Task[bytes]] | None = None  # (its token, the request)
             try:
+                data = await self._get_raw(api, path, params)
                 while True:
-                    body = await self._get_json(api, res.path(namespace), params)
+                    guess = _continue_token(data)
+                    if guess:
+                        ahead = (guess, asyncio.create_task(
+                            self._get_raw(api, path, {**params, "continue": guess})))
+                    body = _decode(data, path)
                     meta = body.get("metadata") or {}
                     version = version or str(meta.get("resourceVersion") or "")
                     items = body.get("items") or []
                     if not isinstance(items, list):
                         raise ValueError(f"{where}: items is not a list")
-                    for item in items:
+                    for i, item in enumerate(items):
+                        if i % _PARSE_BATCH == _PARSE_BATCH - 1:
+                            await asyncio.sleep(0)
                         record = self._parse(res, item, where)
                         if record is not None:
                             out.append(record)
+                    del body, items
                     token = meta.get("continue")
                     if not token:
                         break
                     params["continue"] = str(token)
+                    if ahead is not None and ahead[0] == params["continue"]:
+                        data = await ahead[1]
+                    else:
+                        if ahead is not None:
+                            ahead[1].cancel()
+                        data = await self._get_raw(api, path, params)
+                    ahead = None
             except ApiError as exc:
                 if not (exc.expired and "continue" in params):
                     raise
                 log.warning("%s: continue token expired (%s); listing again", where, exc.message)
                 del out[start:]
                 continue
+            finally:
+                if ahead is not None:
+                    ahead[1].cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await ahead[1]
             if not version:
                 raise ValueError(f"{where}: the list has no metadata.resourceVersion")
             return version
 
-    async def _get_json(self, api: Any, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+    async def _get_raw(self, api: Any, path: str, params: Mapping[str, str]) -> bytes:
         timeout = aiohttp.ClientTimeout(total=self.request_timeout)
         resp = await self._request(api, path, params, timeout)
         try:
             if resp.status != 200:
                 raise await _api_error(resp)
-            data = await resp.read()
+            return await resp.read()
         finally:
             resp.release()
-        body = json.loads(data)
-        if not isinstance(body, dict):
-            raise ValueError(f"GET {path}: expected a JSON object")
-        return body
+
+    async def _get_json(self, api: Any, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+        return _decode(await self._get_raw(api, path, params), path)
 
     @staticmethod
     async def _request(
@@ -813,6 +850,25 @@ class KubeSource:
         if isinstance(version, str) and version:
             cursor.resource_version = version
         cursor.progressed = True
+
+
+def _decode(data: bytes, path: str) -> dict[str, Any]:
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError(f"GET {path}: expected a JSON object")
+    return body
+
+
+_PARSE_BATCH = 50  # items parsed between two turns of the event loop while listing
+_CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"\\]+)"')
+
+
+def _continue_token(data: bytes) -> str:
+    """The continue token of a raw list page, guessed from its first bytes (the API
+    server writes ``metadata`` before ``items``); "" when none is seen. Only a guess:
+    the caller checks it against the decoded page."""
+    found = _CONTINUE.search(data, 0, 4096)
+    return found.group(1).decode("ascii", "replace") if found else ""
 
 
 def _links_gone(exc: Exception) -> Exception | None:
