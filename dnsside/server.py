@@ -238,9 +238,9 @@ class _UdpCollector(Collector):
     def add(self, server: UdpServer) -> None:
         with self.lock:
             self.servers.add(server)
-            if not self.registered:
-                metrics.REGISTRY.register(self)
-                self.registered = True
+            first, self.registered = not self.registered, True
+        if first:  # outside the lock: register() calls collect() to learn the names
+            metrics.REGISTRY.register(self)
 
     def discard(self, server: UdpServer) -> None:
         with self.lock:
