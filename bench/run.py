@@ -736,11 +736,36 @@ def targets(results: dict[str, Any]) -> list[str]:
     if p:
         row("propagation p99 @ 100k", f"{p['event']['p99_ms']:.2f} ms", "≤ 10 ms",
             p["event"]["p99_ms"] <= 10)
+    kube_note = _kube_targets(row)
     if not rows:
         return []
     return ["## Targets", "",
-            "Query serving: issue 13. Scale and propagation: issue 5.", "",
+            "Query serving and the Kubernetes source at 100k: issue 13. Scale and propagation "
+            "(file source): issue 5." + kube_note, "",
             "| target | measured | goal | |", "|---|---|---|---|", *rows]
+
+
+def _kube_targets(row: Any) -> str:
+    """Issue 13's Kubernetes-source rows, from the last `bench/kube_scale.py` run (its own
+    command: it needs the fake API server from tests/); a sentence saying which run."""
+    path = OUT / "kube_scale_100000.json"
+    if not path.exists():
+        return " No `bench/kube_scale.py` run saved: its targets are not shown."
+    k = json.loads(path.read_text())
+    zone, mcs = (k["configs"].get(n, {}).get("median") for n in ("zone", "zone+mcs"))
+    if zone:
+        row("sync @ 100k, kube source", f"{zone['sync_wall_s']:.1f} s", "≤ 10 s",
+            zone["sync_wall_s"] <= 10)
+        row("RSS @ 100k, kube source", f"{zone['rss_mb']:.0f} MB", "≤ 200 MB",
+            zone["rss_mb"] <= 200)
+        row("API change → answer p99 @ 100k", f"{zone['p99_ms']:.2f} ms", "≤ 5 ms",
+            zone["p99_ms"] <= 5)
+    if zone and mcs:
+        extra = mcs["rss_mb"] / zone["rss_mb"] - 1
+        row("memory of --mcs-zone @ 100k", f"+{extra:.0%} ({mcs['rss_mb']:.0f} MB)", "≤ +25 %",
+            extra <= 0.25)
+    return (f" The kube-source rows come from `bench/kube_scale.py` of {k['date']} "
+            "(`bench/KUBE_RESULTS.md`).")
 
 
 # --------------------------------------------------------------------------- main
