@@ -807,8 +807,11 @@ def is_clash(member: Member) -> bool:
 
 
 def _excluded(member: Member, why: str) -> Member:
-    return Member(member.cluster, member.hostname, member.addresses, member.ports, False,
-                  member.via, member.source, why)
+    """``member`` with the reason it is left out. Its readiness stays Linkerd's: an orphan
+    is typically still *ready*, which is the whole trouble, and `explain` says so; it is
+    kept out of the answers by living in ``GlobalService.excluded``, not ``members``."""
+    return Member(member.cluster, member.hostname, member.addresses, member.ports,
+                  member.ready, member.via, member.source, why)
 
 
 def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:

@@ -13,6 +13,7 @@ import yaml
 from support import DEMO
 
 from dnsside import metrics
+from dnsside.dns import ZoneOptions
 from dnsside.events import (
     Delete,
     Gateway,
@@ -89,6 +90,18 @@ def test_orphaned_cluster_is_in_no_answer_and_counted(index: Index) -> None:
     assert not any(".old." in t for t in srv_targets(index, "_http._tcp." + NGINX))
     assert gauge("dnsside_orphaned_mirrors", cluster="old") == 1
     assert gauge("dnsside_links_readable") == 1
+
+
+def test_orphans_stay_out_even_with_publish_not_ready() -> None:
+    """An orphan keeps Linkerd's readiness (ready: its mirror still says so), and neither
+    that nor --publish-not-ready puts it back in an answer."""
+    idx = make_index(zone=ZoneOptions(publish_not_ready=True))
+    idx.apply([Replace(ALL, records()), Synced()])
+    assert "10.45.0.10" not in addrs(idx, NGINX)
+    assert ask(idx, "nginx-set-0.old.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    gs = idx.assemble(("default", "nginx-svc"))
+    assert gs is not None
+    assert [(m.cluster, m.ready) for m in gs.excluded] == [("old", True)]
 
 
 def test_link_deleted_then_recreated(index: Index, caplog: pytest.LogCaptureFixture) -> None:
