@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import cast
 
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from dnsside import metrics, mmsg
@@ -246,7 +246,7 @@ class _UdpCollector(Collector):
         with self.lock:
             self.servers.discard(server)
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         with self.lock:
             servers = list(self.servers)
         calls = CounterMetricFamily(
@@ -258,6 +258,14 @@ class _UdpCollector(Collector):
             "dnsside_udp_received_datagrams", "UDP datagrams received.")
         datagrams.add_metric([], sum(s.received for s in servers))
         yield datagrams
+        # The I/O each server really uses: --udp-io batch falls back to plain (with one
+        # warning in the log) where recvmmsg/sendmmsg cannot be used.
+        modes = GaugeMetricFamily(
+            "dnsside_udp_io", "Running UDP servers by the system calls they use: batch "
+            "(recvmmsg/sendmmsg) or plain (recvfrom/sendto).", labels=["mode"])
+        for mode in UDP_IO_MODES:
+            modes.add_metric([mode], sum(1 for s in servers if s.io == mode))
+        yield modes
 
 
 _COLLECTOR = _UdpCollector()

@@ -214,6 +214,8 @@ def test_without_recvmmsg_batch_falls_back_to_plain(
         q = query(NAMES[0], A, qid=9)
         c.sendto(q, sock.getsockname())
         assert c.recv(65535) == responder().respond(q)
+        plain = metrics.REGISTRY.get_sample_value("dnsside_udp_io", {"mode": "plain"})
+        assert plain is not None and plain >= 1  # the fallback is visible in a metric too
     finally:
         srv.close()
         c.close()
@@ -260,6 +262,7 @@ def test_batch_counters_are_exported() -> None:
         text = generate_latest(metrics.REGISTRY).decode()
         assert "dnsside_udp_receive_calls_total 1.0" in text
         assert "dnsside_udp_received_datagrams_total 3.0" in text
+        assert 'dnsside_udp_io{mode="batch"} 1.0' in text
     finally:
         server.close()
         c.close()
