@@ -158,14 +158,24 @@ class Unbound(Resolver):
     kind = "unbound"
 
     def __init__(self, tmp: Path, upstream: str, upstream_port: int = 53, *,
-                 stub_prime: bool = False, tcp_upstream: bool = False, extra: str = "") -> None:
+                 stub_prime: bool = False, tcp_upstream: bool = False, extra: str = "",
+                 zones: tuple[str, ...] = (ZONE,), strict: bool = True) -> None:
         super().__init__(tmp, upstream, upstream_port)
         self.stub_prime = stub_prime
         self.tcp_upstream = tcp_upstream
         self.extra = extra
+        self.zones = zones  # one stub zone each, all at the same upstream
+        self.strict = strict  # qname-minimisation-strict (relaxed is unbound's default)
         self.conf = tmp / "unbound.conf"
 
     def configure(self) -> None:
+        insecure = "".join(f'    domain-insecure: "{zone}"\n' for zone in self.zones)
+        stubs = "".join(f"""
+stub-zone:
+    name: "{zone}"
+    stub-addr: {self.upstream}@{self.upstream_port}
+    stub-prime: {"yes" if self.stub_prime else "no"}
+""" for zone in self.zones)
         self.conf.write_text(f"""
 server:
     interface: 127.0.0.1
@@ -184,21 +194,15 @@ server:
     root-hints: "{self.tmp}/root.hints"
     harden-below-nxdomain: yes
     qname-minimisation: yes
-    qname-minimisation-strict: yes
+    qname-minimisation-strict: {"yes" if self.strict else "no"}
     use-caps-for-id: yes
     do-not-query-localhost: no
-    domain-insecure: "{ZONE}"
-    tcp-upstream: {"yes" if self.tcp_upstream else "no"}
+{insecure}    tcp-upstream: {"yes" if self.tcp_upstream else "no"}
     access-control: 127.0.0.0/8 allow
 {self.extra}
 remote-control:
     control-enable: no
-
-stub-zone:
-    name: "{ZONE}"
-    stub-addr: {self.upstream}@{self.upstream_port}
-    stub-prime: {"yes" if self.stub_prime else "no"}
-""")
+{stubs}""")
         self.check(["unbound-checkconf", str(self.conf)])
 
     def argv(self) -> list[str]:

@@ -16,10 +16,7 @@ checks that it does and gets the pod).
 
 from __future__ import annotations
 
-import socket
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import dns.exception
 import dns.flags
@@ -28,104 +25,11 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 import pytest
+from resolvers import ZONE, Unbound
 from support import Dnsside, answers, demo_server, wait_for
 
 M = "clusterset.local"
 NGINX = f"nginx-svc.default.svc.{M}"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Unbound:
-    def __init__(self, tmp: Path, upstream_port: int) -> None:
-        self.tmp = tmp
-        self.conf = tmp / "unbound.conf"
-        self.log = tmp / "unbound.log"
-        self.upstream_port = upstream_port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-
-    def write_conf(self) -> None:
-        self.port = free_port()
-        # Network rule: the only root server unbound knows is loopback, and it never needs one
-        # (every name asked is in a stub zone).
-        (self.tmp / "root.hints").write_text(
-            ".  3600000  NS  a.root-servers.net.\na.root-servers.net.  3600000  A  127.0.0.1\n")
-        stubs = "".join(f"""
-stub-zone:
-    name: "{zone}"
-    stub-addr: 127.0.0.1@{self.upstream_port}
-""" for zone in (M, "svc-global"))
-        self.conf.write_text(f"""
-server:
-    interface: 127.0.0.1
-    port: {self.port}
-    do-ip6: no
-    do-daemonize: no
-    use-syslog: no
-    logfile: ""
-    verbosity: 1
-    chroot: ""
-    username: ""
-    directory: "{self.tmp}"
-    pidfile: "{self.tmp}/unbound.pid"
-    num-threads: 1
-    module-config: "iterator"
-    root-hints: "{self.tmp}/root.hints"
-    qname-minimisation: yes
-    harden-below-nxdomain: yes
-    use-caps-for-id: yes
-    do-not-query-localhost: no
-    domain-insecure: "{M}"
-    domain-insecure: "svc-global"
-    access-control: 127.0.0.0/8 allow
-
-remote-control:
-    control-enable: no
-{stubs}""")
-
-    def start(self) -> None:
-        for _ in range(3):  # the free port may be taken between probe and bind: try another
-            self.write_conf()
-            check = subprocess.run(["unbound-checkconf", str(self.conf)], capture_output=True,
-                                   text=True, timeout=30)
-            assert check.returncode == 0, check.stdout + check.stderr
-            with self.log.open("wb") as log:
-                self.proc = subprocess.Popen(["unbound", "-d", "-c", str(self.conf)],
-                                             stdout=log, stderr=subprocess.STDOUT)
-            try:
-                wait_for(self._answers, 15, "unbound to answer")
-                return
-            except AssertionError:
-                self.stop()
-        raise AssertionError("unbound did not start:\n" + self.log.read_text())
-
-    def _answers(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError("unbound exited:\n" + self.log.read_text())
-        try:
-            msg = self.query(M, "SOA", timeout=0.5)
-        except (dns.exception.Timeout, OSError):
-            return False
-        return msg.rcode() == dns.rcode.NOERROR and bool(msg.answer)
-
-    def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
-        q = dns.message.make_query(name, rdtype)  # RD set: a stub resolver's query
-        msg, _tcp = dns.query.udp_with_fallback(q, "127.0.0.1", port=self.port, timeout=timeout)
-        return msg
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +40,9 @@ def dnsside() -> Iterator[Dnsside]:
 
 @pytest.fixture(scope="module")
 def unbound(dnsside: Dnsside, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Unbound]:
-    u = Unbound(tmp_path_factory.mktemp("unbound-mcs"), dnsside.port)
+    # Relaxed QNAME minimisation, unbound's default: see the module docstring.
+    u = Unbound(tmp_path_factory.mktemp("unbound-mcs"), "127.0.0.1", dnsside.port,
+                zones=(M, ZONE), strict=False)
     u.start()
     yield u
     u.stop()
