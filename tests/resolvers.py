@@ -25,10 +25,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dns.exception
+import dns.flags
 import dns.message
 import dns.query
 import dns.rcode
-from support import Dnsside, wait_for
+import dns.rdatatype
+from support import Dnsside, answers, wait_for
 
 ZONE = "svc-global"
 PROBE = "resolver-probe.svc-global"  # NXDOMAIN; asked until a resolver answers, never else
@@ -148,6 +150,22 @@ class Resolver:
     def check(self, argv: list[str]) -> None:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, f"{argv}: {out.stdout}{out.stderr}"
+
+
+def same_answer(dnsside: Dnsside, resolver: Resolver, name: str,
+                rdtype: str) -> dns.message.Message:
+    """Ask dnsside (over TCP) and ``resolver``: the rcode, the answer's rdata of every type
+    and the owner of the negative answer's SOA must agree; the resolver's reply."""
+    direct = dnsside.query(name, rdtype, tcp=True)
+    via = resolver.query(name, rdtype)
+    assert via.rcode() == direct.rcode(), f"{name} {rdtype}: {via}"
+    assert via.flags & dns.flags.RA
+    for t in ("A", "AAAA", "SRV", "SOA", "NS", "TXT"):
+        assert answers(via, t) == answers(direct, t), f"{name} {rdtype} {t}"
+    if not direct.answer:
+        assert [r.name for r in via.authority if r.rdtype == dns.rdatatype.SOA] == [
+            r.name for r in direct.authority if r.rdtype == dns.rdatatype.SOA]
+    return via
 
 
 class Unbound(Resolver):

@@ -25,7 +25,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 import pytest
-from resolvers import ZONE, Unbound
+from resolvers import ZONE, Unbound, same_answer
 from support import Dnsside, answers, demo_server, wait_for
 
 M = "clusterset.local"
@@ -46,20 +46,6 @@ def unbound(dnsside: Dnsside, tmp_path_factory: pytest.TempPathFactory) -> Itera
     u.start()
     yield u
     u.stop()
-
-
-def same_answer(dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str) -> dns.message.Message:
-    """Ask both; rcode, answer rdata (every type) and the negative SOA owner must agree."""
-    direct = dnsside.query(name, rdtype, tcp=True)
-    via = unbound.query(name, rdtype)
-    assert via.rcode() == direct.rcode(), f"{name} {rdtype}: {via}"
-    assert via.flags & dns.flags.RA
-    for t in ("A", "AAAA", "SRV", "SOA", "NS", "TXT"):
-        assert answers(via, t) == answers(direct, t), f"{name} {rdtype} {t}"
-    if not direct.answer:
-        assert [r.name for r in via.authority if r.rdtype == dns.rdatatype.SOA] == [
-            r.name for r in direct.authority if r.rdtype == dns.rdatatype.SOA]
-    return via
 
 
 def test_done_when_through_unbound(dnsside: Dnsside, unbound: Unbound) -> None:

@@ -21,7 +21,7 @@ import dns.rdatatype
 import pytest
 import yaml
 from rawdns import bulk_objects
-from resolvers import Unbound
+from resolvers import Unbound, same_answer
 from support import DEMO, Dnsside, answers, expect_udp_io, wait_for
 
 NGINX = "nginx-svc.default.svc-global"
@@ -46,21 +46,6 @@ def unbound(request: pytest.FixtureRequest, dnsside: Dnsside,
     u.start()
     yield u
     u.stop()
-
-
-def same_answer(dnsside: Dnsside, unbound: Unbound, name: str, rdtype: str) -> dns.message.Message:
-    """Ask both; the rcode, answer RRsets (rdata) and negative SOA owner must agree."""
-    direct = dnsside.query(name, rdtype, tcp=True)
-    via = unbound.query(name, rdtype)
-    assert via.rcode() == direct.rcode(), f"{name} {rdtype}: {via}"
-    assert via.flags & dns.flags.RA
-    for t in ("A", "AAAA", "SRV", "SOA", "NS"):
-        assert answers(via, t) == answers(direct, t), f"{name} {rdtype} {t}"
-    if not direct.answer:
-        assert [r.name for r in via.authority if r.rdtype == dns.rdatatype.SOA] == [
-            r.name for r in direct.authority if r.rdtype == dns.rdatatype.SOA
-        ]
-    return via
 
 
 DEMO_NAMES = [
