@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fakekube import FakeKube, running_fake_kube
+from support import ThreadedKube
 
 DEMO_EAST = Path(__file__).resolve().parent.parent / "examples" / "demo-east.yaml"
 
@@ -27,6 +28,15 @@ async def fake_kube_demo(fake_kube: FakeKube) -> FakeKube:
     fake_kube.load(DEMO_EAST)
     return fake_kube
 
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[ThreadedKube]:
+    """The fake API server on a thread of its own (for tests that start `dnsside serve`
+    against it from synchronous code), loaded with examples/demo-east.yaml."""
+    k = ThreadedKube(tmp_path)
+    k.call(k.kube.load, DEMO_EAST)
+    yield k
+    k.close()
 
 # --------------------------------------------------------------------------- UDP I/O modes
 # `udp_io`: "batch" (recvmmsg/sendmmsg) then "plain" (recvfrom/sendto). Module-scoped, so a

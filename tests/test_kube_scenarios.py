@@ -10,26 +10,15 @@ from __future__ import annotations
 import copy
 import re
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import dns.exception
 import dns.rcode
-import pytest
 import yaml
 from support import DEMO, Dnsside, ThreadedKube, answers, demo_server, wait_for
 
 NGINX = "nginx-svc.default.svc-global"
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
-
-
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[ThreadedKube]:
-    k = ThreadedKube(tmp_path)
-    k.call(k.kube.load, DEMO)
-    yield k
-    k.close()
 
 
 def serve(kube: ThreadedKube, *extra: str, wait_synced: bool = True) -> Dnsside:

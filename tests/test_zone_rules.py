@@ -294,14 +294,6 @@ def test_dig_shows_ede(srv: Dnsside) -> None:
         in d.opt_lines, d.opt_lines
 
 
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[ThreadedKube]:
-    k = ThreadedKube(tmp_path)
-    k.call(k.kube.load, DEMO)
-    yield k
-    k.close()
-
-
 def test_before_the_first_sync_everything_in_the_zone_is_servfail_with_ede(
     kube: ThreadedKube,
 ) -> None:
