@@ -172,14 +172,7 @@ def test_several_zones_and_ttl() -> None:
 
 def test_aaaa_dual_stack_and_ipv6_listen(tmp_path: Path) -> None:
     objs = [
-        t.service("db", "pg", None, [("pg", 5432)], {"mirror.linkerd.io/exported": "true"}),
-        t.endpoint_slice("db", "pg-v4", "pg", [
-            {"addresses": ["10.42.0.5"], "hostname": "pg-0", "conditions": {"ready": True}}],
-            [("pg", 5432)]),
-        t.endpoint_slice("db", "pg-v6", "pg", [
-            {"addresses": ["fd00:42::5"], "hostname": "pg-0", "conditions": {}}],
-            [("pg", 5432)], address_type="IPv6"),
-        *t.headless_link("db", "pg", "west", {"pg-0": ["10.43.0.7", "fd00:43::7"]}, [("pg", 5432)]),
+        *t.dual_stack_pg(),
         *t.headless_link("db", "pg", "south", {"pg-0": ["fd00:44::7"]}, [("pg", 5432)]),
     ]
     path = t.write(tmp_path / "dual.json", objs)

@@ -68,17 +68,7 @@ QUESTIONS = [
 def zone_objects() -> list[dict[str, object]]:
     items: list[dict[str, object]] = yaml.safe_load(DEMO.read_text())["items"]
     items += bulk_objects("big", "bulk", 120, 99)
-    items += [
-        t.service("db", "pg", None, [("pg", 5432)], {"mirror.linkerd.io/exported": "true"}),
-        t.endpoint_slice("db", "pg-v4", "pg", [
-            {"addresses": ["10.42.0.5"], "hostname": "pg-0", "conditions": {"ready": True}}],
-            [("pg", 5432)]),
-        t.endpoint_slice("db", "pg-v6", "pg", [
-            {"addresses": ["fd00:42::5"], "hostname": "pg-0", "conditions": {}}],
-            [("pg", 5432)], address_type="IPv6"),
-        *t.headless_link("db", "pg", "west", {"pg-0": ["10.43.0.7", "fd00:43::7"]},
-                         [("pg", 5432)]),
-    ]
+    items += t.dual_stack_pg()
     return items
 
 

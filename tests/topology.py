@@ -57,6 +57,22 @@ def headless_link(ns: str, svc: str, cluster: str, pods: dict[str, list[str]],
     return objs
 
 
+def dual_stack_pg() -> list[dict[str, Any]]:
+    """A dual-stack headless service `db/pg`, exported: local pg-0 with an IPv4 and an
+    IPv6 slice (the IPv6 endpoint's readiness unset, which means ready), and west's
+    mirror of its pg-0 with one address of each family."""
+    ports = [("pg", 5432)]
+    return [
+        service("db", "pg", None, ports, {"mirror.linkerd.io/exported": "true"}),
+        endpoint_slice("db", "pg-v4", "pg", [
+            {"addresses": ["10.42.0.5"], "hostname": "pg-0", "conditions": {"ready": True}}],
+            ports),
+        endpoint_slice("db", "pg-v6", "pg", [
+            {"addresses": ["fd00:42::5"], "hostname": "pg-0", "conditions": {}}],
+            ports, address_type="IPv6"),
+        *headless_link("db", "pg", "west", {"pg-0": ["10.43.0.7", "fd00:43::7"]}, ports),
+    ]
+
 def write(path: Path, objects: list[dict[str, Any]]) -> Path:
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     return path
