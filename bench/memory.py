@@ -28,7 +28,7 @@ import json
 import sys
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,10 @@ def status() -> dict[str, int]:
 _ATOMS = (str, bytes, int, float, bool, type(None), memoryview, array)
 
 
-def walk(root: Any, seen: set[int]) -> tuple[int, int]:
-    """(bytes, objects) reachable from ``root`` not already in ``seen``; adds them."""
-    total = count = 0
+def reachable(root: Any, seen: set[int]) -> Iterator[Any]:
+    """Every object reachable from ``root`` (containers walked, slots and __dict__
+    followed; classes, enum members and methods skipped) not already in ``seen``,
+    each once; adds them to ``seen``."""
     stack = [root]
     while stack:
         obj = stack.pop()
@@ -64,8 +65,7 @@ def walk(root: Any, seen: set[int]) -> tuple[int, int]:
         if isinstance(obj, type) or type(obj).__module__ == "enum" or hasattr(obj, "__func__"):
             continue
         seen.add(i)
-        total += sys.getsizeof(obj)
-        count += 1
+        yield obj
         if isinstance(obj, _ATOMS):
             continue
         if isinstance(obj, dict):
@@ -74,14 +74,18 @@ def walk(root: Any, seen: set[int]) -> tuple[int, int]:
         elif isinstance(obj, (list, tuple, set, frozenset)):
             stack.extend(obj)
         else:
-            slots = [s for cls in type(obj).__mro__ for s in getattr(cls, "__slots__", ())]
-            for s in slots:
-                if hasattr(obj, s):
-                    stack.append(getattr(obj, s))
-            if hasattr(obj, "__dict__") and not isinstance(obj, type):
+            stack.extend(getattr(obj, s) for cls in type(obj).__mro__
+                         for s in getattr(cls, "__slots__", ()) if hasattr(obj, s))
+            if hasattr(obj, "__dict__"):
                 stack.append(obj.__dict__)
-            if type(obj).__name__ == "Zone" or type(obj).__name__ == "McsZone":
-                pass
+
+
+def walk(root: Any, seen: set[int]) -> tuple[int, int]:
+    """(bytes, objects) reachable from ``root`` not already in ``seen``; adds them."""
+    total = count = 0
+    for obj in reachable(root, seen):
+        total += sys.getsizeof(obj)
+        count += 1
     return total, count
 
 
@@ -190,32 +194,10 @@ def main() -> int:
 
 def _types(root: Any, out: dict[str, list[int]], seen: set[int] | None = None) -> None:
     """Bytes and count by type name of everything reachable, each object once."""
-    seen = _TYPE_SEEN if seen is None else seen
-    stack: list[Any] = [root]
-    while stack:
-        obj = stack.pop()
-        i = id(obj)
-        if i in seen:
-            continue
-        if isinstance(obj, type) or type(obj).__module__ == "enum" or hasattr(obj, "__func__"):
-            continue
-        seen.add(i)
+    for obj in reachable(root, _TYPE_SEEN if seen is None else seen):
         entry = out.setdefault(type(obj).__name__, [0, 0])
         entry[0] += sys.getsizeof(obj)
         entry[1] += 1
-        if isinstance(obj, _ATOMS):
-            continue
-        children: Iterable[Any]
-        if isinstance(obj, dict):
-            children = [*obj.keys(), *obj.values()]
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            children = obj
-        else:
-            children = [getattr(obj, s) for cls in type(obj).__mro__
-                        for s in getattr(cls, "__slots__", ()) if hasattr(obj, s)]
-            if hasattr(obj, "__dict__"):
-                children = [*children, obj.__dict__]
-        stack.extend(children)
 
 
 _TYPE_SEEN: set[int] = set()
