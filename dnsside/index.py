@@ -19,6 +19,7 @@ with a mirror of an affected cluster is rebuilt.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -159,6 +160,19 @@ def _tally(gs: GlobalService) -> Tally:
     return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
 
 
+K = TypeVar("K")
+
+
+def _bump(counter: Counter[K], key: K, delta: int) -> None:
+    """``counter[key] += delta``, the key dropped at zero: the counts of clusters that come
+    and go (a Link, a short-lived cluster) must not leave a key each behind."""
+    n = counter.get(key, 0) + delta
+    if n:
+        counter[key] = n
+    else:
+        counter.pop(key, None)
+
+
 def _same_answer(a: Answer | None, b: Answer) -> bool:
     return a is b or (a is not None and a.body == b.body and a.counts == b.counts
                       and a.stat == b.stat)
@@ -267,6 +281,9 @@ class Index:
         self._clashes: Counter[str] = Counter()  # members lost to a name clash, by cluster
         self._orphaned_clusters: set[str] = set()  # logged already
         self._clashed_clusters: set[str] = set()
+        # Label sets of the per-cluster gauges, to remove those of clusters that are gone.
+        self._exported: dict[str, set[tuple[str, ...]]] = {"members": set(), "orphans": set(),
+                                                           "clashes": set()}
         self._probe_keys: set[Key] = set()  # gateway probe Services
         # Links: None until the source says, then whether they can be read.
         self.links_readable: bool | None = None
@@ -602,20 +619,19 @@ class Index:
                 self._tallies[key] = tally
         if changed:
             metrics.GLOBAL_SERVICES.set(len(self._tallies))
-            for (cluster, ready), n in self._members.items():
-                metrics.MEMBERS.labels(cluster=cluster, ready=str(ready).lower()).set(n)
+            self._export_counts()
             self._log_links(quiet)
             self._log_exclusions()
         return changed
 
     def _log_exclusions(self) -> None:
         """Once per cluster, when its mirrors become orphans or lose a name clash."""
-        for counter, seen, gauge, message in (
-            (self._orphans, self._orphaned_clusters, metrics.ORPHANED_MIRRORS,
+        for counter, seen, message in (
+            (self._orphans, self._orphaned_clusters,
              "cluster %s: %d mirrors are orphans (no Link targets it): left out of every "
              "answer; remove them with `linkerd multicluster unlink --cluster-name %s | "
              "kubectl delete -f -`"),
-            (self._clashes, self._clashed_clusters, metrics.NAME_CLASHES,
+            (self._clashes, self._clashed_clusters,
              "cluster %s: %d members have the name of a local member (--cluster-name equals "
              "this linked cluster's name): the local members win; set --cluster-name to this "
              "cluster's own name (%s is a linked one)"),
@@ -623,10 +639,33 @@ class Index:
             now = {c for c, n in counter.items() if n > 0}
             for c in sorted(now - seen):
                 log.warning(message, c, counter[c], c)
-            for c, n in counter.items():
-                gauge.labels(cluster=c).set(n)
             seen.clear()
             seen.update(now)
+
+    def _export_counts(self) -> None:
+        """The per-cluster gauges: a cluster's series stay (0 when its count is) while the
+        index knows the cluster (it has members, orphans or clashes), and are removed once it
+        has none: clusters that come and go leave no label sets behind."""
+        known = {c for c, _ in self._members} | set(self._orphans) | set(self._clashes)
+        per_cluster: tuple[tuple[Any, set[tuple[str, ...]], dict[tuple[str, ...], int]], ...] = (
+            (metrics.MEMBERS, self._exported["members"],
+             {(c, "true" if ready else "false"): n for (c, ready), n in self._members.items()}),
+            (metrics.ORPHANED_MIRRORS, self._exported["orphans"],
+             {(c,): n for c, n in self._orphans.items()}),
+            (metrics.NAME_CLASHES, self._exported["clashes"],
+             {(c,): n for c, n in self._clashes.items()}),
+        )
+        for gauge, exported, values in per_cluster:
+            for labels, n in values.items():
+                gauge.labels(*labels).set(n)
+            for labels in exported - values.keys():
+                if labels[0] in known:
+                    gauge.labels(*labels).set(0)
+                else:
+                    with contextlib.suppress(KeyError):  # another Index (tests) removed it
+                        gauge.remove(*labels)
+                    exported.discard(labels)
+            exported.update(values)
 
     def _log_links(self, quiet: bool) -> None:
         """One line when a linked cluster first contributes members, and when it stops."""
@@ -647,11 +686,11 @@ class Index:
         for i in range(0, len(tally), 3):
             tag, cluster, n = tally[i : i + 3]
             if tag is _ORPHAN:
-                self._orphans[cluster] += sign * n
+                _bump(self._orphans, cluster, sign * n)
             elif tag is _CLASH:
-                self._clashes[cluster] += sign * n
+                _bump(self._clashes, cluster, sign * n)
             else:
-                self._members[(cluster, tag is _READY)] += sign * n
+                _bump(self._members, (cluster, tag is _READY), sign * n)
 
     def _publish(self, key: Key, gs: GlobalService | None) -> bool:
         """Put ``gs``'s answers in the responder's tables in place of its previous ones;
