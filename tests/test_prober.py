@@ -3,6 +3,7 @@ that answer 200, 503, hang or stop, watched through DNS answers (dig and dnspyth
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import re
 import socket
@@ -17,8 +18,9 @@ import pytest
 import yaml
 from support import DEMO, Dnsside, answers, wait_for
 
+from dnsside import metrics
 from dnsside.events import Gateway
-from dnsside.prober import GatewayTracker
+from dnsside.prober import GatewayProber, GatewayTracker
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
@@ -54,6 +56,35 @@ def test_tracker_never_acts_on_a_target_that_never_answered() -> None:
     assert t.record("north", url, True) is not None
     gone = t.forget("north")
     assert gone is not None and gone.state is None
+
+
+async def test_a_cluster_no_longer_probed_leaves_no_series() -> None:
+    """Issue 17: the probe counters and state of a cluster that is no longer probed (its
+    Link or probe Service gone) are removed, so clusters that come and go leave no label
+    sets behind."""
+    with socket.socket() as s:  # a port nothing listens on: every probe fails at once
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/ready"
+    targets = {"tmp-1": url}
+    prober = GatewayProber(lambda: targets, period=0.05, timeout=0.5, failures=1)
+
+    def sample(name: str, **labels: str) -> float | None:
+        value: float | None = metrics.REGISTRY.get_sample_value(name, labels)
+        return value
+
+    events = prober.events()
+    try:
+        batch = await asyncio.wait_for(anext(events), 5)  # never answered: UNREACHED
+        assert batch[0].cluster == "tmp-1"
+        assert sample("dnsside_gateway_probes_total", cluster="tmp-1", result="failure")
+        targets = {}
+        batch = await asyncio.wait_for(anext(events), 5)  # forgotten
+        assert batch[0].cluster == "tmp-1" and batch[0].state is None
+        assert sample("dnsside_gateway_probes_total", cluster="tmp-1", result="failure") is None
+        assert sample("dnsside_gateway_probe_state", cluster="tmp-1",
+                      state="never-answered") is None
+    finally:
+        await events.aclose()
 
 
 # --------------------------------------------------------------------------- real gateways
