@@ -26,6 +26,7 @@ from urllib.parse import quote
 import aiohttp
 
 from dnsside import linkerd
+from dnsside.diagnosis import mirror_health
 from dnsside.linkerd import (
     LINK_GROUP,
     LinkRecord,
@@ -293,7 +294,7 @@ class Checker:
     def check_mirrors(self, links: list[LinkRecord] | None, services: Sequence[ServiceRecord],
                       slices: Sequence[SliceRecord]) -> None:
         topic = "linkerd-multicluster"
-        health = linkerd.mirror_health(services, slices, links)
+        health = mirror_health(services, {(s.namespace, s.service_name) for s in slices}, links)
         for cluster, h in sorted(health.items()):
             if h.orphaned:
                 continue

@@ -2,7 +2,7 @@
 
 Two halves, both pure (no sockets, no clocks):
 
-* **Encoding** — :func:`encode_service` turns one :class:`~dnsside.linkerd.GlobalService`
+* **Encoding** — :func:`encode_service` turns one :class:`~dnsside.assembly.GlobalService`
   into pre-encoded :class:`Answer` objects keyed by question. The index runs it
   when a service changes, never per query. Each zone names things by one of two
   schemes, each one encoder: :func:`_encode_in_zone` for ``--zone`` (SPEC §3) and
@@ -35,7 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dnsside.linkerd import GlobalService, Member, Port, Via
+from dnsside.assembly import GlobalService, Member
+from dnsside.linkerd import Port, Via
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
                                                          255)
@@ -719,7 +720,7 @@ class Responder:
         if badvers:
             return _error(data, BADVERS, question, _OPT_BADVERS[do]), (qtype, BADVERS)
         qname = data[12 : qend - 4].lower()
-        zone = self._zone_of(qname) if qclass == CLASS_IN else None
+        zone = self.zone_of(qname) if qclass == CLASS_IN else None
         if zone is None:  # another class, or outside every zone: never an open resolver
             return (_error(data, REFUSED, question, _OPT_NOT_AUTH[do] if edns else b""),
                     (qtype, REFUSED))
@@ -754,7 +755,7 @@ class Responder:
             return zone.nodata
         return _hinfo_answer(zone.options.ttl)
 
-    def _zone_of(self, qname: bytes) -> Zone | None:
+    def zone_of(self, qname: bytes) -> Zone | None:
         i = 0
         while True:
             zone = self.zone_by_wire.get(qname[i:])

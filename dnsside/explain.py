@@ -12,10 +12,11 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
+from dnsside.assembly import GlobalService, Member
 from dnsside.dns import published, to_wire
 from dnsside.events import Gateway
 from dnsside.index import Index
-from dnsside.linkerd import GlobalService, Member, Via
+from dnsside.linkerd import Via
 
 
 class Explainer:
@@ -56,7 +57,7 @@ class Explainer:
             wire = to_wire(name)
         except ValueError as exc:
             return {"explanation": str(exc)}
-        zone = self.index.responder._zone_of(wire)
+        zone = self.index.responder.zone_of(wire)
         if zone is None:
             return {"explanation": "outside every served zone: REFUSED"}
         if not self.index.synced:
