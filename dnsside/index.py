@@ -4,7 +4,7 @@ It keeps the slim records sources deliver and, for every event, works out which
 global services the event touches, rebuilds just those with
 :func:`dnsside.linkerd.assemble`, re-encodes them with
 :func:`dnsside.dns.encode_service` and swaps their entries into the
-:class:`~dnsside.dns.Responder`'s tables. Nothing else is rebuilt: the cost of
+:class:`~dnsside.responder.Responder`'s tables. Nothing else is rebuilt: the cost of
 an event is the size of the services it touches, not the size of the cluster.
 
 The one subtle part is the bookkeeping of *which* global service an object
@@ -23,24 +23,15 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from dnsside import diagnosis
 from dnsside.assembly import GlobalService, assemble, probe_url
 from dnsside.bulk import bulk
 from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
-from dnsside.dns import (
-    Answer,
-    McsZone,
-    Responder,
-    ServiceAnswers,
-    Zone,
-    ZoneOptions,
-    encode_service,
-    to_wire,
-)
+from dnsside.dns import McsZone, ServiceAnswers, Zone, ZoneOptions, encode_service
 from dnsside.events import (
     Delete,
     Event,
@@ -60,79 +51,9 @@ from dnsside.linkerd import (
     ServiceRecord,
     SliceRecord,
 )
-
-Key = tuple[str, str]  # (namespace, name)
-V = TypeVar("V")
-_MISSING: Any = object()
-
-
-class Table(MutableMapping[Key, V]):
-    """A dict keyed by (namespace, name), held as one dict per namespace.
-
-    At 100k members the index keeps three tables of about 92k entries each; a flat
-    dict would hold a (namespace, name) tuple per entry, 56 bytes, 15 MB in all.
-    Here an entry is keyed by the name string its record already holds.
-    """
-
-    __slots__ = ("_by_namespace", "_len")
-
-    def __init__(self) -> None:
-        self._by_namespace: dict[str, dict[str, V]] = {}
-        self._len = 0
-
-    def __getitem__(self, key: Key) -> V:
-        return self._by_namespace[key[0]][key[1]]
-
-    def get(self, key: Key, default: Any = None) -> Any:
-        names = self._by_namespace.get(key[0])
-        return default if names is None else names.get(key[1], default)
-
-    def __contains__(self, key: object) -> bool:
-        if not isinstance(key, tuple) or len(key) != 2:
-            return False
-        names = self._by_namespace.get(key[0])
-        return names is not None and key[1] in names
-
-    def __setitem__(self, key: Key, value: V) -> None:
-        namespace, name = key
-        names = self._by_namespace.get(namespace)
-        if names is None:
-            names = self._by_namespace[namespace] = {}
-        if name not in names:
-            self._len += 1
-        names[name] = value
-
-    def __delitem__(self, key: Key) -> None:
-        namespace, name = key
-        names = self._by_namespace[namespace]
-        del names[name]
-        self._len -= 1
-        if not names:
-            del self._by_namespace[namespace]
-
-    def pop(self, key: Key, default: Any = _MISSING) -> Any:
-        names = self._by_namespace.get(key[0])
-        if names is None or key[1] not in names:
-            if default is _MISSING:
-                raise KeyError(key)
-            return default
-        value = names[key[1]]
-        self.__delitem__(key)
-        return value
-
-    def __iter__(self) -> Iterator[Key]:
-        for namespace, names in self._by_namespace.items():
-            for name in names:
-                yield (namespace, name)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def records(self) -> Iterator[V]:
-        """The values, without building a key for each."""
-        for names in self._by_namespace.values():
-            yield from names.values()
-
+from dnsside.responder import Responder
+from dnsside.tables import Key, Names, Table, names_with, names_without
+from dnsside.wire import Answer, to_wire
 
 # A global service's contribution to the member, orphan and clash counts, flat:
 # (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the
@@ -157,31 +78,6 @@ def _tally(gs: GlobalService) -> Tally:
 def _same_answer(a: Answer | None, b: Answer) -> bool:
     return a is b or (a is not None and a.body == b.body and a.counts == b.counts
                       and a.stat == b.stat)
-
-
-# The names under one key (mirrors of a global service, slices of a Service): usually
-# a few, so a tuple (a set costs four times as much); a set past this many, so that
-# adding the 1000th mirror of one service is not a copy of the other 999.
-_SMALL = 32
-Names = tuple[str, ...] | set[str]
-
-
-def _added(names: Names | None, name: str) -> Names:
-    if names is None:
-        return (name,)
-    if isinstance(names, set):
-        names.add(name)
-        return names
-    if name in names:
-        return names
-    return {*names, name} if len(names) >= _SMALL else (*names, name)
-
-
-def _removed(names: Names, name: str) -> Names | None:
-    if isinstance(names, set):
-        names.discard(name)
-        return names or None
-    return tuple(n for n in names if n != name) or None
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -474,7 +370,7 @@ class Index:
             self._forget_slice(key, dirty)
             self.slices[key] = record
             svc_key = (record.namespace, record.service_name)
-            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+            self.slices_by_service[svc_key] = names_with(self.slices_by_service.get(svc_key),
                                                      record.name)
             self._touch_service(svc_key, dirty)
 
@@ -486,7 +382,7 @@ class Index:
         elif isinstance(record, SliceRecord):
             self.slices[(record.namespace, record.name)] = record
             svc_key = (record.namespace, record.service_name)
-            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+            self.slices_by_service[svc_key] = names_with(self.slices_by_service.get(svc_key),
                                                      record.name)
             self._touch_service(svc_key, dirty)
         else:
@@ -531,7 +427,7 @@ class Index:
         if key is None:
             return
         if svc.role is not Role.LOCAL:
-            self.mirrors_by_key[key] = _added(self.mirrors_by_key.get(key), svc.name)
+            self.mirrors_by_key[key] = names_with(self.mirrors_by_key.get(key), svc.name)
         dirty.add(key)
 
     def _forget_service(self, key: Key, dirty: set[Key]) -> None:
@@ -543,7 +439,7 @@ class Index:
         if old.role is not Role.LOCAL:
             names = self.mirrors_by_key.get(old_key)
             if names is not None:
-                rest = _removed(names, old.name)
+                rest = names_without(names, old.name)
                 if rest is None:
                     del self.mirrors_by_key[old_key]
                 else:
@@ -556,7 +452,7 @@ class Index:
             return
         svc_key = (old.namespace, old.service_name)
         names = self.slices_by_service.get(svc_key)
-        rest = _removed(names, old.name) if names is not None else None
+        rest = names_without(names, old.name) if names is not None else None
         if rest is not None:
             self.slices_by_service[svc_key] = rest
         else:

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from dnsside import metrics, mmsg
-from dnsside.dns import Responder
+from dnsside.responder import Responder
 
 log = logging.getLogger("dnsside.server")
 query_log = logging.getLogger("dnsside.query")

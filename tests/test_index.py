@@ -171,7 +171,7 @@ def test_source_error_keeps_serving(index: Index) -> None:
 
 
 def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
-    from dnsside.dns import TCP_LIMIT
+    from dnsside.wire import TCP_LIMIT
 
     objs: list[ServiceRecord | SliceRecord] = []
     objs.append(rec({"kind": "Service", "metadata": {

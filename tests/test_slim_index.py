@@ -17,9 +17,10 @@ import yaml
 from fakekube import FakeKube
 from support import DEMO
 
-from dnsside.dns import Answer
+from dnsside.wire import Answer
 from dnsside.events import Kind, Replace, Synced, Upsert
-from dnsside.index import Index, IndexOptions, Table, make_responder
+from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.tables import Table
 from dnsside.linkerd import Endpoint, Endpoints, Record, SliceRecord, parse_object
 from dnsside.sources.kube import KubeSource, _continue_token
 
