@@ -510,15 +510,16 @@ async def _query(host: str, port: int, name: str, qtype: str, timeout: float
 
 
 async def _connect(kubeconfig: str | None) -> tuple[Any, Any]:
-    from dnsside.sources.kube import KubeSource
+    from dnsside.sources.kubeapi import KubeApi
 
-    return await KubeSource(kubeconfig=kubeconfig)._connect()
+    api = await KubeApi.connect(kubeconfig)
+    return api.client, api.refresher
 
 
 async def run_checks(options: CheckOptions,
                      connect: Callable[[str | None], Any] = _connect) -> list[Result]:
     """Every check's result; never raises for what it checks."""
-    from dnsside.sources.kube import KubeConfigError
+    from dnsside.sources.kubeapi import KubeConfigError
 
     try:
         api, refresher = await connect(options.kubeconfig)

@@ -196,7 +196,7 @@ def _encode_in_zone(
     gs: GlobalService, members: list[Member], zone: bytes, options: ZoneOptions,
     out: ServiceAnswers,
 ) -> None:
-    """The ``--zone`` names (SPEC §3): ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
+    """The ``--zone`` names: ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
     ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = _label(gs.name) + _label(gs.namespace) + zone
     wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
@@ -216,7 +216,7 @@ def _encode_mcs(
     gs: GlobalService, members: list[Member], services: bytes, options: ZoneOptions,
     out: ServiceAnswers,
 ) -> None:
-    """The Multi-Cluster Services names (KEP-1645 ``specification.md``, SPEC §3b) below
+    """The Multi-Cluster Services names (KEP-1645 ``specification.md``) below
     ``svc.M`` (``services``), from the same members as :func:`_encode_in_zone`.
 
     Headless (§2.4): ``<svc>.<ns>.svc.M`` holds every published member's address, and
@@ -393,7 +393,7 @@ MCS_DNS_VERSION = b"1.0.0"  # the KEP-1645 DNS specification's schema version (�
 
 
 class McsZone(Zone):
-    """A ``--mcs-zone``: the Multi-Cluster Services names (SPEC §3b) of the same global
+    """A ``--mcs-zone``: the Multi-Cluster Services names of the same global
     services, all below ``svc.M``, plus ``dns-version.M`` TXT at the top. SOA, NS and
     every negative answer work as in any zone."""
 

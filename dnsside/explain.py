@@ -68,7 +68,7 @@ class Explainer:
         if not labels:
             return {"explanation": f"the zone apex {zone.origin}"}
         mcs = zone.scheme == "mcs"
-        if mcs:  # KEP-1645 names (SPEC §3b): everything but dns-version lives below svc.M
+        if mcs:  # KEP-1645 names: everything but dns-version lives below svc.M
             if labels == ["dns-version"]:
                 return {"explanation": "the schema version of the Multi-Cluster Services DNS "
                                        "specification (TXT)"}

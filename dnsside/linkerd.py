@@ -1,9 +1,10 @@
-"""The Linkerd multicluster data model: Kubernetes objects in, global services out.
+"""The Linkerd multicluster data model: Kubernetes objects in, slim records out.
 
 This is the only module that knows what Linkerd's service mirror leaves in a
-cluster (SPEC §1) and how that adds up to a global service (SPEC §2). It does
-no I/O: sources hand it decoded JSON objects, the index hands it the records it
-keeps, and tests call it directly.
+cluster: root headless mirrors, per-pod mirrors, gateway and remote-discovery
+ClusterIP mirrors, federated Services, gateway probe Services and Links (how
+they add up to a global service is :mod:`dnsside.assembly`). It does no I/O:
+sources hand it decoded JSON objects and tests call it directly.
 
 The tricky thing here is that one global service ``(namespace, name)`` is
 assembled from objects with *other* names: ``<svc>-<cluster>`` root mirrors,

@@ -199,7 +199,8 @@ class Responder:
         return reply
 
     def _slow(self, data: bytes, udp: bool) -> tuple[bytes | None, tuple[int, int]]:
-        """Every query the fast path did not take: the rules of SPEC §3, one by one.
+        """Every query the fast path did not take: the protocol rules (README, "Protocol"),
+        one by one.
         Returns the reply (None: drop) and the (qtype, rcode) it is counted under."""
         if len(data) < 12 or data[2] & 0x80:
             return None, (0, 0)  # no readable header, or a response: never answer those

@@ -154,7 +154,7 @@ def _same(a: Answer, b: Answer) -> bool:
 
 def test_the_kube_source_loads_no_generated_api_until_asked() -> None:
     code = (
-        "import sys, dnsside.sources.kube as k\n"
+        "import sys, dnsside.sources.kube, dnsside.sources.kubeapi as k\n"
         "assert k.ApiClient and k.load_kube_config\n"
         "generated = [m for m in sys.modules if m.startswith('kubernetes_asyncio.client.api.')"
         " or m.startswith('kubernetes_asyncio.client.models.')]\n"
