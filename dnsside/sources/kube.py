@@ -56,9 +56,13 @@ from dnsside.linkerd import (
     parse_slice,
 )
 from dnsside.sources.kubeapi import (
+    TRANSIENT,
     ApiError,
+    Backoff,
     KubeApi,
     decode,
+    describe_error,
+    error_reason,
     read_error,
 )
 
@@ -120,55 +124,12 @@ class _Expired(Exception):
         self.namespace = namespace
 
 
-class Backoff:
-    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
-
-    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
-        self.base = base
-        self.cap = cap
-        self.attempt = 0
-        self._rng = rng or random.Random()
-
-    def next(self) -> float:
-        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
-        self.attempt += 1
-        return self._rng.uniform(0, ceiling)
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
 @dataclass(slots=True)
 class _Cursor:
     """Where a watch resumes, and whether the current stream delivered anything."""
 
     resource_version: str
     progressed: bool = False
-
-
-# Errors a list or watch recovers from by retrying (anything else is a bug, and is
-# retried too, but logged with a traceback).
-_TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
-
-
-def _reason(exc: BaseException) -> str:
-    """A short, low-cardinality reason for logs and the restarts metric."""
-    if isinstance(exc, ApiError):
-        return f"http-{exc.status}"
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
-        return "dropped"
-    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
-        return "connection"
-    if isinstance(exc, ValueError):
-        return "bad-response"
-    return "error"
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
 
 
 class KubeSource:
@@ -287,7 +248,7 @@ class KubeSource:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = f"listing Links failed: {_describe(exc)}"
+                reason = f"listing Links failed: {describe_error(exc)}"
                 if attempts is not None and attempt >= attempts:
                     return _LinkView(None, [], reason=reason)
                 delay = self._retry_delay(backoff, exc)
@@ -399,7 +360,8 @@ class KubeSource:
                 raise
             except Exception as exc:
                 delay = self._retry_delay(backoff, exc)
-                message = f"list {res.plural} failed: {_describe(exc)}; retrying in {delay:.1f}s"
+                message = (f"list {res.plural} failed: {describe_error(exc)}; "
+                           f"retrying in {delay:.1f}s")
                 await self._report_and_wait(queue, exc, message, delay)
 
     async def _list(
@@ -532,16 +494,16 @@ class KubeSource:
                     metrics.WATCH_RESTARTS.labels(resource=res.plural, reason="expired").inc()
                     raise _Expired(res, namespace, str(exc)) from exc
                 final = gone(exc) if gone is not None else None
+                reason = error_reason(exc)
                 if final is not None:
-                    metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=_reason(exc)).inc()
+                    metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=reason).inc()
                     raise final from exc
-                reason = _reason(exc)
                 metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=reason).inc()
                 if cursor.progressed:
                     backoff.reset()
                 delay = self._retry_delay(backoff, exc)
                 message = (
-                    f"{where} failed ({reason}): {_describe(exc)}; resuming from "
+                    f"{where} failed ({reason}): {describe_error(exc)}; resuming from "
                     f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
                 )
                 down = links
@@ -571,7 +533,7 @@ class KubeSource:
         """Log a failed request (with a traceback only when it is not an expected network or
         API error), tell the index (``also``, when the failure means more to it), and back
         off before the retry."""
-        if isinstance(exc, _TRANSIENT):
+        if isinstance(exc, TRANSIENT):
             log.warning("%s", message)
         else:
             log.exception("%s", message)

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,49 @@ class KubeApi:
             params["continue"] = str(token)
 
 
+class Backoff:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
+
+    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
+        self.attempt += 1
+        return self._rng.uniform(0, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+# Errors a list or watch recovers from by retrying (anything else is a bug, and is
+# retried too, but logged with a traceback).
+TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
+
+
+def error_reason(exc: BaseException) -> str:
+    """A short, low-cardinality reason for logs and the restarts metric."""
+    if isinstance(exc, ApiError):
+        return f"http-{exc.status}"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
+        return "dropped"
+    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+        return "connection"
+    if isinstance(exc, ValueError):
+        return "bad-response"
+    return "error"
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
+
+
 async def _keep_token_fresh(loader: Any, config: Any) -> None:
     """Keep exec-plugin / GCP tokens fresh for as long as the client lives."""
     while True:
@@ -260,7 +304,9 @@ async def _keep_token_fresh(loader: Any, config: Any) -> None:
 
 
 __all__ = [
+    "TRANSIENT",
     "ApiError",
+    "Backoff",
     "Expired",
     "Forbidden",
     "KubeApi",
@@ -270,5 +316,7 @@ __all__ = [
     "TooManyRequests",
     "Unauthorized",
     "decode",
+    "describe_error",
+    "error_reason",
     "read_error",
 ]
