@@ -19,8 +19,8 @@ no collection ever looks at them again: every relist left such garbage behind
 for good (bench/MEMORY_CHURN.md). So each bulk step *unfreezes* before its full
 collection, which then also finds the garbage the previous freeze held, and
 freezes again after: what a freeze keeps is gone at the next relist at the
-latest. The price: that one collection walks the whole index (about 0.3 s at
-100k members) once per relist or reload, which itself takes seconds.
+latest. The price: that one collection walks the whole index (the stall above)
+once per relist or reload, which itself takes seconds.
 
 A source that *lists* a cluster builds those records over seconds of awaiting
 the API server, among short-lived garbage of its HTTP client (which may hold

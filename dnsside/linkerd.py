@@ -1,9 +1,10 @@
-"""The Linkerd multicluster data model: Kubernetes objects in, global services out.
+"""The Linkerd multicluster data model: Kubernetes objects in, slim records out.
 
 This is the only module that knows what Linkerd's service mirror leaves in a
-cluster (SPEC §1) and how that adds up to a global service (SPEC §2). It does
-no I/O: sources hand it decoded JSON objects, the index hands it the records it
-keeps, and tests call it directly.
+cluster: root headless mirrors, per-pod mirrors, gateway and remote-discovery
+ClusterIP mirrors, federated Services, gateway probe Services and Links (how
+they add up to a global service is :mod:`dnsside.assembly`). It does no I/O:
+sources hand it decoded JSON objects and tests call it directly.
 
 The tricky thing here is that one global service ``(namespace, name)`` is
 assembled from objects with *other* names: ``<svc>-<cluster>`` root mirrors,
@@ -19,8 +20,8 @@ import enum
 import ipaddress
 import re
 import socket
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from sys import intern
 from typing import Any, TypeGuard, TypeVar
 
@@ -54,8 +55,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 # that halves the memory records take. The values that repeat are few (a few dozen
 # port lists, one gateway endpoint per link and readiness), so this and the other
 # parse caches below are small and emptied when full: objects churned under ever-new
-# names (pod IPs, service names) must not keep tens of thousands of entries alive
-# (issue 17: at 50,000 entries each they held megabytes long after the objects went).
+# names (pod IPs, service names) must not keep tens of thousands of entries alive long
+# after the objects went (issue 17, bench/MEMORY_CHURN.md).
 _SHARED: dict[object, object] = {}
 _SHARED_MAX = 4096
 T = TypeVar("T")
@@ -148,10 +149,10 @@ class Endpoints(Sequence[Endpoint]):
     Only the endpoints of a local headless Service's slices are ever read one by
     one (they become its members); every other slice is asked only whether one of
     its endpoints is ready. Yet a slice holds one endpoint per pod (a root headless
-    mirror's slice one per remote pod): as objects, 180 bytes each, 14 MB at 100k
-    members. Packed they take their text and nothing else. Equal packings compare
-    and hash equal, so identical ones (a per-pod mirror's gateway endpoint) are
-    shared.
+    mirror's slice one per remote pod), and as objects they would be the index's
+    biggest cost (bench/memory-figures.md). Packed they take their text and
+    nothing else. Equal packings compare and hash equal, so identical ones (a
+    per-pod mirror's gateway endpoint) are shared.
     """
 
     __slots__ = ("_packed", "ready")
@@ -258,39 +259,6 @@ class LinkRecord:
 Record = ServiceRecord | SliceRecord | LinkRecord
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One address holder of a global service: a pod, or a whole cluster behind a ClusterIP."""
-
-    cluster: str
-    hostname: str | None  # None for a cluster-level member
-    addresses: tuple[str, ...]
-    ports: tuple[Port, ...]
-    ready: bool
-    via: Via
-    # The Service it comes from or, for a local endpoint, its EndpointSlice: a name the
-    # record already holds, so 100k members cost no new strings. `explain` spells it out.
-    source: str
-    why_not_ready: str = ""
-
-    @property
-    def local(self) -> bool:
-        return self.via.local
-
-
-@dataclass(frozen=True, slots=True)
-class GlobalService:
-    """``members`` are what DNS may serve (ready or not); ``excluded`` are members that must
-    never be served whatever the flags (an orphaned link's mirrors, the loser of a name
-    clash), kept so ``explain`` can say why."""
-
-    namespace: str
-    name: str
-    members: tuple[Member, ...]
-    excluded: tuple[Member, ...] = ()
-    headless: bool = False  # the original is headless: members are pods (KEP-1645 names)
-
-
 # --------------------------------------------------------------------------- parsing
 
 
@@ -340,7 +308,7 @@ def _ident(kind: str, namespace: str, name: str, where: str) -> str:
 
 
 # Labels already found to be DNS labels (namespaces, clusters, services repeat thousands
-# of times; 3,300 services at 100k members); bounded like _SHARED. Hostnames (one per pod)
+# of times; the services of a cluster fit); bounded like _SHARED. Hostnames (one per pod)
 # are checked every time.
 _GOOD_LABELS: set[str] = set()
 
@@ -628,261 +596,3 @@ def _endpoint(e: Any, ident: Any, i: int) -> EndpointRow:
     # A nil ready condition counts as ready.
     return (addresses, ready is not False, hostname or None,
             pod_name if isinstance(pod_name, str) else None)
-
-
-# --------------------------------------------------------------------------- assembling
-
-# Why a member is excluded (never served, whatever the flags): `explain` prints these, and
-# the index tells the two apart to log and count them.
-ORPHANED = "orphaned: no Link targets cluster {cluster} (deleting a Link leaves its mirrors behind)"
-CLASH = ("name clash: the local cluster is also named {cluster} (--cluster-name equals a "
-         "linked cluster's name); the local member with this name wins")
-GATEWAY_FAILING = "the gateway of cluster {cluster} fails dnsside's probe"
-NO_REMOTE_ENDPOINTS = "remote service has no ready endpoints"
-
-
-def dashed_ip(address: str) -> str:
-    """The hostname Kubernetes DNS gives an endpoint without one: 10.42.1.10 → 10-42-1-10."""
-    return address.replace(".", "-").replace(":", "-")
-
-
-def _local_members(
-    svc: ServiceRecord, slices: Sequence[SliceRecord], cluster_name: str
-) -> list[Member]:
-    if not svc.headless:
-        ready = any(s.has_ready_endpoint for s in slices)
-        return [
-            Member(
-                cluster=cluster_name,
-                hostname=None,
-                addresses=svc.cluster_ips,
-                ports=svc.ports,
-                ready=ready,
-                via=Via.LOCAL_SERVICE,
-                source=svc.name,
-                why_not_ready="" if ready else "its EndpointSlices have no ready endpoint",
-            )
-        ]
-    # Headless: one member per endpoint hostname. A dual-stack pod shows up once per
-    # address family, in two slices, under the same hostname: merge those.
-    merged: dict[str, tuple[list[str], list[Port], bool, str]] = {}
-    for s in sorted(slices, key=lambda s: s.name):
-        for e in s.endpoints:
-            if not e.addresses:
-                continue
-            host = (e.hostname or e.pod_name or dashed_ip(e.addresses[0])).lower()
-            if not is_dns_label(host):
-                continue
-            addrs, ports, ready, first_slice = merged.setdefault(host, ([], [], False, s.name))
-            addrs.extend(a for a in e.addresses if a not in addrs)
-            ports.extend(p for p in s.ports if p not in ports)
-            if e.ready and not ready:
-                merged[host] = (addrs, ports, True, first_slice)
-    members = []
-    for host, (addrs, ports, ready, first_slice) in sorted(merged.items()):
-        members.append(
-            Member(
-                cluster=cluster_name,
-                hostname=host,
-                addresses=tuple(addrs),
-                ports=tuple(ports),
-                ready=ready,
-                via=Via.LOCAL_ENDPOINT,
-                source=first_slice,
-                why_not_ready="" if ready else "endpoint condition ready is false",
-            )
-        )
-    return members
-
-
-def _mirror_member(
-    svc: ServiceRecord, slices: Sequence[SliceRecord], failing_gateways: Collection[str]
-) -> Member:
-    if svc.role is Role.FEDERATED:
-        via, cluster = Via.FEDERATED, FEDERATED_CLUSTER
-    elif svc.role is Role.POD_MIRROR:
-        via, cluster = Via.POD_MIRROR, svc.cluster
-    elif svc.remote_discovery:
-        via, cluster = Via.REMOTE_DISCOVERY, svc.cluster
-    else:
-        via, cluster = Via.GATEWAY_MIRROR, svc.cluster
-    # Remote-discovery and federated Services have no endpoints at all: meshed clients
-    # resolve them through Linkerd's destination controller, so they are always ready.
-    ready, why = True, ""
-    if via.through_gateway:
-        ready = any(s.has_ready_endpoint for s in slices)
-        if ready:
-            if cluster in failing_gateways:
-                ready, why = False, GATEWAY_FAILING.format(cluster=cluster)
-        elif slices:
-            why = "gateway endpoint not ready (Linkerd's probe of the gateway failing)"
-        elif via is Via.GATEWAY_MIRROR:
-            # The service mirror writes Endpoints with no subsets for an empty remote
-            # service, and Kubernetes then deletes the mirrored EndpointSlices.
-            why = NO_REMOTE_ENDPOINTS
-        else:
-            why = "no EndpointSlice yet"
-    return Member(
-        cluster=cluster,
-        hostname=svc.hostname if svc.role is Role.POD_MIRROR else None,
-        addresses=svc.cluster_ips,
-        ports=svc.ports,
-        ready=ready,
-        via=via,
-        source=svc.name,
-        why_not_ready=why,
-    )
-
-
-_MEMBER_ROLES = (Role.POD_MIRROR, Role.CLUSTER_MIRROR, Role.FEDERATED)
-_LINKED_ROLES = (Role.HEADLESS_ROOT, Role.POD_MIRROR, Role.CLUSTER_MIRROR)
-
-
-def assemble(
-    namespace: str,
-    name: str,
-    local: ServiceRecord | None,
-    local_slices: Sequence[SliceRecord],
-    mirrors: Iterable[tuple[ServiceRecord, Sequence[SliceRecord]]],
-    *,
-    cluster_name: str,
-    include_local: bool = True,
-    include_federated: bool = True,
-    linked_clusters: Collection[str] | None = None,
-    failing_gateways: Collection[str] = (),
-) -> GlobalService | None:
-    """Build the global service ``(namespace, name)``, or None when it does not exist.
-
-    It exists when a mirror of a linked cluster (or a federated Service) exists, or the
-    local Service is exported. ``linked_clusters`` are the Links' target clusters, None
-    when the Links cannot be read (then nothing is an orphan). Mirrors of any other
-    cluster are orphans: excluded, and on their own they make a service with no members
-    (so ``explain`` can still say why). Root headless mirrors make the service exist but
-    contribute no member themselves: their pods arrive as per-pod mirrors.
-    """
-    live: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
-    orphans: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
-    headless = local is not None and local.role is Role.LOCAL and local.headless
-    for svc, slices in mirrors:
-        if svc.role in _LINKED_ROLES:
-            headless = headless or svc.role is not Role.CLUSTER_MIRROR
-            if linked_clusters is not None and svc.cluster not in linked_clusters:
-                orphans.append((svc, slices))
-                continue
-        elif svc.role is not Role.FEDERATED:
-            continue
-        live.append((svc, slices))
-    exported = local is not None and local.exported
-    if not live and not exported and not orphans:
-        return None
-    excluded = [
-        _excluded(_mirror_member(svc, slices, ()), ORPHANED.format(cluster=svc.cluster))
-        for svc, slices in sorted(orphans, key=lambda ms: (ms[0].cluster, ms[0].hostname,
-                                                           ms[0].name))
-        if svc.role is not Role.HEADLESS_ROOT and svc.cluster_ips
-    ]
-    if not live and not exported:
-        return GlobalService(namespace, name, (), tuple(excluded), headless)
-    members: list[Member] = []
-    if include_local and local is not None and local.role is Role.LOCAL:
-        members.extend(_local_members(local, local_slices, cluster_name))
-    taken = {(m.cluster, m.hostname) for m in members}
-    for svc, slices in sorted(live, key=lambda ms: (ms[0].cluster, ms[0].hostname, ms[0].name)):
-        if svc.role not in _MEMBER_ROLES or not svc.cluster_ips:
-            continue
-        if svc.role is Role.FEDERATED and not include_federated:
-            continue
-        member = _mirror_member(svc, slices, failing_gateways)
-        if (member.cluster, member.hostname) in taken:
-            # Never two records for one name: the local member (or the first mirror, by
-            # name) wins, everywhere at once since every RRset is built from `members`.
-            excluded.append(_excluded(member, CLASH.format(cluster=member.cluster)))
-            continue
-        taken.add((member.cluster, member.hostname))
-        members.append(member)
-    return GlobalService(namespace, name, tuple(members), tuple(excluded), headless)
-
-
-def is_orphan(member: Member) -> bool:
-    return member.why_not_ready.startswith(ORPHANED[:9])
-
-
-def is_clash(member: Member) -> bool:
-    return member.why_not_ready.startswith(CLASH[:11])
-
-
-def _excluded(member: Member, why: str) -> Member:
-    """``member`` with the reason it is left out. Its readiness stays Linkerd's: an orphan
-    is typically still *ready*, which is the whole trouble, and `explain` says so; it is
-    kept out of the answers by living in ``GlobalService.excluded``, not ``members``."""
-    return Member(member.cluster, member.hostname, member.addresses, member.ports,
-                  member.ready, member.via, member.source, why)
-
-
-def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:
-    """``http://<ClusterIP>:<mc-probe port><path>`` of a gateway probe Service, as Linkerd's
-    probe worker builds it; None when the Service has no ClusterIP or no probe port."""
-    if svc.role is not Role.GATEWAY_PROBE or not svc.cluster_ips:
-        return None
-    port = next((p.port for p in svc.ports if p.name == PROBE_PORT_NAME), None)
-    if port is None:
-        port = svc.ports[0].port if len(svc.ports) == 1 else None
-    if port is None:
-        return None
-    ip = svc.cluster_ips[0]
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"http://{host}:{port}{link.probe_path if link is not None else DEFAULT_PROBE_PATH}"
-
-
-# --------------------------------------------------------------------------- health
-# What `dnsside check` asks of the objects Linkerd left: kept apart from the model above.
-
-
-@dataclass
-class ClusterMirrors:
-    """The mirrors of one linked (or orphaned) cluster, and which lack an EndpointSlice."""
-
-    services: list[ServiceRecord]  # every mirror Service naming this cluster
-    pod_mirrors: int = 0
-    gateway_mirrors: int = 0  # gateway-mode ClusterIP mirrors (remote-discovery ones excluded)
-    # Per-pod mirrors always have Endpoints (the gateway, ready or not), so no slice means the
-    # EndpointSliceMirroring controller did not make one.
-    missing_pod_slices: list[ServiceRecord] = field(default_factory=list)
-    # A gateway mirror of a remote service with no ready endpoint legitimately has none.
-    missing_gateway_slices: list[ServiceRecord] = field(default_factory=list)
-    orphaned: bool = False  # the Links were read and none targets this cluster
-
-    @property
-    def slices_mirrored(self) -> bool:
-        """EndpointSliceMirroring evidently works here: no per-pod mirror lacks a slice, and
-        some mirror has one (or none is expected)."""
-        expected = self.pod_mirrors + self.gateway_mirrors
-        missing = len(self.missing_pod_slices) + len(self.missing_gateway_slices)
-        return not self.missing_pod_slices and (expected == 0 or missing < expected)
-
-
-def mirror_health(services: Iterable[ServiceRecord], slices: Iterable[SliceRecord],
-                  links: Sequence[LinkRecord] | None) -> dict[str, ClusterMirrors]:
-    """Mirrors by cluster name (every Link's target cluster included, with or without
-    mirrors). ``links`` None: the Links could not be read, so nothing is an orphan."""
-    with_slice = {(s.namespace, s.service_name) for s in slices}
-    targets = {link.target_cluster for link in links or ()}
-    out: dict[str, ClusterMirrors] = {c: ClusterMirrors([]) for c in targets}
-    for svc in services:
-        if not svc.cluster or svc.role in (Role.LOCAL, Role.FEDERATED):
-            continue
-        entry = out.setdefault(svc.cluster, ClusterMirrors(
-            [], orphaned=links is not None and svc.cluster not in targets))
-        entry.services.append(svc)
-        has_slice = (svc.namespace, svc.name) in with_slice
-        if svc.role is Role.POD_MIRROR:
-            entry.pod_mirrors += 1
-            if not has_slice:
-                entry.missing_pod_slices.append(svc)
-        elif svc.role is Role.CLUSTER_MIRROR and not svc.remote_discovery:
-            entry.gateway_mirrors += 1
-            if not has_slice:
-                entry.missing_gateway_slices.append(svc)
-    for entry in out.values():
-        entry.services.sort(key=lambda s: (s.namespace, s.name))
-    return out
