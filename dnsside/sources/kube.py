@@ -223,8 +223,13 @@ class KubeSource:
         pairs = list(zip(RESOURCES, results, strict=True))
         log.info("initial sync: %s, %s", ", ".join(f"{len(r[1][0])} {r[0].plural}" for r in pairs),
                  f"{len(links.records)} links" if links.resource else "links unreadable")
+        follow = [(res, versions) for res, (_, versions) in pairs]
+        # The index holds the records now. This frame lives as long as the watches: were it
+        # to keep the list (the tasks keep their results), every record churn replaced
+        # since would stay alive next to its successor (issue 17).
+        del listings, results, records, batch, pairs
         async with asyncio.TaskGroup() as tg:
-            for res, (_, versions) in pairs:
+            for res, versions in follow:
                 tg.create_task(self._follow(api, res, versions, queue))
             tg.create_task(self._follow_links(api, links, queue))
 
@@ -340,6 +345,7 @@ class KubeSource:
                 records, versions = await self._list_resource(api, res, queue)
             log.info("relisted %s: %d objects", res.plural, len(records))
             await queue.put([Replace(frozenset({res.kind}), tuple(records))])
+            del records  # not kept through the watches that follow (see _run)
 
     # ------------------------------------------------------------------ lists
 
