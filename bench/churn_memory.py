@@ -289,6 +289,7 @@ def probe(path: str, argv: list[str]) -> int:
     import tracemalloc
 
     out = open(path, "a", buffering=1)  # noqa: SIM115 (open for the process's life)
+    mine = [tracemalloc.Filter(False, tracemalloc.__file__)]  # the snapshots themselves
     baseline: list[Any] = []
 
     def sample() -> None:
@@ -307,10 +308,12 @@ def probe(path: str, argv: list[str]) -> int:
             if tracemalloc.is_tracing():
                 row["traced"] = tracemalloc.get_traced_memory()[0]
                 if n == 6:  # past the first sync and the warm-up: the reference snapshot
-                    baseline.append(tracemalloc.take_snapshot())
+                    baseline.append(tracemalloc.take_snapshot().filter_traces(mine))
                 elif baseline and n % 6 == 0:
-                    top = tracemalloc.take_snapshot().compare_to(baseline[0], "lineno")[:12]
+                    snap = tracemalloc.take_snapshot().filter_traces(mine)
+                    top = snap.compare_to(baseline[0], "lineno")[:15]
                     row["top"] = [str(s) for s in top]
+                    del snap
             out.write(json.dumps(row) + "\n")
 
     threading.Thread(target=sample, name="bench-probe", daemon=True).start()
