@@ -26,6 +26,7 @@ from urllib.parse import quote
 import aiohttp
 
 from dnsside import linkerd
+from dnsside.config import flag, split_hostport, zones_from_env
 from dnsside.linkerd import (
     LINK_GROUP,
     LinkRecord,
@@ -38,8 +39,8 @@ OK, FAIL = "\u2713", "\u00d7"  # check mark, cross (as linkerd check prints)
 DEFAULT_NAMESPACE = "dnsside"
 SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
-CLUSTER_KEY = "DNSSIDE_CLUSTER_NAME"
-ZONE_KEY = "DNSSIDE_ZONE"
+CLUSTER_KEY = flag("--cluster-name").env
+ZONE_KEY = flag("--zone").env
 PAGE = 500
 
 
@@ -387,12 +388,15 @@ class Checker:
         assert self.options.dns is not None
         address = self.options.dns
         try:
-            host, port = _hostport(address)
+            host, port = split_hostport(address, 53)
         except ValueError as exc:
-            self.add(topic, False, f"--dns {address}", str(exc))
+            self.add(topic, False, f"--dns {address}", f"--dns {address!r}: {exc}")
             return
-        zones = [z if z.endswith(".") else z + "." for z in
-                 (install.config.get(ZONE_KEY) or "svc-global.").split(",") if z]
+        try:
+            zones = zones_from_env(install.config.get(ZONE_KEY) or "")
+        except ValueError as exc:
+            self.add(topic, False, f"the zones of {ZONE_KEY} are domain names", str(exc))
+            return
         ns = install.namespace or DEFAULT_NAMESPACE
         hint = (f"is dnsside reachable at {address}? e.g. `kubectl -n {ns} port-forward "
                 "svc/dnsside 5353` (TCP only: check queries over TCP)")
@@ -438,15 +442,6 @@ def _names(services: Sequence[ServiceRecord]) -> str:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _hostport(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return value.strip("[]"), 53
-    if not port.isdigit():
-        raise ValueError(f"--dns {value!r}: expected HOST:PORT, e.g. 127.0.0.1:5353")
-    return host.strip("[]"), int(port)
 
 
 def _pick_service(services: Sequence[ServiceRecord], slices: Sequence[SliceRecord],
@@ -508,19 +503,20 @@ async def _query(host: str, port: int, name: str, qtype: str, timeout: float
     return _RCODES.get(reply.header.rcode, str(reply.header.rcode)), answers
 
 
-async def _connect(kubeconfig: str | None) -> tuple[Any, Any]:
+async def connect(kubeconfig: str | None) -> tuple[Any, Any]:
+    """An API client for ``kubeconfig`` and its token refresher (None or a task)."""
     from dnsside.sources.kube import KubeSource
 
     return await KubeSource(kubeconfig=kubeconfig)._connect()
 
 
 async def run_checks(options: CheckOptions,
-                     connect: Callable[[str | None], Any] = _connect) -> list[Result]:
+                     connector: Callable[[str | None], Any] = connect) -> list[Result]:
     """Every check's result; never raises for what it checks."""
     from dnsside.sources.kube import KubeConfigError
 
     try:
-        api, refresher = await connect(options.kubeconfig)
+        api, refresher = await connector(options.kubeconfig)
     except KubeConfigError as exc:
         return [Result("kubernetes-api", False, "can initialize the client",
                        f"{exc}: pass --kubeconfig, set $KUBECONFIG or create ~/.kube/config")]

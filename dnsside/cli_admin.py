@@ -13,11 +13,12 @@ import sys
 from typing import Any
 
 from dnsside import install as inst
+from dnsside.config import DEFAULT_ZONE, format_hostport
 
-_BAKEABLE = "_dnsside_bakeable"  # where the install parser keeps its BakeableFlag list
+_BAKEABLE = "dnsside_bakeable"  # where the install parser keeps its BakeableFlag list
 
 
-def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
+def add_admin_commands(sub: Any) -> None:
     """Add ``install`` (with ``coredns`` and ``monitoring``) and ``check`` to ``sub``."""
     install = sub.add_parser(
         "install", help="print the manifests for `kubectl apply -f -`",
@@ -41,7 +42,7 @@ def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
                          help="sidecar mode: CoreDNS's Deployment")
     install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's ServiceAccount")
-    install.set_defaults(**{_BAKEABLE: inst.add_bakeable_flags(install, serve)})
+    install.set_defaults(**{_BAKEABLE: inst.add_bakeable_flags(install)})
     targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
 
     coredns = targets.add_parser(
@@ -145,7 +146,7 @@ def _install(args: argparse.Namespace, command: str) -> str:
 
 
 def _coredns(args: argparse.Namespace) -> str:
-    zones = tuple(args.coredns_zones or [inst.DEFAULT_ZONE]) + tuple(args.coredns_mcs_zones or ())
+    zones = tuple(args.coredns_zones or [DEFAULT_ZONE]) + tuple(args.coredns_mcs_zones or ())
     address = args.address
     if not address:
         if args.coredns_mode == "sidecar":
@@ -161,13 +162,13 @@ def _coredns(args: argparse.Namespace) -> str:
 
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:
     """The dnsside Service's ClusterIP (the first family's), port 5353."""
-    from dnsside.check import ApiFailure, Checker, CheckOptions, _connect
+    from dnsside.check import ApiFailure, Checker, CheckOptions, connect
     from dnsside.sources.kube import KubeConfigError
 
     hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
             "jsonpath='{.spec.clusterIP}')")
     try:
-        api, refresher = await _connect(kubeconfig)
+        api, refresher = await connect(kubeconfig)
     except KubeConfigError as exc:
         raise inst.InstallError(f"cannot read dnsside's Service: {exc}; {hint}") from None
     try:
@@ -184,7 +185,7 @@ async def _service_address(kubeconfig: str | None, namespace: str) -> str:
     ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
     if not ips or not ips[0] or ips[0] == "None":
         raise inst.InstallError(f"Service {namespace}/{inst.NAME} has no ClusterIP; {hint}")
-    return inst.format_address(str(ips[0]), inst.DNS_PORT)
+    return format_hostport(str(ips[0]), inst.DNS_PORT)
 
 
 def _monitoring(args: argparse.Namespace, command: str) -> str:

@@ -16,8 +16,9 @@ Two layouts (``--mode``):
   --field-manager=dnsside`` so dnsside owns that container and nothing else).
 
 Every ``serve`` flag not fixed by the layout can be baked into the ConfigMap as
-``DNSSIDE_<FLAG>``: the install parser copies them from the serve parser
-(:func:`bakeable_flags`), so a flag added to ``serve`` works here unchanged. The
+``DNSSIDE_<FLAG>``: the install parser offers every flag of :data:`dnsside.config.FLAGS`
+whose commands include ``install`` (:func:`bakeable_flags`), so a flag added there
+works here unchanged. The
 container reads the whole ConfigMap with ``envFrom`` and the pod template carries
 a hash of it, so re-running ``install`` with other flags rolls the pods.
 
@@ -43,6 +44,17 @@ from typing import Any
 import yaml
 
 from dnsside import __version__
+from dnsside.config import (
+    DEFAULT_ZONE,
+    INSTALL,
+    Flag,
+    flag,
+    flags_for,
+    format_hostport,
+    is_dns_label,
+    normal_zone,
+    split_hostport,
+)
 
 IMAGE = f"ghcr.io/dnsside/dnsside:{__version__}"
 NAME = "dnsside"
@@ -54,19 +66,14 @@ SIDECAR_HTTP_PORT = 9154  # CoreDNS owns 9153 in its pod
 TCP_CLOSE_GRACE = 3  # seconds App.shutdown gives open TCP connections after the lame duck
 COREDNS_DEFAULT_GRACE = 30  # a pod's terminationGracePeriodSeconds when it sets none
 CONFIG_HASH = "dnsside/config-hash"  # pod template annotation: a ConfigMap change rolls pods
-DEFAULT_ZONE = "svc-global."
 
-# What dnsside reads, and nothing else (SPEC §4): get/list/watch on these.
+# What dnsside reads, and nothing else: get/list/watch on these.
 RBAC_RULES: tuple[tuple[str, str], ...] = (
     ("", "services"),
     ("discovery.k8s.io", "endpointslices"),
     ("multicluster.linkerd.io", "links"),
 )
 
-# serve flags the layout decides (or that make no sense in a pod); every other one is
-# offered by `install` and baked into the ConfigMap.
-NOT_BAKED = frozenset({"--help", "--source", "--kubeconfig", "--listen", "--http-listen",
-                       "--cluster-name"})
 # serve flags whose name `install` uses for something else.
 RENAMED = {"--namespace": "--watch-namespace"}
 
@@ -81,89 +88,59 @@ class InstallError(ValueError):
 @dataclass(frozen=True)
 class BakeableFlag:
     """One ``serve`` flag as ``install`` offers it: ``option`` on the install command line,
-    ``env`` in the ConfigMap."""
+    ``dest`` in its parsed arguments, ``env`` in the ConfigMap."""
 
-    serve_flag: str
+    flag: Flag
     option: str
     dest: str
-    env: str
-    action: argparse.Action
+
+    @property
+    def serve_flag(self) -> str:
+        return self.flag.name
+
+    @property
+    def env(self) -> str:
+        return self.flag.env
 
 
-def env_name(flag: str) -> str:
-    """``--srv-priority`` → ``DNSSIDE_SRV_PRIORITY``, as ``dnsside.cli`` reads it."""
-    return "DNSSIDE_" + flag.lstrip("-").replace("-", "_").upper()
+def bakeable_flags() -> list[BakeableFlag]:
+    """Every serve flag install bakes into the ConfigMap, in the table's order."""
+    return [BakeableFlag(f, RENAMED.get(f.name, f.name), "serve_" + f.dest)
+            for f in flags_for(INSTALL)]
 
 
-def serve_parser() -> argparse.ArgumentParser:
-    from dnsside.cli import build_parser
-
-    for action in build_parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            parser: argparse.ArgumentParser = action.choices["serve"]
-            return parser
-    raise AssertionError("dnsside.cli.build_parser has no serve command")
-
-
-def bakeable_flags(serve: argparse.ArgumentParser | None = None) -> list[BakeableFlag]:
-    """Every flag of ``serve`` (default: dnsside's own) that install bakes into the
-    ConfigMap, and the option it goes by on the install command line."""
-    flags = []
-    for action in (serve or serve_parser())._actions:
-        long = [s for s in action.option_strings if s.startswith("--")]
-        if not long or long[0] in NOT_BAKED:
-            continue
-        flag = long[0]
-        option = RENAMED.get(flag, flag)
-        flags.append(BakeableFlag(flag, option, "serve_" + action.dest, env_name(flag), action))
-    return flags
-
-
-def add_bakeable_flags(parser: argparse.ArgumentParser, serve: argparse.ArgumentParser
-                       ) -> list[BakeableFlag]:
-    """Offer every bakeable flag of ``serve`` on ``parser``, with the serve flag's type,
-    choices and action; a flag not given stays None (not baked)."""
-    flags = bakeable_flags(serve)
+def add_bakeable_flags(parser: argparse.ArgumentParser) -> list[BakeableFlag]:
+    """Offer every bakeable flag on ``parser`` with the serve flag's type and choices; a
+    flag not given stays None (not baked)."""
+    flags = bakeable_flags()
     group = parser.add_argument_group(
         "dnsside serve flags", "baked into the dnsside ConfigMap as DNSSIDE_<FLAG> "
         "(see `dnsside serve --help`)")
-    for f in flags:
-        a = f.action
-        kwargs: dict[str, Any] = {"dest": f.dest, "default": None, "help": a.help}
-        if isinstance(a, argparse._StoreTrueAction):
+    for b in flags:
+        f = b.flag
+        kwargs: dict[str, Any] = {"dest": b.dest, "default": None, "help": f.help}
+        if f.switch:
             kwargs["action"] = "store_true"
-        elif isinstance(a, argparse._StoreFalseAction):
-            kwargs["action"] = "store_false"
         else:
-            kwargs["action"] = "append" if isinstance(a, argparse._AppendAction) else "store"
-            kwargs.update(type=a.type, choices=a.choices,
-                          metavar=a.metavar or (None if a.choices else a.dest.upper()))
-        try:
-            group.add_argument(f.option, **kwargs)
-        except argparse.ArgumentError as exc:  # a new serve flag clashes with an install flag
-            raise AssertionError(f"serve flag {f.serve_flag} clashes with `install`: {exc}; "
-                                 "add it to dnsside.install.RENAMED") from None
+            kwargs.update(action="append" if f.repeatable else "store",
+                          type=None if f.repeatable else f.type, choices=f.choices,
+                          metavar=f.metavar or (None if f.choices else f.dest.upper()))
+        group.add_argument(b.option, **kwargs)
     return flags
 
 
 def baked_settings(args: argparse.Namespace, flags: Iterable[BakeableFlag]) -> dict[str, str]:
     """The ConfigMap entries for the serve flags given on the install command line, in
-    the form ``dnsside.cli`` reads back (booleans ``true``, lists comma-separated)."""
+    the form the serve CLI reads back (booleans ``true``, lists comma-separated)."""
     out: dict[str, str] = {}
-    for f in flags:
-        value = getattr(args, f.dest, None)
+    for b in flags:
+        value = getattr(args, b.dest, None)
         if value is None:
             continue
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, list):
-            if any("," in str(v) for v in value):
-                raise InstallError(f"{f.option} {value!r}: a value with a comma cannot be "
-                                   f"passed through {f.env}")
-            text = ",".join(str(v) for v in value)
-        else:
-            text = str(value)
-        out[f.env] = text
+        try:
+            out[b.env] = b.flag.to_env(value)
+        except ValueError as exc:
+            raise InstallError(str(exc).replace(b.flag.name, b.option, 1)) from None
     return out
 
 
@@ -196,12 +173,11 @@ class InstallOptions:
 
     @property
     def lameduck(self) -> float:
-        raw = self.settings.get(env_name("--lameduck"))
-        return float(raw) if raw is not None else 5.0
+        lameduck = flag("--lameduck")
+        raw = self.settings.get(lameduck.env)
+        return float(raw) if raw is not None else float(lameduck.default)
 
     def check(self) -> None:
-        from dnsside.linkerd import is_dns_label
-
         if self.mode not in MODES:
             raise InstallError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
         if not is_dns_label(self.cluster_name):
@@ -257,7 +233,7 @@ def _binding(name: str, sa_namespace: str, sa_name: str) -> dict[str, Any]:
 
 
 def _config_map(opts: InstallOptions) -> dict[str, Any]:
-    data = {env_name("--cluster-name"): opts.cluster_name, **dict(sorted(opts.settings.items()))}
+    data = {flag("--cluster-name").env: opts.cluster_name, **dict(sorted(opts.settings.items()))}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(NAME, opts.ns),
             "data": data}
 
@@ -612,48 +588,31 @@ class CorednsOptions:
     block_only: bool = False
 
 
-def normal_zone(zone: str) -> str:
-    from dnsside.dns import to_wire
-
-    zone = zone.strip().lower()
-    zone = zone if zone.endswith(".") else zone + "."
+def forward_zone(zone: str) -> str:
     try:
-        to_wire(zone)
-    except Exception as exc:
-        raise InstallError(f"zone {zone!r} is not a domain name: {exc}") from None
+        zone = normal_zone(zone)
+    except ValueError as exc:
+        raise InstallError(str(exc)) from None
     if zone == ".":
         raise InstallError("the root zone cannot be forwarded to dnsside")
     return zone
 
 
 def parse_address(value: str) -> tuple[str, int]:
-    """``IP``, ``IP:PORT`` or ``[IPv6]:PORT`` (port 5353 when absent)."""
-    text = value.strip()
-    host, port = text, DNS_PORT
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        if rest:
-            if not rest.startswith(":") or not rest[1:].isdigit():
-                raise InstallError(f"--address {value!r}: expected [IPv6]:PORT")
-            port = int(rest[1:])
-    elif text.count(":") == 1:
-        host, _, p = text.partition(":")
-        if not p.isdigit():
-            raise InstallError(f"--address {value!r}: the port is not a number")
-        port = int(p)
+    """``IP``, ``IP:PORT``, ``[IPv6]:PORT`` or a bare IPv6 address (port 5353 when absent)."""
+    try:
+        host, port = split_hostport(value, DNS_PORT)
+    except ValueError as exc:
+        raise InstallError(f"--address {value!r}: {exc}") from None
     try:
         ipaddress.ip_address(host)
     except ValueError:
         raise InstallError(f"--address {value!r}: CoreDNS forwards to IP addresses, not names "
                            "(kubectl -n dnsside get service dnsside -o "
                            "jsonpath='{.spec.clusterIP}')") from None
-    if not 0 < port < 65536:
+    if port == 0:
         raise InstallError(f"--address {value!r}: port out of range")
     return host, port
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def server_block(opts: CorednsOptions, *, nodelocal: Sequence[str] = ()) -> str:
@@ -785,8 +744,8 @@ def coredns_output(opts: CorednsOptions) -> str:
         raise InstallError(f"--flavor {opts.flavor} works with standalone mode only: "
                            f"{STANDALONE_ONLY[opts.flavor]}")
     host, port = parse_address(opts.address)
-    opts = CorednsOptions(opts.flavor, format_address(host, port),
-                          tuple(dict.fromkeys(normal_zone(z) for z in opts.zones)), opts.mode,
+    opts = CorednsOptions(opts.flavor, format_hostport(host, port),
+                          tuple(dict.fromkeys(forward_zone(z) for z in opts.zones)), opts.mode,
                           opts.cluster_domain, opts.existing, opts.block_only)
     if opts.block_only:
         if opts.flavor in ("gke", "openshift"):

@@ -216,13 +216,15 @@ def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
 
 def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Generic over `dnsside serve`'s parser: a flag added there works here unchanged."""
-    from dnsside.cli import build_parser
+    from dnsside.cli import build_parser, serve_parser
 
     flags = inst.bakeable_flags()
+    serve_actions = {s: a for a in serve_parser()._actions for s in a.option_strings}
     assert {f.serve_flag for f in flags} >= {"--ttl", "--zone", "--namespace", "--lameduck",
                                              "--publish-not-ready", "--srv-priority"}
     for f in flags:
-        words, expected = _sample(f.option, f.action)
+        action = serve_actions[f.serve_flag]
+        words, expected = _sample(f.option, action)
         objs = install("--cluster-name", "east", *words)
         data = one(objs, "ConfigMap")["data"]
         assert set(data) == {"DNSSIDE_CLUSTER_NAME", f.env}, f.option
@@ -232,7 +234,7 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
         for key, value in data.items():
             monkeypatch.setenv(key, value)
         args = build_parser().parse_args(container(objs)["args"])
-        assert getattr(args, f.action.dest) == expected, f.option
+        assert getattr(args, action.dest) == expected, f.option
         assert args.cluster_name == "east"
 
 
