@@ -1,11 +1,11 @@
-"""dnsside: `serve` answers *.svc-global, `explain` says why; `install`, `check` in cli_admin.
+"""dnsside: `serve` answers *.svc-global, `explain` says why; `install`, `check` in ops.
 
 Every serve flag can also come from `DNSSIDE_<FLAG>` (the table is dnsside.config.FLAGS).
 Environment values are defaults that the command line overrides; repeatable
 flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
 
-`serve` and `explain` never load :mod:`dnsside.cli_admin`: :func:`main` builds the
-install and check parsers only when one of them is the command.
+`serve` and `explain` never load :mod:`dnsside.ops`: :func:`main` builds the install
+and check parsers only when one of them is the command.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dnsside import __version__
 from dnsside.app import App, make_source
 from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
 
-ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.cli_admin, loaded only for them
+ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
@@ -57,7 +57,7 @@ def _parsers(admin: bool) -> tuple[argparse.ArgumentParser, dict[str, argparse.A
     explain.add_argument("name")
     explain.add_argument("type", nargs="?", default="A")
     if admin:
-        from dnsside.cli_admin import add_admin_commands
+        from dnsside.ops.cli import add_admin_commands
 
         add_admin_commands(sub)
     return parser, {SERVE: serve, EXPLAIN: explain}
@@ -65,7 +65,7 @@ def _parsers(admin: bool) -> tuple[argparse.ArgumentParser, dict[str, argparse.A
 
 def build_parser(admin: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``admin=False`` leaves out install and check (and with
-    them the install and check code)."""
+    them the operations code)."""
     return _parsers(admin)[0]
 
 
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = next((w for w in words if not w.startswith("-")), None)
     args = build_parser(admin=command not in (SERVE, EXPLAIN)).parse_args(words)
     if args.command in ADMIN_COMMANDS:
-        from dnsside.cli_admin import run_admin_command
+        from dnsside.ops.cli import run_admin_command
 
         return run_admin_command(args, words)
     setup_logging(args.log_format, args.log_level)
