@@ -274,7 +274,7 @@ def _monitoring(args: argparse.Namespace, command: str) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dnsside.ops.check import CheckOptions, render, run_checks
+    from dnsside.ops.check import CheckOptions, passed, render, run_checks
 
     options = CheckOptions(
         kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
@@ -282,4 +282,4 @@ def _check(args: argparse.Namespace) -> int:
         dns=args.dns, coredns_deployment=args.check_coredns)
     results = asyncio.run(run_checks(options))
     sys.stdout.write(render(results))
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(passed(r) for r in results) else 1
