@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 SERVE, EXPLAIN, INSTALL = "serve", "explain", "install"
@@ -296,34 +296,15 @@ class Config:
             value = values.get(f.dest) if f.dest in taken else None
             return f.default if value is None else value
 
-        return cls(
-            source=get("--source"),
-            kubeconfig=get("--kubeconfig"),
-            cluster_name=get("--cluster-name").lower(),
-            zones=normal_zones(get("--zone")) or default("--zone"),
-            mcs_zones=normal_zones(get("--mcs-zone"), "--mcs-zone"),
-            ttl=get("--ttl"),
-            publish_not_ready=get("--publish-not-ready"),
-            no_local=get("--no-local"),
-            srv_priority=get("--srv-priority"),
-            namespaces=tuple(get("--namespace")),
-            reload_interval=get("--reload-interval"),
-            kube_backoff_cap=get("--kube-backoff-cap"),
-            ns_addresses=ns_addresses(get("--ns-address"), pod_ip,
-                                      get("--listen") if command == SERVE else None),
-            no_federated=get("--no-federated"),
-            gateway_probe=get("--gateway-probe"),
-            gateway_probe_period=get("--gateway-probe-period"),
-            gateway_probe_timeout=get("--gateway-probe-timeout"),
-            gateway_probe_failures=get("--gateway-probe-failures"),
-            listen=get("--listen"),
-            http_listen=get("--http-listen"),
-            tcp_idle_timeout=get("--tcp-idle-timeout"),
-            tcp_max_connections=get("--tcp-max-connections"),
-            query_log=get("--query-log"),
-            lameduck=get("--lameduck"),
-            udp_io=get("--udp-io"),
-        )
+        same = {f.name for f in fields(cls)}  # flags whose dest is a field's name
+        config = cls(**{f.dest: get(f.name) for f in FLAGS if f.dest in same})
+        config.cluster_name = config.cluster_name.lower()
+        config.zones = normal_zones(get("--zone")) or default("--zone")
+        config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
+        config.namespaces = tuple(get("--namespace"))
+        config.ns_addresses = ns_addresses(get("--ns-address"), pod_ip,
+                                           get("--listen") if command == SERVE else None)
+        return config
 
     @property
     def probing(self) -> bool:
