@@ -1,6 +1,6 @@
 """`dnsside explain NAME [TYPE]`: the answer to a question, and where each record comes from.
 
-It asks the same :class:`~dnsside.dns.Responder` the server uses (so what it
+It asks the same :class:`~dnsside.responder.Responder` the server uses (so what it
 prints is what a client gets), then walks the global service behind the name
 and says, member by member, which objects it comes from and why it is in or
 out of the answer. Only humans call this; nothing here is on the query path.
@@ -12,10 +12,12 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
-from dnsside.dns import published, to_wire
+from dnsside.assembly import GlobalService, Member
+from dnsside.dns import published
 from dnsside.events import Gateway
 from dnsside.index import Index
-from dnsside.linkerd import GlobalService, Member, Via
+from dnsside.linkerd import Via
+from dnsside.wire import to_wire
 
 
 class Explainer:
@@ -56,7 +58,7 @@ class Explainer:
             wire = to_wire(name)
         except ValueError as exc:
             return {"explanation": str(exc)}
-        zone = self.index.responder._zone_of(wire)
+        zone = self.index.responder.zone_of(wire)
         if zone is None:
             return {"explanation": "outside every served zone: REFUSED"}
         if not self.index.synced:
@@ -66,7 +68,7 @@ class Explainer:
         if not labels:
             return {"explanation": f"the zone apex {zone.origin}"}
         mcs = zone.scheme == "mcs"
-        if mcs:  # KEP-1645 names (SPEC §3b): everything but dns-version lives below svc.M
+        if mcs:  # KEP-1645 names: everything but dns-version lives below svc.M
             if labels == ["dns-version"]:
                 return {"explanation": "the schema version of the Multi-Cluster Services DNS "
                                        "specification (TXT)"}
@@ -136,20 +138,26 @@ class Explainer:
 
     def _gateway(self, cluster: str) -> str:
         known = self.index.gateways.get(cluster)
+        probed = cluster in self.index.probe_targets()
         if known is not None:
             state, detail = known
             if state is Gateway.UNREACHED:
-                return (f"never answered since start ({detail}): not acted on, Linkerd's "
+                text = (f"never answered since start ({detail}): not acted on, Linkerd's "
                         "readiness stands")
-            return f"{state.value}" + (f" ({detail})" if state is Gateway.FAILING else "")
-        if cluster in self.index.probe_targets():
+            else:
+                text = f"{state.value}" + (f" ({detail})" if state is Gateway.FAILING else "")
+            if not probed:
+                text += ("; last known, not probed now (no Link or no probe Service): it "
+                         "stands until the probe resumes")
+            return text
+        if probed:
             return "not probed yet, or off (dnsside explain itself never probes: ask the " \
                    "running server's /debug/explain)"
         return "not probed: no gateway probe Service for this cluster"
 
 
 def _mcs_naming(gs: GlobalService, depth: int) -> str:
-    """How dns._encode_mcs reads this service, in one sentence."""
+    """How the --mcs-zone encoder reads this service, in one sentence."""
     if depth == 3:
         return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): NXDOMAIN "
                 "whatever the members")

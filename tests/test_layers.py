@@ -3,10 +3,11 @@
 Layers, lowest first; a module may import its own layer and the ones below:
 
     config      dnsside (the package), config: no other dnsside module
-    core        linkerd, events, dns, index, explain, bulk: what the answers are
+    core        linkerd, diagnosis, assembly, events, wire, dns, responder, tables, index,
+                explain, bulk: what the answers are, and why
     telemetry   metrics: the counters the sources and the serving side update
     sources     sources/*, prober: the outside world turned into index events
-    serving     app, server, mmsg, http: sockets and the process's life
+    serving     app, reporting, server, mmsg, http: sockets, logs and the process's life
     ops         ops/*: install and check, never loaded by serve
     entry       cli, __main__: the command line, which loads ops for install/check only
 
@@ -25,36 +26,33 @@ from pathlib import Path
 from support import ROOT
 
 PACKAGE = ROOT / "dnsside"
-LAYERS: dict[str, tuple[str, ...]] = {
-    "config": ("dnsside", "dnsside.config"),
-    "core": ("dnsside.linkerd", "dnsside.events", "dnsside.dns", "dnsside.index",
-             "dnsside.explain", "dnsside.bulk"),
+LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything in it
+    "config": ("dnsside.config",),
+    "core": ("dnsside.linkerd", "dnsside.diagnosis", "dnsside.assembly", "dnsside.events",
+             "dnsside.wire", "dnsside.dns", "dnsside.responder", "dnsside.tables",
+             "dnsside.index", "dnsside.explain", "dnsside.bulk"),
     "telemetry": ("dnsside.metrics",),
     "sources": ("dnsside.sources", "dnsside.prober"),
-    "serving": ("dnsside.app", "dnsside.server", "dnsside.mmsg", "dnsside.http"),
+    "serving": ("dnsside.app", "dnsside.reporting", "dnsside.server", "dnsside.mmsg",
+                "dnsside.http"),
     "ops": ("dnsside.ops",),
     "entry": ("dnsside.cli", "dnsside.__main__"),
 }
 ORDER = list(LAYERS)
 
-# Imports that break the layering today, each to be removed, never added to.
-KNOWN_UPWARD = {
-    # TO BE REMOVED: the index updates its gauges itself; issue 18 has the serving side
-    # turn what the index returns into metrics, and the core import no metrics.
-    ("dnsside.index", "dnsside.metrics"),
-}
+# Imports that break the layering, each to be removed, never added to (the test fails
+# when one is gone, so the list cannot go stale).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 # The one module through which the operations wing talks to the Kubernetes API.
-API_CLIENT = "dnsside.sources.kube"
+API_CLIENT = "dnsside.sources.kubeapi"
 HTTP_LIBRARIES = ("aiohttp", "kubernetes_asyncio")
 KNOWN_HTTP_IN_OPS = {
     # TO BE REMOVED: check's own GET and paging, until they go through the one client.
     ("dnsside.ops.check", "aiohttp"),
 }
 
-# Modules over MAX_LINES today, in other hands; each is to leave this list, none to join.
 MAX_LINES = 700
-KNOWN_LONG = {"dnsside.dns", "dnsside.linkerd", "dnsside.index", "dnsside.sources.kube"}
 
 
 @dataclass(frozen=True)
@@ -103,6 +101,8 @@ INTERNAL = [imp for imp in ALL if imp.target in MODULES]
 
 
 def layer(module: str) -> str:
+    if module == "dnsside":  # the package's face: __version__ only
+        return "config"
     best = ""
     for name, prefixes in LAYERS.items():
         for prefix in prefixes:
@@ -207,4 +207,4 @@ def test_no_private_name_is_imported_from_another_module() -> None:
 def test_no_module_is_over_700_lines() -> None:
     long = {name for name, path in MODULES.items()
             if len(path.read_text(encoding="utf-8").splitlines()) > MAX_LINES}
-    assert long <= KNOWN_LONG, long - KNOWN_LONG
+    assert not long, long

@@ -30,6 +30,7 @@ import aiohttp
 
 from dnsside import linkerd
 from dnsside.config import flag, split_hostport, zones_from_env
+from dnsside.diagnosis import mirror_health
 from dnsside.linkerd import (
     LINK_GROUP,
     LinkRecord,
@@ -384,7 +385,7 @@ class Checker:
 
     def check_mirrors(self, links: list[LinkRecord] | None, services: Sequence[ServiceRecord],
                       slices: Sequence[SliceRecord]) -> None:
-        health = linkerd.mirror_health(services, slices, links)
+        health = mirror_health(services, {(s.namespace, s.service_name) for s in slices}, links)
         for cluster, h in sorted(health.items()):
             if h.orphaned:
                 continue
@@ -562,15 +563,16 @@ async def _query(host: str, port: int, name: str, qtype: str, timeout: float
 
 async def connect(kubeconfig: str | None) -> tuple[Any, Any]:
     """An API client for ``kubeconfig`` and its token refresher (None or a task)."""
-    from dnsside.sources.kube import KubeSource
+    from dnsside.sources.kubeapi import KubeApi
 
-    return await KubeSource(kubeconfig=kubeconfig)._connect()
+    api = await KubeApi.connect(kubeconfig)
+    return api.client, api.refresher
 
 
 async def run_checks(options: CheckOptions,
                      connector: Callable[[str | None], Any] = connect) -> list[Result]:
     """Every check's result; never raises for what it checks."""
-    from dnsside.sources.kube import KubeConfigError
+    from dnsside.sources.kubeapi import KubeConfigError
 
     checker = Checker(options, None)
     try:
