@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
-
-import aiohttp
 
 from dnsside import linkerd
 from dnsside.config import flag, split_hostport, zones_from_env
@@ -38,6 +35,7 @@ from dnsside.linkerd import (
     ServiceRecord,
     SliceRecord,
 )
+from dnsside.sources.kubeapi import TRANSIENT, ApiError, KubeApi, KubeConfigError, NotFound
 
 OK, FAIL, WARN = "\u2713", "\u00d7", "\u203c"  # check mark, cross, double !, as linkerd
 DEFAULT_NAMESPACE = "dnsside"
@@ -45,7 +43,9 @@ SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
 CLUSTER_KEY = flag("--cluster-name").env
 ZONE_KEY = flag("--zone").env
-PAGE = 500
+PAGE = 500  # items per list request
+# What a GET can fail with that a check reports: a status, a body that is not an object.
+API_ERRORS = (ApiError, ValueError)
 
 API, INSTALL, RBAC, LINKERD, CONFIG, WORKLOAD, DNS = (
     "kubernetes-api", "dnsside-install", "dnsside-rbac", "linkerd-multicluster",
@@ -166,13 +166,6 @@ class CheckOptions:
     timeout: float = 10.0
 
 
-class ApiFailure(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}" if status else message)
-        self.status = status
-        self.message = message
-
-
 @dataclass
 class _Install:
     mode: str = ""  # "" = not found
@@ -188,7 +181,7 @@ class _Fatal(Exception):
 class Checker:
     """Runs the checks in order; each adds :class:`Result` lines to :attr:`results`."""
 
-    def __init__(self, options: CheckOptions, api: Any) -> None:
+    def __init__(self, options: CheckOptions, api: KubeApi | None) -> None:
         self.options = options
         self.api = api
         self.results: list[Result] = []
@@ -209,48 +202,18 @@ class Checker:
 
     async def get(self, path: str, params: Mapping[str, str] | None = None,
                   user: str | None = None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if user:
-            headers["Impersonate-User"] = user
-        timeout = aiohttp.ClientTimeout(total=self.options.timeout)
-        resp = await self.api.call_api(
-            path, "GET", query_params=list((params or {}).items()), header_params=headers,
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
-        try:
-            body = await resp.read()
-        finally:
-            resp.release()
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if resp.status != 200:
-            message = data.get("message") if isinstance(data, dict) else None
-            raise ApiFailure(resp.status, str(message or resp.reason or ""))
-        if not isinstance(data, dict):
-            raise ApiFailure(0, f"GET {path}: the answer is not a JSON object")
-        return data
+        assert self.api is not None
+        return await self.api.get_json(path, params, user=user)
 
     async def get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
             return await self.get(path)
-        except ApiFailure as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def list_all(self, path: str, selector: str = "") -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        params = {"limit": str(PAGE)}
-        if selector:
-            params["labelSelector"] = selector
-        while True:
-            body = await self.get(path, params)
-            items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-            params["continue"] = str(token)
+        assert self.api is not None
+        return await self.api.list_all(path, selector, page=PAGE)
 
     # ------------------------------------------------------------------ the checks
 
@@ -273,7 +236,7 @@ class Checker:
     async def check_api(self) -> None:
         try:
             version = await self.get("/version")
-        except (ApiFailure, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except TRANSIENT as exc:
             self.report("api", False, version="", error=_describe(exc))
             return
         self.report("api", True, version=f" ({version.get('gitVersion', '?')})")
@@ -337,8 +300,9 @@ class Checker:
         for name, path, api_group in checks:
             try:
                 await self.get(path, {"limit": "1"}, user=self.options.as_user)
-            except ApiFailure as exc:
-                self.report("rbac", False, who=who, name=name, error=exc.message or exc,
+            except API_ERRORS as exc:
+                message = exc.message if isinstance(exc, ApiError) else ""
+                self.report("rbac", False, who=who, name=name, error=message or exc,
                             resource=name.split(".")[0], group=api_group,
                             user=self.options.as_user or "<user>")
                 continue
@@ -353,7 +317,7 @@ class Checker:
         self.report("link-crd", True, found="", version=f" (preferred version {version})")
         try:
             items = await self.list_all(f"/apis/{LINK_GROUP}/{version}/links")
-        except ApiFailure as exc:
+        except API_ERRORS as exc:
             self.report("links-readable", False, error=exc)
             return None
         links: list[LinkRecord] = []
@@ -379,7 +343,7 @@ class Checker:
             for item in await self.list_all("/apis/discovery.k8s.io/v1/endpointslices"):
                 with contextlib.suppress(ObjectError):
                     slices.append(linkerd.parse_slice(item))
-        except ApiFailure as exc:
+        except API_ERRORS as exc:
             self.report("mirrors-readable", False, error=exc)
         return services, slices
 
@@ -437,7 +401,7 @@ class Checker:
         label = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         try:
             pods = await self.list_all(f"/api/v1/namespaces/{quote(ns)}/pods", label)
-        except ApiFailure as exc:
+        except API_ERRORS as exc:
             self.report("pods-readable", False, name=name, error=exc)
             return
         running = 0
@@ -561,36 +525,20 @@ async def _query(host: str, port: int, name: str, qtype: str, timeout: float
     return _RCODES.get(reply.header.rcode, str(reply.header.rcode)), answers
 
 
-async def connect(kubeconfig: str | None) -> tuple[Any, Any]:
-    """An API client for ``kubeconfig`` and its token refresher (None or a task)."""
-    from dnsside.sources.kubeapi import KubeApi
-
-    api = await KubeApi.connect(kubeconfig)
-    return api.client, api.refresher
-
-
-async def run_checks(options: CheckOptions,
-                     connector: Callable[[str | None], Any] = connect) -> list[Result]:
+async def run_checks(options: CheckOptions) -> list[Result]:
     """Every check's result; never raises for what it checks."""
-    from dnsside.sources.kubeapi import KubeConfigError
-
     checker = Checker(options, None)
     try:
-        api, refresher = await connector(options.kubeconfig)
+        checker.api = await KubeApi.connect(options.kubeconfig, request_timeout=options.timeout)
     except KubeConfigError as exc:
         with contextlib.suppress(_Fatal):
             checker.report("client", False, error=exc)
         return checker.results
-    checker.api = api
     checker.report("client", True)
     try:
         return await checker.run()
     finally:
-        if refresher is not None:
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await refresher
-        await api.close()
+        await checker.api.close()
 
 
 def passed(result: Result) -> bool:

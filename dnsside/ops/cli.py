@@ -233,24 +233,20 @@ def _coredns(args: argparse.Namespace) -> str:
 
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:
     """The dnsside Service's ClusterIP (the first family's), port 5353."""
-    from dnsside.ops.check import ApiFailure, Checker, CheckOptions, connect
-    from dnsside.sources.kubeapi import KubeConfigError
+    from dnsside.sources.kubeapi import TRANSIENT, KubeApi, KubeConfigError
 
     hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
             "jsonpath='{.spec.clusterIP}')")
     try:
-        api, refresher = await connect(kubeconfig)
+        api = await KubeApi.connect(kubeconfig)
     except KubeConfigError as exc:
         raise inst.InstallError(f"cannot read dnsside's Service: {exc}; {hint}") from None
     try:
-        svc = await Checker(CheckOptions(), api).get(
-            f"/api/v1/namespaces/{namespace}/services/{inst.NAME}")
-    except (ApiFailure, OSError, TimeoutError) as exc:
+        svc = await api.get_json(f"/api/v1/namespaces/{namespace}/services/{inst.NAME}")
+    except TRANSIENT as exc:
         raise inst.InstallError(f"cannot read Service {namespace}/{inst.NAME}: {exc}; "
                                 f"{hint}") from None
     finally:
-        if refresher is not None:
-            refresher.cancel()
         await api.close()
     spec = svc.get("spec") or {}
     ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
