@@ -18,9 +18,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 SERVE, EXPLAIN, INSTALL = "serve", "explain", "install"
-_SOURCE = frozenset({SERVE, EXPLAIN, INSTALL})  # the source and answer flags
-_SERVING = frozenset({SERVE, INSTALL})  # how the server runs: serve only
-_NOT_BAKED = frozenset({SERVE, EXPLAIN})  # flags the install layout decides itself
+# Which commands take a flag; "install" means install offers it and bakes it into the
+# ConfigMap as DNSSIDE_<FLAG>.
+_SOURCE = frozenset({SERVE, EXPLAIN, INSTALL})  # what is read and how it is answered
+_SERVING = frozenset({SERVE, INSTALL})  # how the server runs
+_NOT_BAKED = frozenset({SERVE, EXPLAIN})  # set by the install layout itself
 
 TRUE = frozenset({"1", "true", "yes", "on"})  # what a boolean DNSSIDE_<FLAG> accepts as on
 DEFAULT_ZONE = "svc-global."
