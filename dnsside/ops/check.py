@@ -9,7 +9,8 @@ Every check reads the API server (GET only, like dnsside itself) with the
 kubeconfig's identity, except the RBAC ones, which list each resource dnsside
 reads as ``--as`` (``Impersonate-User``), so ``--as
 system:serviceaccount:dnsside:dnsside`` checks dnsside's own grants. What the
-objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.linkerd`; the
+objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.linkerd` and
+:mod:`dnsside.diagnosis`; the
 global service queried through ``--dns`` is picked by dnsside's own index from
 the same objects. The exit status is 1 when any check that is not a warning failed.
 """
@@ -186,7 +187,7 @@ class Checker:
         self.api = api
         self.results: list[Result] = []
 
-    def report(self, check_id: str, ok: bool, text: str | None = None, **facts: Any) -> bool:
+    def report(self, check_id: str, ok: bool, text: str | None = None, **facts: Any) -> None:
         """Record one result of ``CHECKS[check_id]``: ``text`` (default: the description)
         and, when it failed, the hint, both filled in from ``facts``."""
         check = CHECKS[check_id]
@@ -196,7 +197,6 @@ class Checker:
                                    hint, check.warning))
         if check.fatal and not ok:
             raise _Fatal(check_id)
-        return ok
 
     # ------------------------------------------------------------------ HTTP
 
