@@ -56,6 +56,8 @@ def _parsers(admin: bool) -> tuple[argparse.ArgumentParser, dict[str, argparse.A
             add_flag(p, flag)
     explain.add_argument("name")
     explain.add_argument("type", nargs="?", default="A")
+    explain.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                         help="text for people (default), json or yaml for machines")
     if admin:
         from dnsside.ops.cli import add_admin_commands
 
@@ -104,15 +106,23 @@ async def _serve(config: Config) -> int:
     return await app.run()
 
 
-async def _explain(config: Config, name: str, qtype: str) -> int:
-    from dnsside.explain import Explainer
+async def _explain(config: Config, name: str, qtype: str, output: str = "text") -> int:
+    from dnsside.explain import Explainer, render
 
     app = App(config, make_source(config))
     async for batch in app.source.events():
         app.index.apply(batch)
         if app.index.synced:
             break
-    print(json.dumps(Explainer(app.index).explain(name, qtype), indent=2))
+    report = Explainer(app.index).explain(name, qtype)
+    if output == "json":
+        print(json.dumps(report, indent=2))
+    elif output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(report, sort_keys=False, allow_unicode=True), end="")
+    else:
+        print(render(report), end="")
     return 0
 
 
@@ -131,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = Config.from_flags(args.command, vars(args), os.environ.get("POD_IP"))
         config.check()
         if args.command == "explain":
-            return asyncio.run(_explain(config, args.name, args.type))
+            return asyncio.run(_explain(config, args.name, args.type, args.output))
         if not args.no_uvloop:
             try:
                 import uvloop
