@@ -650,6 +650,8 @@ FIRING = {
         "3m", {"cluster": "north"}),
     "DnssideOrphanedMirrors": ([(f'dnsside_orphaned_mirrors{{{L},cluster="old"}}', "4x60")],
                                "35m", {"cluster": "old"}),
+    "DnssideLinkWatchDown": ([(f"dnsside_links_readable{{{L}}}", "1x30"),
+                              (f"dnsside_links_watch_up{{{L}}}", "1x5 0x25")], "20m", {}),
     "DnssideServfail": ([
         (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0+10x30"),
         (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x30"),
@@ -662,6 +664,8 @@ HEALTHY = [
     (f'dnsside_gateway_probe_state{{{L},cluster="north",state="failing"}}', "0x60"),
     (f'dnsside_gateway_probe_state{{{L},cluster="west",state="never-answered"}}', "1x60"),
     (f'dnsside_orphaned_mirrors{{{L},cluster="old"}}', "0x60"),
+    (f"dnsside_links_readable{{{L}}}", "1x60"),
+    (f"dnsside_links_watch_up{{{L}}}", "1x20 0x5 1x35"),  # a short outage: no alert
     (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x60"),
     (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0x60"),
 ]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from dnsside import linkerd
+from dnsside import diagnosis, linkerd
 from dnsside.config import flag, split_hostport, zones_from_env
 from dnsside.diagnosis import mirror_health
 from dnsside.linkerd import (
@@ -103,15 +103,10 @@ CHECKS: dict[str, Check] = {
                               "{error}; the kubeconfig's user needs list on both, "
                               "cluster-wide"),
     "mirror-slices": Check(LINKERD, "link {cluster}: mirrors have EndpointSlices",
-                           "Linkerd's service mirror writes Endpoints; Kubernetes' "
-                           "EndpointSliceMirroring controller turns them into the "
-                           "EndpointSlices dnsside reads: check that kube-controller-manager "
-                           "runs it (--controllers must not exclude endpointslicemirroring) "
-                           "and its log"),
+                           diagnosis.MIRRORING_OFF_FIX),
     "orphans": Check(LINKERD, "no orphaned mirrors",
                      "a Link was deleted without unlinking; dnsside leaves these out of every "
-                     "answer. Remove them: `linkerd multicluster unlink --cluster-name "
-                     "{cluster} | kubectl delete -f -`"),
+                     "answer. Remove them: " + diagnosis.UNLINK),
     "cluster-name-set": Check(CONFIG, "cluster name is not \"local\" ({name}, from {source})",
                               "\"local\" is the unset default; set " + CLUSTER_KEY + " to "
                               + _NAME_FIX),

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dnsside.diagnosis import LINK_WATCH_DOWN_FIX, UNLINK
 from dnsside.ops.manifests import LABELS, NAME, meta
 
 
@@ -53,8 +54,14 @@ ALERTS: tuple[Alert, ...] = (
           "sum by (namespace, pod, cluster) (dnsside_orphaned_mirrors) > 0", "30m", "info",
           "mirrors of cluster {{ $labels.cluster }} match no Link",
           "A Link was deleted without `linkerd multicluster unlink`; dnsside ignores its "
-          "mirrors; remove them with `linkerd multicluster unlink --cluster-name "
-          "<cluster> | kubectl delete -f -`."),
+          "mirrors; remove them with " + UNLINK.format(cluster="<cluster>") + "."),
+    Alert("DnssideLinkWatchDown",
+          "max by (namespace, pod) (dnsside_links_readable) == 1 and "
+          "max by (namespace, pod) (dnsside_links_watch_up) == 0", "10m", "warning",
+          "dnsside {{ $labels.namespace }}/{{ $labels.pod }} has not followed Link changes "
+          "for 10 minutes",
+          "A Link created or deleted meanwhile is not honoured yet: " + LINK_WATCH_DOWN_FIX
+          + "."),
     Alert("DnssideServfail",
           "sum by (namespace, pod) (rate(dnsside_queries_total{rcode=\"SERVFAIL\"}[5m])) "
           "/ sum by (namespace, pod) (rate(dnsside_queries_total[5m])) > 0.01", "5m",
