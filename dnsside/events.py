@@ -7,12 +7,15 @@ relist after 410 Expired, a file reload — so the index can diff it against wha
 it holds and swap the result in at once: objects deleted while a watch was away
 disappear, and no query ever sees an empty index in between.
 
-Links get two more events. A ``Replace`` whose kinds include ``LINK`` means the
+Links get more events. A ``Replace`` whose kinds include ``LINK`` means the
 source can read Links and this is all of them: from then on mirrors of a cluster
 no Link targets are orphans. ``LinksUnavailable`` means it cannot (no CRD, 403,
-a dump taken without Links): then nothing is filtered, because an unreadable
-Link list must never empty the answers. ``GatewayState`` comes from the gateway
-prober, which is one more source.
+a dump taken without Links). Before any Link list, nothing is filtered then,
+because an unreadable Link list must never empty the answers; after one, the
+last complete list stands, because a fault must never bring an unlinked cluster
+back. ``LinkWatch`` says whether the Link watch is following changes or is down
+(the list stands either way; it is what the operator is told). ``GatewayState``
+comes from the gateway prober, which is one more source.
 """
 
 from __future__ import annotations
@@ -66,6 +69,18 @@ class LinksUnavailable:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class LinkWatch:
+    """The Link watch is down (``reason`` says why: an error, a relist, the API away) or
+    follows changes again (``reason`` empty). Changes no Link: only a Replace does."""
+
+    reason: str = ""
+
+    @property
+    def up(self) -> bool:
+        return not self.reason
+
+
 class Gateway(enum.Enum):
     """What dnsside's own probe knows of a link's gateway."""
 
@@ -95,4 +110,5 @@ class SourceError:
     message: str
 
 
-Event = Upsert | Delete | Replace | LinksUnavailable | GatewayState | Synced | SourceError
+Event = (Upsert | Delete | Replace | LinksUnavailable | LinkWatch | GatewayState | Synced
+         | SourceError)

@@ -136,13 +136,19 @@ class Explainer:
 
     def _gateway(self, cluster: str) -> str:
         known = self.index.gateways.get(cluster)
+        probed = cluster in self.index.probe_targets()
         if known is not None:
             state, detail = known
             if state is Gateway.UNREACHED:
-                return (f"never answered since start ({detail}): not acted on, Linkerd's "
+                text = (f"never answered since start ({detail}): not acted on, Linkerd's "
                         "readiness stands")
-            return f"{state.value}" + (f" ({detail})" if state is Gateway.FAILING else "")
-        if cluster in self.index.probe_targets():
+            else:
+                text = f"{state.value}" + (f" ({detail})" if state is Gateway.FAILING else "")
+            if not probed:
+                text += ("; last known, not probed now (no Link or no probe Service): it "
+                         "stands until the probe resumes")
+            return text
+        if probed:
             return "not probed yet, or off (dnsside explain itself never probes: ask the " \
                    "running server's /debug/explain)"
         return "not probed: no gateway probe Service for this cluster"

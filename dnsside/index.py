@@ -14,7 +14,9 @@ Service), so every update recomputes the key of the old *and* the new version.
 Two inputs belong to whole clusters rather than to objects: the set of linked
 clusters (from Links: mirrors of any other cluster are orphans) and the
 gateways failing dnsside's probe. When either changes, every global service
-with a mirror of an affected cluster is rebuilt.
+with a mirror of an affected cluster is rebuilt. Both only ever change on
+knowledge, never on its absence: once Links have been listed, that list stands
+through every fault until a newer complete list or a watch event replaces it.
 """
 
 from __future__ import annotations
@@ -45,13 +47,12 @@ from dnsside.events import (
     GatewayState,
     Kind,
     LinksUnavailable,
+    LinkWatch,
     Replace,
-    SourceError,
     Synced,
     Upsert,
 )
 from dnsside.linkerd import (
-    DEFAULT_PROBE_PATH,
     GlobalService,
     LinkRecord,
     Record,
@@ -268,16 +269,17 @@ class Index:
         self._orphaned_clusters: set[str] = set()  # logged already
         self._clashed_clusters: set[str] = set()
         self._probe_keys: set[Key] = set()  # gateway probe Services
-        # Links: None until the source says, then whether they can be read.
+        # Links: None until the source says, then whether they were ever listed.
         self.links_readable: bool | None = None
         self.links_reason = ""
+        self.links_watch_down = ""  # why the Link watch is down ("" while it follows)
+        self.links_complete_at = 0.0  # when the Link list was last known complete
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self._linked: frozenset[str] | None = None  # what the global services were built with
         self._failing: frozenset[str] = frozenset()
         self.warnings: dict[str, str] = {}  # active configuration warnings
         self.synced = False
         self.serial = int(time.time())
-        self.last_error = ""
         for z in responder.zones:
             z.set_serial(self.serial)
         responder.refresh_apex()
@@ -299,21 +301,25 @@ class Index:
         for event in events:
             if isinstance(event, Upsert):
                 self._upsert(event.record, dirty)
+                if isinstance(event.record, LinkRecord):
+                    self._link_watch("")  # a Link watch event: the watch follows
             elif isinstance(event, Delete):
                 self._delete(event.kind, (event.namespace, event.name), dirty)
+                if event.kind is Kind.LINK:
+                    self._link_watch("")  # a Link watch event: the watch follows
             elif isinstance(event, Replace):
                 self._replace(event, dirty)
                 resynced = True
                 if Kind.LINK in event.kinds:
-                    self._links_readable(True, "")
+                    self._links_listed()
             elif isinstance(event, LinksUnavailable):
-                self._links_readable(False, event.reason)
+                self._links_unavailable(event.reason)
+            elif isinstance(event, LinkWatch):
+                self._link_watch(event.reason)
             elif isinstance(event, GatewayState):
                 self._gateway(event)
             elif isinstance(event, Synced):
                 became_synced = not self.synced
-            elif isinstance(event, SourceError):
-                self.last_error = event.message
         dirty |= self._cluster_inputs_changed()
         if became_synced:
             self.synced = True
@@ -347,23 +353,65 @@ class Index:
             return None
         return frozenset(link.target_cluster for link in self.links.values())
 
-    def describe_links(self) -> str:
+    def describe_links(self, now: float | None = None) -> str:
         if self.links_readable:
-            return f"{len(self.links)} read ({', '.join(sorted(self.linked_clusters() or ()))})"
+            listed = f"{len(self.links)} read ({', '.join(sorted(self.linked_clusters() or ()))})"
+            if not self.links_watch_down:
+                return listed
+            age = max(0.0, (time.time() if now is None else now) - self.links_complete_at)
+            return (f"{listed}; the Link watch is down ({self.links_watch_down}): the list "
+                    f"last known complete {age:.0f} s ago stands")
         if self.links_readable is False:
             return f"cannot be read ({self.links_reason}): orphaned mirrors are not filtered"
         return "not known yet"
 
-    def _links_readable(self, readable: bool, reason: str) -> None:
-        if readable == self.links_readable and reason == self.links_reason:
+    def _links_listed(self) -> None:
+        """A complete Link list: it replaced the previous one, and the watch follows it."""
+        if self.links_readable is False:
+            log.info("Links can be read again: mirrors of unlinked clusters are left out")
+        elif self.links_watch_down:
+            log.info("Links listed again (%d): the Link watch follows changes again",
+                     len(self.links))
+        self.links_readable, self.links_reason, self.links_watch_down = True, "", ""
+        self.links_complete_at = time.time()
+        metrics.LINKS_READABLE.set(1)
+        metrics.LINKS_WATCH_UP.set(1)
+        metrics.LINKS_LISTED.set(self.links_complete_at)
+
+    def _links_unavailable(self, reason: str) -> None:
+        """Links cannot be read. Never listed: nothing is filtered (an unreadable list must
+        not empty the answers). Listed before: that list stands (a fault must not bring an
+        unlinked cluster back), and the watch counts as down."""
+        if self.links_readable:
+            self._link_watch(reason)
             return
-        if not readable:
+        if self.links_readable is None or reason != self.links_reason:
             log.warning("Links cannot be read: %s; serving every mirror, orphaned or not, until "
                         "they can", reason)
-        elif self.links_readable is False:
-            log.info("Links can be read again: mirrors of unlinked clusters are left out")
-        self.links_readable, self.links_reason = readable, reason
-        metrics.LINKS_READABLE.set(1 if readable else 0)
+        self.links_readable, self.links_reason = False, reason
+        metrics.LINKS_READABLE.set(0)
+        metrics.LINKS_WATCH_UP.set(0)
+
+    def _link_watch(self, reason: str) -> None:
+        """The Link watch went down (``reason``) or follows again (""); only once Links
+        were listed does it mean anything, and it changes no Link either way."""
+        if not self.links_readable or bool(reason) == bool(self.links_watch_down):
+            if self.links_readable and reason:
+                self.links_watch_down = reason  # still down: keep the latest reason
+            return
+        now = time.time()
+        if reason:
+            log.warning("Link watch down (%s): the last complete list of %d Links (%s) stands "
+                        "until a newer list or watch event replaces it", reason, len(self.links),
+                        ", ".join(sorted(self.linked_clusters() or ())) or "none")
+            self.links_complete_at = now
+        else:
+            log.info("Link watch follows changes again after %.0f s down",
+                     now - self.links_complete_at)
+            self.links_complete_at = now
+        self.links_watch_down = reason
+        metrics.LINKS_WATCH_UP.set(0 if reason else 1)
+        metrics.LINKS_LISTED.set(self.links_complete_at)
 
     def _gateway(self, event: GatewayState) -> None:
         if event.state is None:
@@ -404,10 +452,6 @@ class Index:
             if url is not None:
                 targets[svc.cluster] = url
         return targets
-
-    def probe_path(self, cluster: str) -> str:
-        link = next((lk for lk in self.links.values() if lk.target_cluster == cluster), None)
-        return link.probe_path if link is not None else DEFAULT_PROBE_PATH
 
     def _check_configuration(self) -> None:
         """Warn, after every (re)sync, about the mistakes that silently make answers wrong."""

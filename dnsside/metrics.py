@@ -128,8 +128,21 @@ BUILD_INFO = Info("dnsside_build", "Version of dnsside.", registry=REGISTRY)
 BUILD_INFO.info({"version": __version__})
 LINKS_READABLE = Gauge(
     "dnsside_links_readable",
-    "1 when Links can be read (mirrors of unlinked clusters are left out), 0 when they cannot "
-    "(CRD missing, RBAC): then nothing is filtered.",
+    "1 once Links have been listed (mirrors of unlinked clusters are left out; the last "
+    "complete list stands through API faults), 0 while they never could be (CRD missing, "
+    "RBAC): then nothing is filtered.",
+    registry=REGISTRY,
+)
+LINKS_WATCH_UP = Gauge(
+    "dnsside_links_watch_up",
+    "1 while the Link watch follows changes, 0 while it is down (an API fault, a relist): "
+    "the last complete Link list stands meanwhile.",
+    registry=REGISTRY,
+)
+LINKS_LISTED = Gauge(
+    "dnsside_links_last_complete_timestamp_seconds",
+    "When the Link list was last known complete: the last list, or the moment the Link "
+    "watch went down (0: never listed).",
     registry=REGISTRY,
 )
 ORPHANED_MIRRORS = Gauge(

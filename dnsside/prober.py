@@ -15,6 +15,14 @@ Service that Linkerd has not wired yet), and the probe may only ever make
 answers shorter when it has seen the gateway work. Linkerd's own readiness
 stands for it; the state is reported (``never answered``) so an operator sees it.
 
+What a target taught us is kept per cluster *and URL* for the life of the
+process, not per Link or probe Service object: a Link deleted and re-created
+unchanged (a GitOps re-sync, a second ``linkerd multicluster link``) or a probe
+Service re-created at the same address resumes from what was known, so a dead
+gateway stays out instead of becoming "never answered" again. Stopping a probe
+sends nothing to the index either: its last word stands. Only a new URL (maybe
+really a new gateway) starts afresh.
+
 :class:`GatewayTracker` is that rule as a pure state machine; :class:`GatewayProber`
 is the I/O around it (aiohttp, already needed by the Kubernetes client).
 """
@@ -38,25 +46,45 @@ SOURCE_NAME = "gateway-probe"
 
 
 @dataclass(slots=True)
-class _Target:
-    url: str
+class TargetHistory:
+    """What one probe target (a cluster's gateway at one URL) has shown since start."""
+
     answered: bool = False  # succeeded at least once since start
     failures: int = 0  # consecutive
     state: Gateway | None = None
+    detail: str = ""
 
 
 class GatewayTracker:
-    """Probe results in, state changes out. No clock, no sockets."""
+    """Probe results in, state changes out. No clock, no sockets.
 
-    def __init__(self, failures: int) -> None:
+    ``current`` is the URL each cluster is probed at now; ``published`` the state the
+    index holds for each cluster (what the last change said). Histories are kept for
+    ``keep`` targets, the least recently probed dropped first, so churned addresses
+    cannot grow it without bound.
+    """
+
+    def __init__(self, failures: int, keep: int = 256) -> None:
         self.failures = max(1, failures)
-        self.targets: dict[str, _Target] = {}
+        self.keep = keep
+        self.history: dict[tuple[str, str], TargetHistory] = {}
+        self.current: dict[str, str] = {}
+        self.published: dict[str, Gateway | None] = {}
+
+    def start(self, cluster: str, url: str) -> GatewayState | None:
+        """Probe ``cluster`` at ``url`` from now on; the state the index must hold when it
+        differs from what it holds (a remembered target's state, or none for a new URL)."""
+        self.current[cluster] = url
+        target = self._target(cluster, url)
+        return self._publish(cluster, target.state, target.detail)
+
+    def stop(self, cluster: str) -> None:
+        """No longer probed (unlinked, or its probe Service gone): remember, tell nobody."""
+        self.current.pop(cluster, None)
 
     def record(self, cluster: str, url: str, ok: bool, detail: str = "") -> GatewayState | None:
-        """One probe result; the new state when it changed."""
-        target = self.targets.get(cluster)
-        if target is None or target.url != url:
-            target = self.targets[cluster] = _Target(url)
+        """One probe result; the new state when the index must learn it."""
+        target = self._target(cluster, url)
         if ok:
             target.answered, target.failures = True, 0
             state: Gateway | None = Gateway.ALIVE
@@ -66,14 +94,26 @@ class GatewayTracker:
                 state = target.state  # not yet: one blip is not an outage
             else:
                 state = Gateway.FAILING if target.answered else Gateway.UNREACHED
-        if state is target.state:
-            return None
-        target.state = state
-        return GatewayState(cluster, state, detail)
+        if state is not target.state:
+            target.state, target.detail = state, detail
+        if self.current.get(cluster, url) != url:
+            return None  # a late result of a URL no longer probed
+        self.current[cluster] = url
+        return self._publish(cluster, target.state, detail)
 
-    def forget(self, cluster: str) -> GatewayState | None:
-        target = self.targets.pop(cluster, None)
-        return GatewayState(cluster, None) if target is not None and target.state else None
+    def _target(self, cluster: str, url: str) -> TargetHistory:
+        key = (cluster, url)
+        target = self.history.pop(key, None) or TargetHistory()
+        self.history[key] = target  # most recently used last
+        while len(self.history) > self.keep:
+            del self.history[next(iter(self.history))]
+        return target
+
+    def _publish(self, cluster: str, state: Gateway | None, detail: str) -> GatewayState | None:
+        if self.published.get(cluster) is state:
+            return None
+        self.published[cluster] = state
+        return GatewayState(cluster, state, detail)
 
 
 class GatewayProber:
@@ -123,21 +163,26 @@ class GatewayProber:
         tasks: dict[str, tuple[str, asyncio.Task[None]]],
         queue: asyncio.Queue[GatewayState],
     ) -> None:
-        """Start probing new targets, stop probing gone or moved ones."""
+        """Start probing new targets, stop probing gone or moved ones. A stopped probe's
+        last state stands in the index; a started one resumes its URL's history."""
         wanted = dict(self.targets())
         for cluster, (url, task) in list(tasks.items()):
             if wanted.get(cluster) != url:
                 task.cancel()
                 del tasks[cluster]
-                gone = self.tracker.forget(cluster)
+                self.tracker.stop(cluster)
                 _set_state(cluster, None)
-                if gone is not None:
-                    queue.put_nowait(gone)
                 log.info("gateway probe of cluster %s stopped (%s)", cluster, url)
         for cluster, url in wanted.items():
             if cluster not in tasks:
-                log.info("probing the gateway of cluster %s: GET %s every %gs", cluster, url,
-                         self.period)
+                resumed = self.tracker.start(cluster, url)
+                known = self.tracker.history[(cluster, url)].state
+                log.info("probing the gateway of cluster %s: GET %s every %gs%s", cluster, url,
+                         self.period, f" (known {known.value})" if known else "")
+                if resumed is not None:
+                    queue.put_nowait(resumed)
+                if known is not None:
+                    _set_state(cluster, known)
                 task = asyncio.create_task(self._probe_loop(session, cluster, url, queue),
                                            name=f"probe-{cluster}")
                 tasks[cluster] = (url, task)
@@ -203,4 +248,4 @@ def _log_change(change: GatewayState, url: str, failures: int) -> None:
         log.info("gateway of cluster %s answers dnsside's probe (GET %s)", change.cluster, url)
 
 
-__all__ = ["GatewayProber", "GatewayTracker"]
+__all__ = ["GatewayProber", "GatewayTracker", "TargetHistory"]

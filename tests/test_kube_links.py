@@ -8,6 +8,7 @@ import asyncio
 import copy
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -102,14 +103,28 @@ async def test_unreadable_links_never_hold_up_the_sync(
     assert len(replace.records) == 3
 
 
+async def test_a_failing_link_list_holds_the_first_sync(
+    fake_kube_demo: FakeKube, events: list[list[Event]]
+) -> None:
+    """A transient failure is not "cannot be read": the first answers wait for the Links
+    rather than start wider than they allow (orphans served)."""
+    fake_kube_demo.fail_next(20, 500, match=lambda r: r.path.endswith("/links"))
+    first = await until(lambda: next((b for b in events if any(isinstance(e, Replace)
+                                                               for e in b)), None))
+    assert isinstance(first[0], Replace) and Kind.LINK in first[0].kinds
+    assert fake_kube_demo.pending_failures == 0
+    assert not any(isinstance(e, LinksUnavailable) for e in flat(events))
+
+
 async def test_links_revoked_while_watching(fake_kube_demo: FakeKube,
                                             events: list[list[Event]]) -> None:
     await until(lambda: any(isinstance(e, Synced) for e in flat(events)))
     fake_kube_demo.forbid("links")
+    fake_kube_demo.drop_streams()
     gone = await until(lambda: next((e for e in flat(events) if isinstance(e, LinksUnavailable)),
                                     None))
     assert "403" in gone.reason
-    # Never a Replace that would empty the Link set.
+    # Never a Replace that would empty the Link set: the listed one stands in the index.
     assert not any(isinstance(e, Replace) and Kind.LINK in e.kinds and not e.records
                    for e in flat(events))
 
@@ -170,3 +185,69 @@ def test_unreadable_links_keep_serving_unfiltered(kube: ThreadedKube, fault: str
         wait_for(lambda: ORPHAN not in nginx(srv), what="orphans filtered once Links are read")
         assert nginx(srv) >= WEST
         assert metric(srv, "dnsside_links_readable") == 1
+
+
+def test_a_link_watch_fault_never_brings_an_unlinked_cluster_back(kube: ThreadedKube) -> None:
+    """Issue 17, scenario 1: Link west deleted (its mirrors stay, as Linkerd leaves them);
+    then the API expires every watch (410 after compaction) and answers the next three Link
+    lists with 500. West must stay out all along, and a Link deleted while the watch was
+    down (south) is honoured at the relist that finally succeeds."""
+    with serve(kube, "--kube-backoff-cap", "4") as srv:
+        kube.call(kube.kube.delete, "Link", "linkerd-multicluster", "west")
+        wait_for(lambda: not WEST & nginx(srv), what="west's members gone")
+        assert "10.44.0.20" in answers(srv.query("kafka.db.svc-global"))  # south's mirror
+
+        def fault() -> None:
+            k = kube.kube
+            k.fail_next(3, 500, match=lambda r: r.path.endswith("/links")
+                        and "watch" not in r.query)
+            k.drop_streams()
+            k.delete("Link", "linkerd-multicluster", "south")  # unseen by any watch
+            k.compact()  # resuming any watch now answers 410 Expired: relist
+
+        kube.call(fault)
+        seen: set[str] = set()
+        relisted = False
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not relisted:
+            seen |= nginx(srv)
+            # South's mirror leaves the answers once a relist has seen its Link gone.
+            relisted = "10.44.0.20" not in answers(srv.query("kafka.db.svc-global"))
+        assert relisted, "south, unlinked while the watch was down, still answered"
+        assert not WEST & seen, f"an unlinked cluster answered: {sorted(WEST & seen)}"
+        assert kube.call(lambda: kube.kube.pending_failures) == 0  # the 500s were all seen
+        srv.wait_log("Link watch down")
+        assert not WEST & nginx(srv)
+        assert metric(srv, "dnsside_links_watch_up") == 1
+        assert metric(srv, "dnsside_links_readable") == 1
+        _, body = srv.http(f"/debug/explain?name={NGINX}")
+        assert json.loads(body)["links"] == "1 read (north)"
+
+
+def test_links_revoked_after_a_list_keep_the_list(kube: ThreadedKube) -> None:
+    """RBAC revoked (or the CRD gone) after Links were listed: the list stands, the orphan
+    stays out, and the log, the metrics and explain say the watch is down."""
+    with serve(kube) as srv:
+        assert ORPHAN not in nginx(srv)
+
+        def revoke() -> None:
+            kube.kube.forbid("links")
+            kube.kube.drop_streams()
+
+        kube.call(revoke)
+        srv.wait_log("Link watch down")
+        wait_for(lambda: metric(srv, "dnsside_links_watch_up") == 0, what="watch down metric")
+        assert ORPHAN not in nginx(srv) and nginx(srv) >= WEST
+        assert metric(srv, "dnsside_links_readable") == 1
+
+        def described() -> str:
+            _, body = srv.http(f"/debug/explain?name={NGINX}")
+            return str(json.loads(body)["links"])
+
+        links = wait_for(lambda: "403" in described() and described(), what="403 in explain")
+        assert links.startswith("3 read (north, south, west); the Link watch is down (")
+        assert "s ago stands" in links
+        kube.call(kube.kube.allow, "links")
+        wait_for(lambda: metric(srv, "dnsside_links_watch_up") == 1, what="watch back")
+        srv.wait_log("Links listed again (3)")
+        assert ORPHAN not in nginx(srv)

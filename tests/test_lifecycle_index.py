@@ -20,6 +20,7 @@ from dnsside.events import (
     GatewayState,
     Kind,
     LinksUnavailable,
+    LinkWatch,
     Replace,
     Synced,
     Upsert,
@@ -132,21 +133,66 @@ def test_link_by_target_cluster_name_not_by_its_own_name(index: Index) -> None:
     assert WEST_NGINX <= addrs(index, NGINX)
 
 
-def test_unreadable_links_filter_nothing_and_never_empty_answers(
-    index: Index, caplog: pytest.LogCaptureFixture
+def test_links_never_listed_filter_nothing_and_never_empty_answers(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    index.apply([LinksUnavailable("cannot list Links (v1alpha3): forbidden")])
-    assert "10.45.0.10" in addrs(index, NGINX)  # the orphan is served: nothing is filtered
-    assert WEST_NGINX <= addrs(index, NGINX)
+    idx = make_index()
+    idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
+               LinksUnavailable("cannot list Links (v1alpha3): forbidden"), Synced()])
+    assert "10.45.0.10" in addrs(idx, NGINX)  # the orphan is served: nothing is filtered
+    assert addrs(idx, NGINX) >= WEST_NGINX
     assert gauge("dnsside_links_readable") == 0
     assert "Links cannot be read: cannot list Links (v1alpha3): forbidden" in caplog.text
-    assert "cannot be read" in index.describe_links()
-    # A synced Link view filters again.
-    index.apply([Replace(frozenset({Kind.LINK}), tuple(r for r in records()
-                                                       if isinstance(r, LinkRecord)))])
-    assert "10.45.0.10" not in addrs(index, NGINX)
+    assert "cannot be read" in idx.describe_links()
+    # A synced Link view filters.
+    idx.apply([Replace(frozenset({Kind.LINK}), tuple(r for r in records()
+                                                     if isinstance(r, LinkRecord)))])
+    assert "10.45.0.10" not in addrs(idx, NGINX)
     assert gauge("dnsside_links_readable") == 1
+
+
+def test_a_listed_link_set_stands_through_every_fault(
+    index: Index, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once listed, Links change only by a newer complete list or a watch event: a watch
+    that fails, a 403 that appears later, a relist that keeps failing change nothing."""
+    caplog.set_level(logging.INFO, logger="dnsside.index")
+    west = link("west")
+    index.apply([Delete(Kind.LINK, west.namespace, west.name)])  # unlinked, mirrors stay
+    unlinked = addrs(index, NGINX)
+    assert not unlinked & WEST_NGINX
+    assert ask(index, "nginx-set-0.west.nginx-svc.default.svc-global").rcode() == (
+        dns.rcode.NXDOMAIN)
+    for fault in (LinkWatch("watch links failed (http-500): injected failure"),
+                  LinkWatch("410 Expired: relisting Links"),
+                  LinksUnavailable("watching Links failed: HTTP 403 Forbidden"),
+                  LinksUnavailable("cannot list Links (v1alpha3): forbidden")):
+        assert index.apply([fault]) == set()
+        assert addrs(index, NGINX) == unlinked
+        assert ask(index, "nginx-set-0.west.nginx-svc.default.svc-global").rcode() == (
+            dns.rcode.NXDOMAIN)
+        assert index.linked_clusters() == {"north", "south"}
+        assert gauge("dnsside_links_readable") == 1
+        assert gauge("dnsside_links_watch_up") == 0
+    down = [r.getMessage() for r in caplog.records if "Link watch down" in r.getMessage()]
+    assert len(down) == 1 and "the last complete list of 2 Links (north, south) stands" in down[0]
+    described = index.describe_links(now=index.links_complete_at + 42)
+    assert "the Link watch is down (cannot list Links (v1alpha3): forbidden)" in described
+    assert "last known complete 42 s ago stands" in described
+    # The relist that finally succeeds is the truth, and applies what changed meanwhile:
+    # south was unlinked while the watch was down, west linked again.
+    links = tuple(r for r in records() if isinstance(r, LinkRecord) and r.name != "south")
+    index.apply([Replace(frozenset({Kind.LINK}), links)])
+    assert index.linked_clusters() == {"west", "north"}
+    assert addrs(index, NGINX) >= WEST_NGINX
+    assert ask(index, "kafka.db.svc-global").rcode() == dns.rcode.NOERROR
+    assert gauge("dnsside_links_watch_up") == 1
+    assert index.describe_links() == "2 read (north, west)"
+    # A watch event says the watch follows again, too.
+    index.apply([LinkWatch("watch links failed (dropped)")])
+    index.apply([Upsert(link("south"))])
+    assert gauge("dnsside_links_watch_up") == 1 and "down" not in index.describe_links()
 
 
 def test_a_dump_without_links_filters_nothing() -> None:
@@ -210,8 +256,12 @@ def test_probe_targets_follow_links_and_probe_services(index: Index) -> None:
     assert "west" not in index.probe_targets()  # an unlinked cluster is not probed
     index.apply([Delete(Kind.SERVICE, "linkerd-multicluster", "probe-north")])
     assert set(index.probe_targets()) == {"south"}
-    index.apply([LinksUnavailable("forbidden")])
-    assert set(index.probe_targets()) == {"west", "south"}
+    index.apply([LinksUnavailable("forbidden")])  # listed before: the list stands
+    assert set(index.probe_targets()) == {"south"}
+    never = make_index()  # never listed: every probe Service (answers only get shorter)
+    never.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
+                 LinksUnavailable("forbidden"), Synced()])
+    assert set(never.probe_targets()) == {"west", "north", "south"}
 
 
 # --------------------------------------------------------------------------- federated

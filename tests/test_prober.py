@@ -3,6 +3,7 @@ that answer 200, 503, hang or stop, watched through DNS answers (dig and dnspyth
 
 from __future__ import annotations
 
+import copy
 import http.server
 import re
 import socket
@@ -15,13 +16,14 @@ from typing import Any
 
 import pytest
 import yaml
-from support import DEMO, Dnsside, answers, wait_for
+from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
 
 from dnsside.events import Gateway
 from dnsside.prober import GatewayTracker
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
+ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 
 # --------------------------------------------------------------------------- the state machine
 
@@ -47,13 +49,46 @@ def test_tracker_never_acts_on_a_target_that_never_answered() -> None:
     assert t.record("north", url, False) is None
     change = t.record("north", url, False, "connection refused")
     assert change is not None and change.state is Gateway.UNREACHED
-    # A new URL (the probe Service moved) starts from scratch.
+    # A new URL (the probe Service moved) starts from scratch: the index is told.
+    moved = t.start("north", url + "2")
+    assert moved is not None and moved.state is None
     assert t.record("north", url + "2", False) is None
-    forgotten = t.forget("north")
-    assert forgotten is None  # it had no state yet under the new URL
-    assert t.record("north", url, True) is not None
-    gone = t.forget("north")
-    assert gone is not None and gone.state is None
+    assert t.record("north", url + "2", True) is not None
+
+
+def test_tracker_remembers_a_target_across_links_and_probe_services() -> None:
+    """A Link (or probe Service) deleted and re-created unchanged resumes its history: a
+    gateway that answered and died stays failing, and stopping tells the index nothing."""
+    t = GatewayTracker(failures=2)
+    url = "http://127.0.0.2:4191/ready"
+    assert t.start("west", url) is None  # nothing known yet, nothing to tell
+    assert t.record("west", url, True) is not None
+    t.record("west", url, False)
+    dead = t.record("west", url, False, "connection refused")
+    assert dead is not None and dead.state is Gateway.FAILING
+    t.stop("west")  # the Link is deleted: the last state stands in the index
+    assert t.start("west", url) is None  # re-created: it already holds FAILING
+    assert t.record("west", url, False) is None  # still failing, nothing new
+    back = t.record("west", url, True)
+    assert back is not None and back.state is Gateway.ALIVE
+    # A different URL is maybe a different gateway: afresh, and the index is told so.
+    t.record("west", url, False)
+    t.record("west", url, False)
+    t.stop("west")
+    fresh = t.start("west", "http://127.0.0.3:4191/ready")
+    assert fresh is not None and fresh.state is None
+    # and the old URL, coming back, brings its own history back.
+    again = t.start("west", url)
+    assert again is not None and again.state is Gateway.FAILING
+
+
+def test_tracker_history_is_bounded() -> None:
+    t = GatewayTracker(failures=1, keep=4)
+    for i in range(10):
+        t.start("west", f"http://127.0.0.{i}:4191/ready")
+        t.record("west", f"http://127.0.0.{i}:4191/ready", True)
+    assert len(t.history) == 4
+    assert ("west", "http://127.0.0.9:4191/ready") in t.history
 
 
 # --------------------------------------------------------------------------- real gateways
@@ -237,3 +272,54 @@ def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, Gat
         srv.wait_log("gateway probe off")
         assert WEST <= set(answers(srv.query(NGINX)))
     assert gateways["west"].hits == 0
+
+
+def test_a_relinked_cluster_keeps_what_its_gateway_showed(
+    kube: ThreadedKube, gateways: dict[str, Gateway200]
+) -> None:
+    """Issue 17, scenario 2, through the API: west's gateway answered, then died (west
+    leaves the answers). Its Link is deleted and re-created unchanged (a GitOps re-sync):
+    the probe resumes from what it knew, so west stays out, and comes back when its
+    gateway does."""
+    for cluster, gw in gateways.items():
+        gw.start()
+        probe = copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == f"probe-{cluster}"
+                                   and o["kind"] == "Service"))
+        probe["spec"]["clusterIP"], probe["spec"]["clusterIPs"] = "127.0.0.1", ["127.0.0.1"]
+        probe["spec"]["ports"][0]["port"] = gw.port
+        kube.call(kube.kube.apply, probe)
+    link = copy.deepcopy(next(o for o in ITEMS if o["kind"] == "Link"
+                              and o["metadata"]["name"] == "west"))
+    with Dnsside("--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
+                 "--gateway-probe", "on", "--gateway-probe-period", "0.2",
+                 "--gateway-probe-timeout", "0.2") as srv:
+        wait_for(lambda: state(srv, "west", "alive"), 10, "west alive")
+        assert WEST <= set(answers(srv.query(NGINX)))
+        gateways["west"].stop()
+        wait_for(lambda: not WEST & set(answers(srv.query(NGINX))), 10, "west out")
+        kube.call(kube.kube.delete, "Link", "linkerd-multicluster", "west")
+        srv.wait_log("gateway probe of cluster west stopped")
+        assert not state(srv, "west", "failing")  # not probed: no series for it
+        before = _probes(srv, "west", "failure")
+        kube.call(kube.kube.apply, link)
+        # Five probe periods and more past the relink: west never answers meanwhile.
+        seen: set[str] = set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _probes(srv, "west", "failure") < before + 5:
+            seen |= set(answers(srv.query(NGINX)))
+        assert _probes(srv, "west", "failure") >= before + 5, "west was not probed again"
+        assert not WEST & seen, f"a dead gateway's members came back: {sorted(WEST & seen)}"
+        srv.wait_log("probing the gateway of cluster west: GET http://127.0.0.1:"
+                     f"{gateways['west'].port}/ready every 0.2s (known failing)")
+        assert state(srv, "west", "failing")
+        _, body = srv.http(f"/debug/explain?name=nginx-set-0.west.{NGINX}")
+        assert "fails dnsside's probe" in body
+        gateways["west"].start()
+        wait_for(lambda: WEST <= set(answers(srv.query(NGINX))), 10, "west back")
+
+
+def _probes(srv: Dnsside, cluster: str, result: str) -> float:
+    _, text = srv.http("/metrics")
+    m = re.search(rf'dnsside_gateway_probes_total{{cluster="{cluster}",result="{result}"}} (\S+)',
+                  text)
+    return float(m.group(1)) if m else 0.0

@@ -31,13 +31,17 @@ and per namespace when ``namespaces`` is set (else cluster-wide):
    away disappear and no query sees an empty or partial answer in between.
 
 Links (``links.multicluster.linkerd.io``) follow the same flow, cluster-wide
-whatever ``namespaces`` says, with two differences. Their version comes from
+whatever ``namespaces`` says, with three differences. Their version comes from
 discovery (the API server's preferred one of v1alpha3, v1alpha2, v1alpha1).
-And not being able to read them is a state, not an error: a missing CRD or a
-403 becomes ``LinksUnavailable`` (the index then filters nothing) and never
-holds up the first sync; Links are looked for again every ``links_retry``
-seconds, and a watch that starts getting 403/404 says so the same way. Only a
-complete list replaces the Link set, so no broken watch can orphan every mirror.
+Not being able to read them is a state, not an error: a missing CRD or a 403
+becomes ``LinksUnavailable`` and never holds up the first sync; Links are looked
+for again every ``links_retry`` seconds. A transient failure (5xx, a timeout, the
+API away) is retried like any list, and the first sync waits for it: the
+answers never start wider than the Links allow. And once listed, the list
+stands: a watch error, a 410 relist that keeps failing, a 403 that appears later
+are reported (``LinkWatch``, ``LinksUnavailable``) but only a newer complete list
+or a watch event changes a Link, so no fault can orphan every mirror or bring an
+unlinked cluster back.
 
 Every restart and relist is logged on ``dnsside.kube`` with the resource and
 the reason, and counted in ``dnsside_watch_restarts{resource,reason}`` /
@@ -81,7 +85,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +100,7 @@ from dnsside.events import (
     Event,
     Kind,
     LinksUnavailable,
+    LinkWatch,
     Replace,
     SourceError,
     Synced,
@@ -280,7 +285,6 @@ class KubeSource:
         request_timeout: float = 60.0,
         queue_size: int = 64,
         links_retry: float = 30.0,
-        links_grace: float = 5.0,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
@@ -291,8 +295,6 @@ class KubeSource:
         self.request_timeout = request_timeout
         self.queue_size = queue_size
         self.links_retry = links_retry
-        self.links_grace = links_grace
-        self._links_error = ""
         self._rng = random.Random()
         self._crash: Exception | None = None
 
@@ -390,11 +392,9 @@ class KubeSource:
                 async with asyncio.TaskGroup() as tg:
                     listings = [tg.create_task(self._list_resource(api, res, queue))
                                 for res in RESOURCES]
-            # Links never hold up the first answers for long: give a failing Link list a
-            # little longer, then start without them (the Link loop keeps trying).
-            done, _ = await asyncio.wait({link_listing}, timeout=self.links_grace)
-            links = (link_listing.result() if done else
-                     _LinkView(None, [], reason=self._links_error or "listing Links timed out"))
+            # The first answers wait for the Links (or for a definite "cannot be read"): a
+            # transient failure must not start them wider than the Links allow.
+            links = await link_listing
         finally:
             link_listing.cancel()
         results = [t.result() for t in listings]
@@ -418,13 +418,14 @@ class KubeSource:
     # ------------------------------------------------------------------ links
 
     async def _list_links(
-        self, api: Any, queue: asyncio.Queue[list[Event] | None], attempts: int | None = 3
+        self, api: Any, queue: asyncio.Queue[list[Event] | None], attempts: int | None = None,
+        relist: bool = False,
     ) -> _LinkView:
         """Discover the Link CRD's version and list every Link, cluster-wide (they live in
         linkerd-multicluster whatever ``--namespace`` says). A missing CRD or a 403 is an
-        answer, not an error: Links are then unavailable and nothing is filtered. Other
-        failures are retried (``attempts`` times; None: until cancelled), then count as
-        unavailable for now: the Link loop keeps trying."""
+        answer, not an error: Links are then unavailable. Other failures are retried
+        (``attempts`` times; None: until cancelled); in a ``relist`` each is reported as
+        the Link watch being down, so the last complete list stands meanwhile."""
         backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
         attempt = 0
         while True:
@@ -434,12 +435,13 @@ class KubeSource:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = self._links_error = f"listing Links failed: {_describe(exc)}"
+                reason = f"listing Links failed: {_describe(exc)}"
                 if attempts is not None and attempt >= attempts:
                     return _LinkView(None, [], reason=reason)
                 delay = self._retry_delay(backoff, exc)
-                await self._report_and_wait(queue, exc, f"{reason}; retrying in {delay:.1f}s",
-                                            delay)
+                message = f"{reason}; retrying in {delay:.1f}s"
+                await self._report_and_wait(queue, exc, message, delay,
+                                            LinkWatch(message) if relist else None)
 
     async def _try_list_links(self, api: Any) -> _LinkView:
         try:
@@ -474,8 +476,8 @@ class KubeSource:
         self, api: Any, view: _LinkView, queue: asyncio.Queue[list[Event] | None]
     ) -> None:
         """Watch Links while they can be read; while they cannot, look again every
-        ``links_retry`` seconds. Only a full list (a synced view) ever removes a Link, so a
-        broken watch can never make every mirror an orphan."""
+        ``links_retry`` seconds. Only a complete list (a synced view) or a watch event
+        changes a Link: every failure in between is reported and changes nothing."""
         while True:
             if view.resource is None:
                 await asyncio.sleep(self.links_retry)
@@ -486,15 +488,17 @@ class KubeSource:
                 await queue.put([Replace(frozenset({Kind.LINK}), tuple(view.records))])
             res = view.resource
             try:
-                await self._watch(api, res, None, view.version, queue, gone=_links_gone)
+                await self._watch(api, res, None, view.version, queue, gone=_links_gone,
+                                  links=True)
             except _Expired as exc:
                 log.warning("relisting links: watch links: 410 Expired (%s)", exc)
                 metrics.RELISTS.labels(resource=res.plural).inc()
+                await queue.put([LinkWatch(f"410 Expired ({exc}): relisting Links")])
             except _LinksGone as exc:
                 view = _LinkView(None, [], reason=str(exc))
                 await queue.put([LinksUnavailable(view.reason)])
                 continue
-            view = await self._list_links(api, queue)
+            view = await self._list_links(api, queue, relist=True)
             if view.resource is None:
                 await queue.put([LinksUnavailable(view.reason)])
             else:
@@ -662,21 +666,33 @@ class KubeSource:
         resource_version: str,
         queue: asyncio.Queue[list[Event] | None],
         gone: Callable[[Exception], Exception | None] | None = None,
+        links: bool = False,
     ) -> None:
         """Keep one watch open forever, resuming from the last resourceVersion.
 
         Returns never; raises _Expired when the server no longer has that version, and
-        what ``gone`` makes of an error it recognises as final for this resource.
+        what ``gone`` makes of an error it recognises as final for this resource. With
+        ``links``, a failure is also reported as ``LinkWatch`` down, and the next stream
+        that opens as up again.
         """
         where = res.where("watch", namespace)
         cursor = _Cursor(resource_version)
         backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
         loop = asyncio.get_running_loop()
+        down = False
+
+        async def reopened() -> None:
+            nonlocal down
+            if down:
+                down = False
+                await queue.put([LinkWatch()])
+
         while True:
             cursor.progressed = False
             opened = loop.time()
             try:
-                await self._stream(api, res, namespace, cursor, queue)
+                await self._stream(api, res, namespace, cursor, queue,
+                                   reopened if links else None)
             except asyncio.CancelledError:
                 raise
             except _Expired:
@@ -699,7 +715,9 @@ class KubeSource:
                     f"{where} failed ({reason}): {_describe(exc)}; resuming from "
                     f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
                 )
-                await self._report_and_wait(queue, exc, message, delay)
+                down = links
+                await self._report_and_wait(queue, exc, message, delay,
+                                            LinkWatch(message) if links else None)
                 continue
             # The server closed the stream cleanly (timeoutSeconds): reopen at once,
             # unless it keeps doing so without delivering anything.
@@ -718,15 +736,17 @@ class KubeSource:
 
     @staticmethod
     async def _report_and_wait(
-        queue: asyncio.Queue[list[Event] | None], exc: BaseException, message: str, delay: float
+        queue: asyncio.Queue[list[Event] | None], exc: BaseException, message: str, delay: float,
+        also: Event | None = None,
     ) -> None:
         """Log a failed request (with a traceback only when it is not an expected network or
-        API error), tell the index, and back off before the retry."""
+        API error), tell the index (``also``, when the failure means more to it), and back
+        off before the retry."""
         if isinstance(exc, _TRANSIENT):
             log.warning("%s", message)
         else:
             log.exception("%s", message)
-        await queue.put([SourceError(message)])
+        await queue.put([SourceError(message)] if also is None else [SourceError(message), also])
         await asyncio.sleep(delay)
 
     def _retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
@@ -742,8 +762,10 @@ class KubeSource:
         namespace: str | None,
         cursor: _Cursor,
         queue: asyncio.Queue[list[Event] | None],
+        opened: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """One watch request: read events until the server closes the stream."""
+        """One watch request: read events until the server closes the stream; ``opened``
+        is awaited once the server accepted it."""
         where = res.where("watch", namespace)
         # Jitter the server-side timeout (like client-go) so watches don't renew in step.
         seconds = max(1, round(self.watch_timeout * self._rng.uniform(1.0, 1.25)))
@@ -761,6 +783,8 @@ class KubeSource:
         try:
             if resp.status != 200:
                 raise await _api_error(resp)
+            if opened is not None:
+                await opened()
             buffer = bytearray()
             async for chunk in resp.content.iter_any():
                 buffer += chunk
