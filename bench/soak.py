@@ -29,11 +29,14 @@ Then, until --minutes are up, in rounds of --round seconds:
   promised settle time is over (gateway changes 3 s, API changes 2 s after the
   API is back); a difference at the deadline is a mismatch, logged as a diff.
 
+The gateways also count stray probes: a request for a cluster whose Link has been
+gone (with the API up) for more than 2 s (SPEC: only linked clusters are probed).
 RSS and CPU are sampled from /proc, dnsside's stderr is kept for tracebacks and
 ERROR lines, and the run ends with SIGTERM: during the lame-duck period
 queries must still be answered and /readyz must say 503. The exit status is 1
-when anything of that failed. `--out` writes the summary as JSON, `--report`
-the markdown report (bench/SOAK_RESULTS.md).
+on a mismatch, a SERVFAIL, timeout or other query failure after the first
+sync, a traceback, a stray probe or a failed lame-duck check. `--out` writes
+the summary as JSON, `--report` the markdown report (bench/SOAK_RESULTS.md).
 
 The one tricky thing is **what dnsside may be expected to know**. The model is
 computed from the soak's own description of the cluster (the `World`, from
@@ -101,6 +104,7 @@ ZONE = "svc-global."
 PROBE_PATHS = ("/ready", "/live")  # what our gateways answer 200 on
 SETTLE_API = 2.0  # promised: an object change is answered within 2 s of the API being back
 SETTLE_GATEWAY = 3.0  # promised: a gateway change leaves/enters the answers within 3 s
+STRAY_GRACE = 2.0  # a probe of a cluster unlinked (visibly) longer ago than this is a stray
 LATE_GRACE = 10.0  # after a mismatch, how long we keep looking to tell "late" from "wrong"
 MAX_PODS = 5
 FAULTS = ("410+500s", "pause-20s", "drop-watches", "slow-api", "410")
@@ -496,6 +500,7 @@ class HttpGateway:
         self.mode = "dead"
         self.answered: set[str] = set()
         self.served = 0
+        self.on_request: Callable[[str], None] | None = None  # called as a request arrives
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -533,6 +538,8 @@ class HttpGateway:
         self._writers.add(writer)
         try:
             request = await reader.readline()
+            if self.on_request is not None and request:
+                self.on_request(self.cluster)
             while (await reader.readline()) not in (b"\r\n", b"\n", b""):
                 pass
             if self.mode == "hung":
@@ -751,7 +758,13 @@ class Soak:
         base = f"127.{50 + pid % 150}.{pid // 150 % 250}"
         self.gateways = {c: HttpGateway(c, f"{base}.{i + 1}") for i, c in enumerate(CLUSTERS)}
         for gw in self.gateways.values():
+            gw.on_request = self._probed
             self.kube.run(gw.set_mode("alive"))
+        # Probes of clusters no Link targets (SPEC: only linked clusters are probed), counted
+        # once the unlink has been visible to dnsside for STRAY_GRACE seconds.
+        self.unlinked_since: dict[str, float] = {}
+        self.api_away = False
+        self.stray_probes: Counter[str] = Counter()
         self.world, self.pod_ips, self.svc_ips = build_world(
             {c: g.host for c, g in self.gateways.items()},
             {c: g.port for c, g in self.gateways.items()})
@@ -772,6 +785,18 @@ class Soak:
         # of a mismatch (those are what decide whether a whole cluster is served).
         self.journal: list[tuple[float, str]] = []
         self.push()
+
+    def _probed(self, cluster: str) -> None:
+        """A gateway got a request (on the fake's loop thread): a stray probe when its cluster
+        has been unlinked, visibly to dnsside, for a while."""
+        since = self.unlinked_since.get(cluster)
+        if since is None or self.api_away:
+            return
+        if time.monotonic() - max(since, self.api_back) > STRAY_GRACE:
+            self.stray_probes[cluster] += 1
+            if self.stray_probes[cluster] == 1:
+                self.note(f"{cluster}: probed although unlinked for "
+                          f"{time.monotonic() - since:.1f}s")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -834,10 +859,12 @@ class Soak:
             if w.links[c] is None:
                 w.links[c] = rng.choice(PROBE_PATHS) if rng.random() < 0.2 else "/ready"
                 op = "relink"
+                self.unlinked_since.pop(c, None)
                 self.note(f"{c}: Link re-created, probe path {w.links[c]}")
             elif rng.random() < 0.5:
                 w.links[c] = None
                 op = "unlink"
+                self.unlinked_since[c] = time.monotonic()
                 self.note(f"{c}: Link deleted (mirrors left behind)")
             self.last_gateway = time.monotonic()
         elif op == "gateway":
@@ -932,6 +959,7 @@ class Soak:
         """Start an API fault; returns it (api_back filled in for the instant ones)."""
         f = Fault(kind, self.elapsed())
         k = self.kube
+        self.api_away = kind not in ("drop-watches", "410")
 
         def expire(fail: int) -> None:
             # A write dnsside's watches have not seen, then compaction: every resume point
@@ -986,6 +1014,7 @@ class Soak:
         else:
             back = time.monotonic()
         self.api_back = back
+        self.api_away = False
         f.api_back = back - self.t0
 
     # ------------------------------------------------------------------ comparisons
@@ -1135,6 +1164,7 @@ class Soak:
                 # unlink leaves the mirrors), settled before the fault like any change.
                 c = self.rng.choice(CLUSTERS)
                 self.world.links[c] = None
+                self.unlinked_since[c] = time.monotonic()
                 self.note(f"{c}: Link deleted (mirrors left behind), before the Link fault")
                 self.ops["unlink"] += 1
                 self.push()
@@ -1218,8 +1248,12 @@ class Soak:
                 rate: float, lameduck: dict[str, Any]) -> dict[str, Any]:
         lines = srv.lines
         tracebacks = [i for i, x in enumerate(lines) if x.startswith("Traceback")]
-        errors = [x for x in lines if " ERROR " in x or '"level": "ERROR"' in x
-                  or x.startswith("ERROR")]
+        errors = [x for x in lines if " ERROR " in x or " CRITICAL " in x
+                  or '"level": "ERROR"' in x]
+        # Warnings are expected (gateways failing, watches restarting): counted by logger and
+        # first words, so an unexpected kind stands out in the report.
+        warnings = Counter(" ".join(x.split(" WARNING ", 1)[1].split()[:6])
+                           for x in lines if " WARNING " in x)
         tb_text = ["\n".join(lines[i:i + 30]) for i in tracebacks[:5]]
         st = self.stats
         mism = [c for c in self.comparisons if not c.ok]
@@ -1238,7 +1272,8 @@ class Soak:
         wall = (samples[-1].t - samples[0].t) if len(samples) >= 2 else 0.0
         servfail = st.rcodes.get("SERVFAIL", 0)
         ok = (not mism and servfail == 0 and st.timeouts == 0 and st.other_errors == 0
-              and not tracebacks and lameduck["ok"] and len(self.comparisons) > 1)
+              and not tracebacks and lameduck["ok"] and len(self.comparisons) > 1
+              and not self.stray_probes)
         return {
             "ok": ok,
             "seed": self.args.seed,
@@ -1279,9 +1314,11 @@ class Soak:
             "traceback_text": tb_text,
             "error_lines": len(errors),
             "error_line_samples": errors[:20],
+            "warnings": dict(warnings.most_common(25)),
             "log_lines": len(lines),
             "lameduck": lameduck,
             "gateway_200s": {c: g.served for c, g in self.gateways.items()},
+            "stray_probes": dict(self.stray_probes),
         }
 
 
@@ -1331,6 +1368,7 @@ def report(s: dict[str, Any], cmd: str) -> str:
         f"{s['lameduck']['answered']} answered, {s['lameduck']['failed']} failed, /readyz "
         f"{s['lameduck']['readyz']}, exit {s['lameduck']['exit_code']} after "
         f"{s['lameduck']['exit_after_s']} s |",
+        f"| probes of unlinked clusters | {sum(s['stray_probes'].values())} |",
         f"| initial sync | {s['sync_s']} s |",
         "",
         "## Faults injected",
@@ -1340,6 +1378,10 @@ def report(s: dict[str, Any], cmd: str) -> str:
     ]
     for f in s["faults"]:
         lines.append(f"| +{f['at']:.1f} s | {f['kind']} | +{f['api_back']:.1f} s | {f['note']} |")
+    if s["warnings"]:
+        lines += ["", "## dnsside's warnings (by first words)", "", "| warning | count |",
+                  "|---|---|"]
+        lines += [f"| `{k}` | {v} |" for k, v in s["warnings"].items()]
     lines += ["", "## Churn", "", "| operation | count |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in sorted(s["ops"].items())]
     lines += ["", "## Mismatches", ""]
@@ -1378,6 +1420,7 @@ def main() -> int:
     ap.add_argument("--backoff-cap", type=float, default=1.0)
     ap.add_argument("--lameduck", type=float, default=5.0)
     ap.add_argument("--sample-every", type=float, default=2.0)
+    ap.add_argument("--dnsside-log", type=Path, help="write dnsside's stderr here")
     args = ap.parse_args()
     cmd = " ".join(["python", "bench/soak.py", *sys.argv[1:]])
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
@@ -1387,6 +1430,9 @@ def main() -> int:
         finally:
             if getattr(soak, "srv", None) is not None and soak.srv.proc.poll() is None:
                 soak.srv.proc.kill()
+    if args.dnsside_log and getattr(soak, "srv", None) is not None:
+        args.dnsside_log.parent.mkdir(parents=True, exist_ok=True)
+        args.dnsside_log.write_text("\n".join(soak.srv.lines) + "\n")
     text = json.dumps(summary, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
