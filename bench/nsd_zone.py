@@ -25,10 +25,11 @@ from pathlib import Path
 
 from dnslib import QTYPE, DNSRecord
 
-from dnsside.dns import CLASS_IN, NS, SOA, Responder
 from dnsside.events import Synced
 from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.responder import Responder
 from dnsside.sources.file import FileSource
+from dnsside.wire import CLASS_IN, NS, SOA
 
 ORIGIN = "svc-global."
 

@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnsside.dns import to_wire
 from dnsside.events import Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.linkerd import Role, SliceRecord
 from dnsside.sources.file import FileSource
+from dnsside.wire import to_wire
 
 
 def percentiles(xs: list[float]) -> dict[str, float]:
@@ -65,7 +65,7 @@ def main() -> int:
     apply_seconds = time.perf_counter() - t1  # index + encode, without reading the file
     apply_cpu_seconds = time.process_time() - cpu  # the same in CPU: less noisy when shared
     del events
-    members = sum(index._members.values())
+    members = sum(index.member_counts().values())
 
     # One per-pod mirror slice per global service, with a ready gateway endpoint.
     rng = random.Random(7)

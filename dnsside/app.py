@@ -24,6 +24,7 @@ from dnsside import metrics
 from dnsside.dns import ZoneOptions
 from dnsside.http import HttpServer
 from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.reporting import IndexReporter
 from dnsside.server import TcpConnections, UdpServer
 from dnsside.sources import Source
 
@@ -144,7 +145,7 @@ class App:
         self.source = source
         options = config.index_options()
         self.responder = make_responder(config.zones, options.zone, config.mcs_zones)
-        self.index = Index(self.responder, options)
+        self.index = Index(self.responder, options, IndexReporter())
         metrics.watch_responder(self.responder)
         for transport in ("udp", "tcp"):  # export the series before the first sample
             metrics.ANSWER_SECONDS.labels(transport=transport)

@@ -26,6 +26,7 @@ from urllib.parse import quote
 import aiohttp
 
 from dnsside import linkerd
+from dnsside.diagnosis import mirror_health
 from dnsside.linkerd import (
     LINK_GROUP,
     LinkRecord,
@@ -293,7 +294,7 @@ class Checker:
     def check_mirrors(self, links: list[LinkRecord] | None, services: Sequence[ServiceRecord],
                       slices: Sequence[SliceRecord]) -> None:
         topic = "linkerd-multicluster"
-        health = linkerd.mirror_health(services, slices, links)
+        health = mirror_health(services, {(s.namespace, s.service_name) for s in slices}, links)
         for cluster, h in sorted(health.items()):
             if h.orphaned:
                 continue
@@ -509,15 +510,16 @@ async def _query(host: str, port: int, name: str, qtype: str, timeout: float
 
 
 async def _connect(kubeconfig: str | None) -> tuple[Any, Any]:
-    from dnsside.sources.kube import KubeSource
+    from dnsside.sources.kubeapi import KubeApi
 
-    return await KubeSource(kubeconfig=kubeconfig)._connect()
+    api = await KubeApi.connect(kubeconfig)
+    return api.client, api.refresher
 
 
 async def run_checks(options: CheckOptions,
                      connect: Callable[[str | None], Any] = _connect) -> list[Result]:
     """Every check's result; never raises for what it checks."""
-    from dnsside.sources.kube import KubeConfigError
+    from dnsside.sources.kubeapi import KubeConfigError
 
     try:
         api, refresher = await connect(options.kubeconfig)

@@ -169,8 +169,8 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def _check(config: Config) -> None:
-    from dnsside.dns import to_wire
     from dnsside.linkerd import is_dns_label
+    from dnsside.wire import to_wire
 
     if not is_dns_label(config.cluster_name):
         raise ValueError(f"--cluster-name {config.cluster_name!r} is not a DNS label")

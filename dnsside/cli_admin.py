@@ -162,7 +162,7 @@ def _coredns(args: argparse.Namespace) -> str:
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:
     """The dnsside Service's ClusterIP (the first family's), port 5353."""
     from dnsside.check import ApiFailure, Checker, CheckOptions, _connect
-    from dnsside.sources.kube import KubeConfigError
+    from dnsside.sources.kubeapi import KubeConfigError
 
     hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
             "jsonpath='{.spec.clusterIP}')")

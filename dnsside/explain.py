@@ -1,6 +1,6 @@
 """`dnsside explain NAME [TYPE]`: the answer to a question, and where each record comes from.
 
-It asks the same :class:`~dnsside.dns.Responder` the server uses (so what it
+It asks the same :class:`~dnsside.responder.Responder` the server uses (so what it
 prints is what a client gets), then walks the global service behind the name
 and says, member by member, which objects it comes from and why it is in or
 out of the answer. Only humans call this; nothing here is on the query path.
@@ -12,10 +12,12 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
-from dnsside.dns import published, to_wire
+from dnsside.assembly import GlobalService, Member
+from dnsside.dns import published
 from dnsside.events import Gateway
 from dnsside.index import Index
-from dnsside.linkerd import GlobalService, Member, Via
+from dnsside.linkerd import Via
+from dnsside.wire import to_wire
 
 
 class Explainer:
@@ -56,7 +58,7 @@ class Explainer:
             wire = to_wire(name)
         except ValueError as exc:
             return {"explanation": str(exc)}
-        zone = self.index.responder._zone_of(wire)
+        zone = self.index.responder.zone_of(wire)
         if zone is None:
             return {"explanation": "outside every served zone: REFUSED"}
         if not self.index.synced:
@@ -66,7 +68,7 @@ class Explainer:
         if not labels:
             return {"explanation": f"the zone apex {zone.origin}"}
         mcs = zone.scheme == "mcs"
-        if mcs:  # KEP-1645 names (SPEC §3b): everything but dns-version lives below svc.M
+        if mcs:  # KEP-1645 names: everything but dns-version lives below svc.M
             if labels == ["dns-version"]:
                 return {"explanation": "the schema version of the Multi-Cluster Services DNS "
                                        "specification (TXT)"}
@@ -155,7 +157,7 @@ class Explainer:
 
 
 def _mcs_naming(gs: GlobalService, depth: int) -> str:
-    """How dns._encode_mcs reads this service, in one sentence."""
+    """How the --mcs-zone encoder reads this service, in one sentence."""
     if depth == 3:
         return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): NXDOMAIN "
                 "whatever the members")

@@ -4,7 +4,7 @@ It keeps the slim records sources deliver and, for every event, works out which
 global services the event touches, rebuilds just those with
 :func:`dnsside.linkerd.assemble`, re-encodes them with
 :func:`dnsside.dns.encode_service` and swaps their entries into the
-:class:`~dnsside.dns.Responder`'s tables. Nothing else is rebuilt: the cost of
+:class:`~dnsside.responder.Responder`'s tables. Nothing else is rebuilt: the cost of
 an event is the size of the services it touches, not the size of the cluster.
 
 The one subtle part is the bookkeeping of *which* global service an object
@@ -21,25 +21,17 @@ through every fault until a newer complete list or a watch event replaces it.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from dnsside import metrics
+from dnsside import diagnosis
+from dnsside.assembly import GlobalService, assemble, probe_url
 from dnsside.bulk import bulk
-from dnsside.dns import (
-    Answer,
-    McsZone,
-    Responder,
-    ServiceAnswers,
-    Zone,
-    ZoneOptions,
-    encode_service,
-    to_wire,
-)
+from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
+from dnsside.dns import McsZone, ServiceAnswers, Zone, ZoneOptions, encode_service
 from dnsside.events import (
     Delete,
     Event,
@@ -53,92 +45,15 @@ from dnsside.events import (
     Upsert,
 )
 from dnsside.linkerd import (
-    GlobalService,
     LinkRecord,
     Record,
     Role,
     ServiceRecord,
     SliceRecord,
-    assemble,
-    is_clash,
-    is_orphan,
-    probe_url,
 )
-
-log = logging.getLogger("dnsside.index")
-
-Key = tuple[str, str]  # (namespace, name)
-V = TypeVar("V")
-_MISSING: Any = object()
-
-
-class Table(MutableMapping[Key, V]):
-    """A dict keyed by (namespace, name), held as one dict per namespace.
-
-    At 100k members the index keeps three tables of about 92k entries each; a flat
-    dict would hold a (namespace, name) tuple per entry, 56 bytes, 15 MB in all.
-    Here an entry is keyed by the name string its record already holds.
-    """
-
-    __slots__ = ("_by_namespace", "_len")
-
-    def __init__(self) -> None:
-        self._by_namespace: dict[str, dict[str, V]] = {}
-        self._len = 0
-
-    def __getitem__(self, key: Key) -> V:
-        return self._by_namespace[key[0]][key[1]]
-
-    def get(self, key: Key, default: Any = None) -> Any:
-        names = self._by_namespace.get(key[0])
-        return default if names is None else names.get(key[1], default)
-
-    def __contains__(self, key: object) -> bool:
-        if not isinstance(key, tuple) or len(key) != 2:
-            return False
-        names = self._by_namespace.get(key[0])
-        return names is not None and key[1] in names
-
-    def __setitem__(self, key: Key, value: V) -> None:
-        namespace, name = key
-        names = self._by_namespace.get(namespace)
-        if names is None:
-            names = self._by_namespace[namespace] = {}
-        if name not in names:
-            self._len += 1
-        names[name] = value
-
-    def __delitem__(self, key: Key) -> None:
-        namespace, name = key
-        names = self._by_namespace[namespace]
-        del names[name]
-        self._len -= 1
-        if not names:
-            del self._by_namespace[namespace]
-
-    def pop(self, key: Key, default: Any = _MISSING) -> Any:
-        names = self._by_namespace.get(key[0])
-        if names is None or key[1] not in names:
-            if default is _MISSING:
-                raise KeyError(key)
-            return default
-        value = names[key[1]]
-        self.__delitem__(key)
-        return value
-
-    def __iter__(self) -> Iterator[Key]:
-        for namespace, names in self._by_namespace.items():
-            for name in names:
-                yield (namespace, name)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def records(self) -> Iterator[V]:
-        """The values, without building a key for each."""
-        for names in self._by_namespace.values():
-            yield from names.values()
-
+from dnsside.responder import Responder
+from dnsside.tables import Key, Names, Table, names_with, names_without
+from dnsside.wire import Answer, to_wire
 
 # A global service's contribution to the member, orphan and clash counts, flat:
 # (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the
@@ -153,9 +68,9 @@ def _tally(gs: GlobalService) -> Tally:
     for m in gs.members:
         counts[(_READY if m.ready else _NOT_READY, m.cluster)] += 1
     for m in gs.excluded:
-        if is_orphan(m):
+        if m.exclusion is Exclusion.ORPHANED:
             counts[(_ORPHAN, m.cluster)] += 1
-        elif is_clash(m):
+        elif m.exclusion is Exclusion.NAME_CLASH:
             counts[(_CLASH, m.cluster)] += 1
     return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
 
@@ -163,31 +78,6 @@ def _tally(gs: GlobalService) -> Tally:
 def _same_answer(a: Answer | None, b: Answer) -> bool:
     return a is b or (a is not None and a.body == b.body and a.counts == b.counts
                       and a.stat == b.stat)
-
-
-# The names under one key (mirrors of a global service, slices of a Service): usually
-# a few, so a tuple (a set costs four times as much); a set past this many, so that
-# adding the 1000th mirror of one service is not a copy of the other 999.
-_SMALL = 32
-Names = tuple[str, ...] | set[str]
-
-
-def _added(names: Names | None, name: str) -> Names:
-    if names is None:
-        return (name,)
-    if isinstance(names, set):
-        names.add(name)
-        return names
-    if name in names:
-        return names
-    return {*names, name} if len(names) >= _SMALL else (*names, name)
-
-
-def _removed(names: Names, name: str) -> Names | None:
-    if isinstance(names, set):
-        names.discard(name)
-        return names or None
-    return tuple(n for n in names if n != name) or None
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -222,21 +112,18 @@ class IndexOptions:
     zone: ZoneOptions = field(default_factory=ZoneOptions)
 
 
-_MIRROR_ROLES = (Role.HEADLESS_ROOT, Role.POD_MIRROR, Role.CLUSTER_MIRROR)
+@dataclass(slots=True)
+class IndexReport:
+    """What one :meth:`Index.apply` did, for whoever reports it: the serving side turns it
+    into log lines and metrics (the index itself neither logs nor measures)."""
 
-# Configuration mistakes worth a warning after every sync: (metric label, message).
-WARNINGS = {
-    "default-cluster-name": (
-        "--cluster-name is still the default 'local' while mirrors of linked clusters exist: "
-        "set it to the name the other clusters linked this one as "
-        "(linkerd multicluster link --cluster-name)"),
-    "cluster-name-clash": (
-        "--cluster-name {cluster} is also the cluster name of mirrors here: local members win "
-        "every name clash and that cluster's clashing members are left out"),
-    "no-mirror-slices": (
-        "{n} mirrors routed through gateways exist but none has an EndpointSlice: is the "
-        "EndpointSliceMirroring controller off? (they all count as not ready)"),
-}
+    changed: set[Key]  # global services whose answers or counts changed
+    seconds: float  # how long applying the batch took
+    told: list[Told] = field(default_factory=list)  # what an operator hears about, once
+    synced: bool = False  # this batch completed the initial sync
+
+
+Observer = Callable[["Index", IndexReport], None]
 
 
 def _key_of(svc: ServiceRecord | None) -> Key | None:
@@ -246,9 +133,11 @@ def _key_of(svc: ServiceRecord | None) -> Key | None:
 
 
 class Index:
-    def __init__(self, responder: Responder, options: IndexOptions) -> None:
+    def __init__(self, responder: Responder, options: IndexOptions,
+                 observer: Observer | None = None) -> None:
         self.responder = responder
         self.options = options
+        self.observer = observer
         self.zone_wires = [z.wire for z in responder.zones]
         self.services: Table[ServiceRecord] = Table()
         self.slices: Table[SliceRecord] = Table()
@@ -266,8 +155,9 @@ class Index:
         self._clusters: set[str] = set()  # clusters with members, for "link seen/gone" logs
         self._orphans: Counter[str] = Counter()  # orphaned mirrors (excluded members) by cluster
         self._clashes: Counter[str] = Counter()  # members lost to a name clash, by cluster
-        self._orphaned_clusters: set[str] = set()  # logged already
+        self._orphaned_clusters: set[str] = set()  # told already
         self._clashed_clusters: set[str] = set()
+        self._told: list[Told] = []
         self._probe_keys: set[Key] = set()  # gateway probe Services
         # Links: None until the source says, then whether they were ever listed.
         self.links_readable: bool | None = None
@@ -277,7 +167,7 @@ class Index:
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self._linked: frozenset[str] | None = None  # what the global services were built with
         self._failing: frozenset[str] = frozenset()
-        self.warnings: dict[str, str] = {}  # active configuration warnings
+        self.warnings: dict[ConfigWarning, str] = {}  # active configuration warnings
         self.synced = False
         self.serial = int(time.time())
         for z in responder.zones:
@@ -333,17 +223,29 @@ class Index:
                 self.responder.set_ready()  # the apex answers first, then ready
             else:
                 self.responder.refresh_apex()
-            metrics.ZONE_SERIAL.set(self.serial)
         if became_synced:
-            log.info(
-                "initial sync done: %d global services, %d members, clusters %s; links %s",
-                len(self.global_services), sum(self._members.values()),
-                ", ".join(sorted(self._clusters)) or "none", self.describe_links(),
-            )
+            self._tell(Notice.SYNCED, (
+                f"initial sync done: {len(self.global_services)} global services, "
+                f"{sum(self._members.values())} members, clusters "
+                f"{', '.join(sorted(self._clusters)) or 'none'}; links {self.describe_links()}"))
         if self.synced and (became_synced or resynced):
             self._check_configuration()
-        metrics.INDEX_UPDATE_SECONDS.observe(time.perf_counter() - started)
+        told, self._told = self._told, []
+        if self.observer is not None:
+            self.observer(self, IndexReport(changed, time.perf_counter() - started, told,
+                                            became_synced))
         return changed
+
+    def _tell(self, notice: Notice, text: str) -> None:
+        self._told.append(Told(notice, text))
+
+    def member_counts(self) -> Mapping[tuple[str, bool], int]:
+        """Published members by (cluster, ready)."""
+        return self._members
+
+    def exclusion_counts(self, why: Exclusion) -> Mapping[str, int]:
+        """Members left out for ``why``, by cluster."""
+        return self._orphans if why is Exclusion.ORPHANED else self._clashes
 
     # ----------------------------------------------------------------- cluster-wide inputs
 
@@ -354,29 +256,20 @@ class Index:
         return frozenset(link.target_cluster for link in self.links.values())
 
     def describe_links(self, now: float | None = None) -> str:
-        if self.links_readable:
-            listed = f"{len(self.links)} read ({', '.join(sorted(self.linked_clusters() or ()))})"
-            if not self.links_watch_down:
-                return listed
-            age = max(0.0, (time.time() if now is None else now) - self.links_complete_at)
-            return (f"{listed}; the Link watch is down ({self.links_watch_down}): the list "
-                    f"last known complete {age:.0f} s ago stands")
-        if self.links_readable is False:
-            return f"cannot be read ({self.links_reason}): orphaned mirrors are not filtered"
-        return "not known yet"
+        age = max(0.0, (time.time() if now is None else now) - self.links_complete_at)
+        return diagnosis.describe_links(self.links_readable, self.links_reason, len(self.links),
+                                        self.linked_clusters() or (), self.links_watch_down, age)
 
     def _links_listed(self) -> None:
         """A complete Link list: it replaced the previous one, and the watch follows it."""
         if self.links_readable is False:
-            log.info("Links can be read again: mirrors of unlinked clusters are left out")
+            self._tell(Notice.LINKS_READABLE,
+                       "Links can be read again: mirrors of unlinked clusters are left out")
         elif self.links_watch_down:
-            log.info("Links listed again (%d): the Link watch follows changes again",
-                     len(self.links))
+            self._tell(Notice.LINKS_RELISTED, f"Links listed again ({len(self.links)}): the "
+                       "Link watch follows changes again")
         self.links_readable, self.links_reason, self.links_watch_down = True, "", ""
         self.links_complete_at = time.time()
-        metrics.LINKS_READABLE.set(1)
-        metrics.LINKS_WATCH_UP.set(1)
-        metrics.LINKS_LISTED.set(self.links_complete_at)
 
     def _links_unavailable(self, reason: str) -> None:
         """Links cannot be read. Never listed: nothing is filtered (an unreadable list must
@@ -386,11 +279,8 @@ class Index:
             self._link_watch(reason)
             return
         if self.links_readable is None or reason != self.links_reason:
-            log.warning("Links cannot be read: %s; serving every mirror, orphaned or not, until "
-                        "they can", reason)
+            self._told.append(diagnosis.links_unreadable(reason))
         self.links_readable, self.links_reason = False, reason
-        metrics.LINKS_READABLE.set(0)
-        metrics.LINKS_WATCH_UP.set(0)
 
     def _link_watch(self, reason: str) -> None:
         """The Link watch went down (``reason``) or follows again (""); only once Links
@@ -401,17 +291,13 @@ class Index:
             return
         now = time.time()
         if reason:
-            log.warning("Link watch down (%s): the last complete list of %d Links (%s) stands "
-                        "until a newer list or watch event replaces it", reason, len(self.links),
-                        ", ".join(sorted(self.linked_clusters() or ())) or "none")
-            self.links_complete_at = now
+            self._told.append(diagnosis.link_watch_down(reason, len(self.links),
+                                                        self.linked_clusters() or ()))
         else:
-            log.info("Link watch follows changes again after %.0f s down",
-                     now - self.links_complete_at)
-            self.links_complete_at = now
+            self._tell(Notice.LINK_WATCH_UP, "Link watch follows changes again after "
+                       f"{now - self.links_complete_at:.0f} s down")
+        self.links_complete_at = now
         self.links_watch_down = reason
-        metrics.LINKS_WATCH_UP.set(0 if reason else 1)
-        metrics.LINKS_LISTED.set(self.links_complete_at)
 
     def _gateway(self, event: GatewayState) -> None:
         if event.state is None:
@@ -454,29 +340,12 @@ class Index:
         return targets
 
     def _check_configuration(self) -> None:
-        """Warn, after every (re)sync, about the mistakes that silently make answers wrong."""
-        name = self.options.cluster_name
-        mirror_clusters: set[str] = set()
-        gateway_mirrors = with_slices = 0
-        for svc in self.services.records():
-            if svc.role not in _MIRROR_ROLES:
-                continue
-            mirror_clusters.add(svc.cluster)
-            if svc.role is not Role.HEADLESS_ROOT and not svc.remote_discovery:
-                gateway_mirrors += 1
-                with_slices += (svc.namespace, svc.name) in self.slices_by_service
-        active: dict[str, str] = {}
-        if mirror_clusters and name == "local":
-            active["default-cluster-name"] = WARNINGS["default-cluster-name"]
-        if name in mirror_clusters:
-            active["cluster-name-clash"] = WARNINGS["cluster-name-clash"].format(cluster=name)
-        if gateway_mirrors and not with_slices:
-            active["no-mirror-slices"] = WARNINGS["no-mirror-slices"].format(n=gateway_mirrors)
-        for message in active.values():
-            log.warning("%s", message)
-        for label in WARNINGS:
-            metrics.CONFIG_WARNINGS.labels(warning=label).set(1 if label in active else 0)
-        self.warnings = active
+        """Tell, after every (re)sync, the mistakes that silently make answers wrong."""
+        links = list(self.links.values()) if self.links_readable else None
+        health = diagnosis.mirror_health(self.services.records(), self.slices_by_service, links)
+        self.warnings = diagnosis.configuration_warnings(self.options.cluster_name, health)
+        for message in self.warnings.values():
+            self._tell(Notice.CONFIG_WARNING, message)
 
     def _all_keys(self) -> set[Key]:
         keys = {(s.namespace, s.name) for s in self.services.records()
@@ -501,7 +370,7 @@ class Index:
             self._forget_slice(key, dirty)
             self.slices[key] = record
             svc_key = (record.namespace, record.service_name)
-            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+            self.slices_by_service[svc_key] = names_with(self.slices_by_service.get(svc_key),
                                                      record.name)
             self._touch_service(svc_key, dirty)
 
@@ -513,7 +382,7 @@ class Index:
         elif isinstance(record, SliceRecord):
             self.slices[(record.namespace, record.name)] = record
             svc_key = (record.namespace, record.service_name)
-            self.slices_by_service[svc_key] = _added(self.slices_by_service.get(svc_key),
+            self.slices_by_service[svc_key] = names_with(self.slices_by_service.get(svc_key),
                                                      record.name)
             self._touch_service(svc_key, dirty)
         else:
@@ -558,7 +427,7 @@ class Index:
         if key is None:
             return
         if svc.role is not Role.LOCAL:
-            self.mirrors_by_key[key] = _added(self.mirrors_by_key.get(key), svc.name)
+            self.mirrors_by_key[key] = names_with(self.mirrors_by_key.get(key), svc.name)
         dirty.add(key)
 
     def _forget_service(self, key: Key, dirty: set[Key]) -> None:
@@ -570,7 +439,7 @@ class Index:
         if old.role is not Role.LOCAL:
             names = self.mirrors_by_key.get(old_key)
             if names is not None:
-                rest = _removed(names, old.name)
+                rest = names_without(names, old.name)
                 if rest is None:
                     del self.mirrors_by_key[old_key]
                 else:
@@ -583,7 +452,7 @@ class Index:
             return
         svc_key = (old.namespace, old.service_name)
         names = self.slices_by_service.get(svc_key)
-        rest = _removed(names, old.name) if names is not None else None
+        rest = names_without(names, old.name) if names is not None else None
         if rest is not None:
             self.slices_by_service[svc_key] = rest
         else:
@@ -639,50 +508,53 @@ class Index:
             if tally is None:
                 del self._tallies[key]
                 if not quiet:
-                    log.info("global service %s/%s is gone", *key)
+                    self._tell(Notice.SERVICE_GONE, "global service {}/{} is gone".format(*key))
             else:
                 if old is None and not quiet:
-                    log.info("global service %s/%s appeared", *key)
+                    self._tell(Notice.SERVICE_APPEARED,
+                               "global service {}/{} appeared".format(*key))
                 self._tallies[key] = tally
         if changed:
-            metrics.GLOBAL_SERVICES.set(len(self._tallies))
-            for (cluster, ready), n in self._members.items():
-                metrics.MEMBERS.labels(cluster=cluster, ready=str(ready).lower()).set(n)
-            self._log_links(quiet)
-            self._log_exclusions()
+            self._tell_links(quiet)
+            self._tell_exclusions()
+            self._forget_gone_clusters()
         return changed
 
-    def _log_exclusions(self) -> None:
+    def _forget_gone_clusters(self) -> None:
+        """Drop the counts of clusters with no member and nothing left out any more, so
+        that clusters come and go without leaving keys (or metric series) behind."""
+        present = ({c for (c, _), n in self._members.items() if n}
+                   | {c for c, n in self._orphans.items() if n}
+                   | {c for c, n in self._clashes.items() if n})
+        for key in [k for k in self._members if k[0] not in present]:
+            del self._members[key]
+        for counter in (self._orphans, self._clashes):
+            for c in [c for c in counter if c not in present]:
+                del counter[c]
+
+    def _tell_exclusions(self) -> None:
         """Once per cluster, when its mirrors become orphans or lose a name clash."""
-        for counter, seen, gauge, message in (
-            (self._orphans, self._orphaned_clusters, metrics.ORPHANED_MIRRORS,
-             "cluster %s: %d mirrors are orphans (no Link targets it): left out of every "
-             "answer; remove them with `linkerd multicluster unlink --cluster-name %s | "
-             "kubectl delete -f -`"),
-            (self._clashes, self._clashed_clusters, metrics.NAME_CLASHES,
-             "cluster %s: %d members have the name of a local member (--cluster-name equals "
-             "this linked cluster's name): the local members win; set --cluster-name to this "
-             "cluster's own name (%s is a linked one)"),
+        for counter, seen, told in (
+            (self._orphans, self._orphaned_clusters, diagnosis.orphaned),
+            (self._clashes, self._clashed_clusters, diagnosis.name_clash),
         ):
             now = {c for c, n in counter.items() if n > 0}
             for c in sorted(now - seen):
-                log.warning(message, c, counter[c], c)
-            for c, n in counter.items():
-                gauge.labels(cluster=c).set(n)
+                self._told.append(told(c, counter[c]))
             seen.clear()
             seen.update(now)
 
-    def _log_links(self, quiet: bool) -> None:
-        """One line when a linked cluster first contributes members, and when it stops."""
+    def _tell_links(self, quiet: bool) -> None:
+        """When a linked cluster first contributes members, and when it stops."""
         per_cluster: Counter[str] = Counter()
         for (cluster, _ready), n in self._members.items():
             per_cluster[cluster] += n
         clusters = {c for c, n in per_cluster.items() if n > 0}
         if not quiet:
             for c in sorted(clusters - self._clusters):
-                log.info("link %s seen: %d members", c, per_cluster[c])
+                self._tell(Notice.LINK_SEEN, f"link {c} seen: {per_cluster[c]} members")
             for c in sorted(self._clusters - clusters):
-                log.info("link %s gone: no members left", c)
+                self._tell(Notice.LINK_GONE, f"link {c} gone: no members left")
         self._clusters = clusters
 
     def _count_members(self, tally: Tally | None, sign: int) -> None:

@@ -613,7 +613,7 @@ class CorednsOptions:
 
 
 def normal_zone(zone: str) -> str:
-    from dnsside.dns import to_wire
+    from dnsside.wire import to_wire
 
     zone = zone.strip().lower()
     zone = zone if zone.endswith(".") else zone + "."

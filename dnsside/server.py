@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from dnsside import metrics, mmsg
-from dnsside.dns import Responder
+from dnsside.responder import Responder
 
 log = logging.getLogger("dnsside.server")
 query_log = logging.getLogger("dnsside.query")
@@ -269,6 +269,9 @@ class _UdpCollector(Collector):
 
 
 _COLLECTOR = _UdpCollector()
+# Every TCP query is timed (TCP is the rare transport: a truncated answer's retry, AXFR
+# attempts, resolvers that prefer it), from the read of its message to the write.
+_TCP_LATENCY = metrics.ANSWER_SECONDS.labels(transport="tcp")
 
 
 class TcpConnections:
@@ -340,12 +343,14 @@ class TcpConnection(asyncio.Protocol):
                 break
             message = bytes(buf[2 : 2 + size])
             del buf[: 2 + size]
+            started = time.perf_counter()
             reply = self.shared.responder.respond(message, udp=False)
             answered = True
             if self.shared.log_queries:
                 _log_query("tcp", self.peer, message, reply)
             if reply is not None and self.transport is not None:
                 self.transport.write(len(reply).to_bytes(2, "big") + reply)
+            _TCP_LATENCY.observe(time.perf_counter() - started)
         if answered:
             self._arm()
 

@@ -24,7 +24,7 @@ import dns.rcode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dnsside.dns import Responder
+from dnsside.responder import Responder
 from dnsside.events import Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.sources.file import load_records

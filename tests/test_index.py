@@ -14,6 +14,7 @@ from support import DEMO
 from dnsside.events import Delete, Kind, Replace, SourceError, Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.linkerd import Record, ServiceRecord, SliceRecord, parse_object
+from dnsside.reporting import IndexReporter
 
 BOTH = frozenset({Kind.SERVICE, Kind.SLICE})
 ALL = BOTH | {Kind.LINK}  # a dump with Links: mirrors of unlinked clusters are orphans
@@ -42,7 +43,7 @@ def rec(o: dict[str, Any]) -> Record:
 @pytest.fixture
 def index() -> Index:
     idx = Index(make_responder(["svc-global."], IndexOptions().zone),
-                IndexOptions(cluster_name="east"))
+                IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
     idx.apply([Replace(ALL, demo_records()), Synced()])
     return idx
 
@@ -170,7 +171,7 @@ def test_source_error_keeps_serving(index: Index) -> None:
 
 
 def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
-    from dnsside.dns import TCP_LIMIT
+    from dnsside.wire import TCP_LIMIT
 
     objs: list[ServiceRecord | SliceRecord] = []
     objs.append(rec({"kind": "Service", "metadata": {

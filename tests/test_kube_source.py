@@ -19,7 +19,8 @@ from fakekube import FakeKube
 from dnsside import metrics
 from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
 from dnsside.linkerd import Record, parse_object
-from dnsside.sources.kube import Backoff, KubeConfigError, KubeSource
+from dnsside.sources.kube import KubeSource
+from dnsside.sources.kubeapi import Backoff, KubeConfigError
 
 LINKS_PATH = "/apis/multicluster.linkerd.io/v1alpha3/links"
 SVC_PATHS = {"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", LINKS_PATH}

@@ -26,6 +26,7 @@ from dnsside.events import (
     Upsert,
 )
 from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.reporting import IndexReporter
 from dnsside.linkerd import LinkRecord, Record, ServiceRecord, SliceRecord, parse_object
 
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
@@ -52,7 +53,8 @@ def link(name: str) -> LinkRecord:
 
 def make_index(cluster_name: str = "east", **options: Any) -> Index:
     opts = IndexOptions(cluster_name=cluster_name, **options)
-    return Index(make_responder(["svc-global."], opts.zone), opts)
+    # With the server's reporter: these tests read its log lines and metrics too.
+    return Index(make_responder(["svc-global."], opts.zone), opts, IndexReporter())
 
 
 @pytest.fixture

@@ -9,25 +9,20 @@ import pytest
 import yaml
 from support import DEMO
 
+from dnsside.assembly import GlobalService, Member, assemble, probe_url
+from dnsside.diagnosis import NO_REMOTE_ENDPOINTS, Exclusion
 from dnsside.linkerd import (
     FEDERATED_CLUSTER,
-    NO_REMOTE_ENDPOINTS,
-    GlobalService,
     LinkRecord,
-    Member,
     ObjectError,
     Role,
     ServiceRecord,
     SliceRecord,
     Via,
-    assemble,
-    is_clash,
-    is_orphan,
     parse_link,
     parse_object,
     parse_service,
     parse_slice,
-    probe_url,
 )
 
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
@@ -326,7 +321,7 @@ def test_orphans_are_excluded_and_named() -> None:
     assert (orphan.cluster, orphan.hostname, orphan.addresses) == ("old", "nginx-set-0",
                                                                    ("10.45.0.10",))
     # Linkerd still calls it ready (that is the trouble): it is left out all the same.
-    assert is_orphan(orphan) and orphan.ready
+    assert orphan.exclusion is Exclusion.ORPHANED and orphan.ready
     assert "no Link targets cluster old" in orphan.why_not_ready
     # Links that cannot be read filter nothing: the orphan is a member like any other.
     unfiltered = build("default", "nginx-svc", linked_clusters=None)
@@ -346,7 +341,7 @@ def test_a_service_with_only_orphaned_mirrors_has_no_members() -> None:
     gs = assemble("db", "cockroachdb", None, [], mirrors, cluster_name="east",
                   linked_clusters=frozenset({"south"}))
     assert gs is not None
-    assert gs.members == () and len(gs.excluded) == 6 and all(map(is_orphan, gs.excluded))
+    assert gs.members == () and len(gs.excluded) == 6 and all(m.exclusion is Exclusion.ORPHANED for m in gs.excluded)
     assert assemble("db", "cockroachdb", None, [], [], cluster_name="east") is None
 
 
@@ -376,7 +371,7 @@ def test_name_clash_local_member_wins() -> None:
     winners = by_name(gs)
     assert winners[("west", "nginx-set-0")].local and winners[("west", "nginx-set-1")].local
     assert not winners[("west", "nginx-set-2")].local  # no local pod of that name
-    lost = [m for m in gs.excluded if is_clash(m)]
+    lost = [m for m in gs.excluded if m.exclusion is Exclusion.NAME_CLASH]
     assert {(m.cluster, m.hostname) for m in lost} == {("west", "nginx-set-0"),
                                                        ("west", "nginx-set-1")}
     # The same for a cluster-level member: the local ClusterIP wins.

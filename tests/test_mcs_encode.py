@@ -14,10 +14,15 @@ import dns.rdatatype
 import pytest
 from test_index import BOTH, demo_records, obj, rec
 
-from dnsside.dns import McsZone, Responder, Zone, ZoneOptions, encode_service, to_wire
+from dnsside.dns import McsZone, Zone, ZoneOptions, encode_service
+
+from dnsside.responder import Responder
+
+from dnsside.wire import to_wire
 from dnsside.events import Delete, Kind, Replace, Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import FEDERATED_CLUSTER, GlobalService, Member, Port, Via
+from dnsside.assembly import GlobalService, Member
+from dnsside.linkerd import FEDERATED_CLUSTER, Port, Via
 
 M = "clusterset.local."
 HTTP = Port("http", 80, "TCP")

@@ -114,3 +114,15 @@ def test_explain_over_http_and_json_logs_and_query_log() -> None:
         assert record["logger"] == "dnsside.query" and "rcode=NOERROR" in record["msg"]
         for line in list(srv.lines):
             json.loads(line)  # every line is JSON
+
+
+def test_tcp_answers_are_timed() -> None:
+    """The TCP half of dnsside_answer_duration_seconds is observed, once per TCP query."""
+    import dns.query
+
+    with demo_server() as srv:
+        for _ in range(3):
+            dns.query.tcp(dns.message.make_query("nginx-svc.default.svc-global", "A"),
+                          srv.host, port=srv.port, timeout=5)
+        _, text = srv.http("/metrics")
+        assert metric(text, "dnsside_answer_duration_seconds_count", transport="tcp") == 3

@@ -17,9 +17,10 @@ import yaml
 from fakekube import FakeKube
 from support import DEMO
 
-from dnsside.dns import Answer
+from dnsside.wire import Answer
 from dnsside.events import Kind, Replace, Synced, Upsert
-from dnsside.index import Index, IndexOptions, Table, make_responder
+from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.tables import Table
 from dnsside.linkerd import Endpoint, Endpoints, Record, SliceRecord, parse_object
 from dnsside.sources.kube import KubeSource, _continue_token
 
@@ -153,7 +154,7 @@ def _same(a: Answer, b: Answer) -> bool:
 
 def test_the_kube_source_loads_no_generated_api_until_asked() -> None:
     code = (
-        "import sys, dnsside.sources.kube as k\n"
+        "import sys, dnsside.sources.kube, dnsside.sources.kubeapi as k\n"
         "assert k.ApiClient and k.load_kube_config\n"
         "generated = [m for m in sys.modules if m.startswith('kubernetes_asyncio.client.api.')"
         " or m.startswith('kubernetes_asyncio.client.models.')]\n"

@@ -1,78 +1,20 @@
 """The Kubernetes source: list then watch Services, EndpointSlices and Links, as an informer does.
 
-Flow, per resource (core/v1 ``services``, discovery.k8s.io/v1 ``endpointslices``)
-and per namespace when ``namespaces`` is set (else cluster-wide):
+Each resource is listed in pages (parsed straight into slim records, no whole
+object kept), then watched from the list's resourceVersion with bookmarks; a
+stream that ends is reopened from the last resourceVersion seen, an error is
+retried after a jittered exponential backoff, and 410 Expired relists the
+resource. The flow, the Link rules and why there are no server-side label
+selectors: ``docs/kube-source.md``.
 
-1. **List** in pages of ``page_size`` (``limit``/``continue``); each item is
-   parsed straight into a slim record by :mod:`dnsside.linkerd` and the decoded
-   JSON is dropped, so no whole object outlives its page. A ``continue`` token
-   that expired (410) restarts that list from scratch.
-2. Once *both* resources are listed: one batch
-   ``[Replace({SERVICE, SLICE}, records), Synced()]``. Before that the index
-   answers SERVFAIL and ``/readyz`` fails; after it, nothing this module does
-   ever empties the index.
-3. **Watch** each resource (and namespace) concurrently from its list's
-   ``resourceVersion`` with ``allowWatchBookmarks``; each chunk read off a stream
-   becomes one batch of ``Upsert`` / ``Delete`` events. Bookmarks only advance
-   the resume point. An object that does not parse is logged (naming it) and
-   its event skipped, so the index keeps the previous record.
-4. A stream that ends (server ``timeoutSeconds``) is reopened at once from the
-   last resourceVersion seen. A dropped connection, an HTTP error (5xx, 429,
-   401, ...), a timeout or an undecodable line is logged, reported to the index
-   as a ``SourceError`` (it keeps serving what it has) and retried from the last
-   resourceVersion after an exponential backoff with full jitter:
-   ``uniform(0, min(backoff_cap, backoff_base * 2**attempt))``, cap 30 s, reset
-   once a stream delivers something. Lists are retried the same way.
-5. **410 Expired** (as an HTTP status or an ERROR event): the history we would
-   resume from is gone, so every watch of that resource is stopped, the
-   resource is relisted (all namespaces) and the result yielded as
-   ``[Replace({that kind}, records)]``; the index diffs it against what it
-   holds and swaps the result in at once, so objects deleted while we were
-   away disappear and no query sees an empty or partial answer in between.
-
-Links (``links.multicluster.linkerd.io``) follow the same flow, cluster-wide
-whatever ``namespaces`` says, with three differences. Their version comes from
-discovery (the API server's preferred one of v1alpha3, v1alpha2, v1alpha1).
-Not being able to read them is a state, not an error: a missing CRD or a 403
-becomes ``LinksUnavailable`` and never holds up the first sync; Links are looked
-for again every ``links_retry`` seconds. A transient failure (5xx, a timeout, the
-API away) is retried like any list, and the first sync waits for it: the
-answers never start wider than the Links allow. And once listed, the list
-stands: a watch error, a 410 relist that keeps failing, a 403 that appears later
-are reported (``LinkWatch``, ``LinksUnavailable``) but only a newer complete list
-or a watch event changes a Link, so no fault can orphan every mirror or bring an
-unlinked cluster back.
-
-Every restart and relist is logged on ``dnsside.kube`` with the resource and
-the reason, and counted in ``dnsside_watch_restarts{resource,reason}`` /
-``dnsside_relists{resource}``. Only GET requests are made; RBAC needs
-get/list/watch on services, endpointslices and links.multicluster.linkerd.io
-and nothing else.
-
-Server-side label selectors: none, on purpose. They would have to keep
-everything SPEC §1-2 needs, and that is nearly everything:
-
-* Services: mirrors are selectable (``mirror.linkerd.io/mirrored-service=true``),
-  but the local original of a global service is *any* Service whose name
-  matches a mirror's original; it carries the application's arbitrary labels
-  and need not carry ``mirror.linkerd.io/exported`` (that label lives on the
-  exported copy in the *remote* cluster). Selecting by name is not possible
-  with labels, so every Service is needed. The only objects a selector could
-  drop are the gateway probe Services (``!mirror.linkerd.io/mirrored-gateway``),
-  one per link: no measurable saving.
-* EndpointSlices: slices of local originals are ordinary
-  ``endpointslice-controller.k8s.io`` slices labelled only with
-  ``kubernetes.io/service-name`` and the Service's own labels, exactly like the
-  slices of every unrelated local Service; per-pod and gateway mirror slices
-  come from ``endpointslicemirroring-controller.k8s.io``. The unrelated local
-  slices are the only big set that could be filtered, and only by name
-  (``kubernetes.io/service-name in (...)``) from a set that changes whenever a
-  link or mirror appears, which means restarting watches and relisting (more
-  traffic, not less) with a selector as long as the list of originals.
-
-So traffic is cut by scoping to namespaces (``--namespace``), memory by
-keeping slim records instead of objects, and the API server's gzip by the
-client (aiohttp sends ``Accept-Encoding: gzip``).
+The one tricky thing: no fault may ever make the answers wider or emptier than
+what was learnt. So the first answers wait for one complete list of every
+resource (one ``Replace`` + ``Synced``), a relist reaches the index as one
+``Replace`` that is diffed and swapped in at once, and errors are only ever
+reported (``SourceError``, ``LinkWatch``), never turned into deletions. Links
+obey the same rule with one exception, a Link CRD that is missing or forbidden
+before any list: that is a state (``LinksUnavailable``: nothing is filtered),
+not an error, and never holds up the first sync.
 """
 
 from __future__ import annotations
@@ -81,19 +23,17 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-from dnsside import __version__, metrics
+from dnsside import metrics
 from dnsside.bulk import paused
 from dnsside.events import (
     Delete,
@@ -115,17 +55,18 @@ from dnsside.linkerd import (
     parse_service,
     parse_slice,
 )
-from dnsside.sources.kubeclient import load as _load_client
+from dnsside.sources.kubeapi import (
+    TRANSIENT,
+    ApiError,
+    Backoff,
+    KubeApi,
+    decode,
+    describe_error,
+    error_reason,
+    read_error,
+)
 
 log = logging.getLogger("dnsside.kube")
-
-_client = _load_client()  # kubernetes-asyncio without its generated API (41 MB): see kubeclient
-ApiClient: Any = _client["ApiClient"]
-Configuration: Any = _client["Configuration"]
-ConfigException: type[Exception] = _client["ConfigException"]
-load_kube_config: Any = _client["load_kube_config"]
-load_incluster_config: Any = _client["load_incluster_config"]
-refresh_token: Any = _client["refresh_token"]
 
 SOURCE_NAME = "kube"
 
@@ -174,40 +115,6 @@ class _LinksGone(Exception):
     """The Link watch hit 403/404: RBAC was revoked or the CRD uninstalled."""
 
 
-class KubeConfigError(Exception):
-    """No usable kubeconfig or in-cluster configuration."""
-
-
-class ApiError(Exception):
-    """A non-2xx answer from the API server (or an ERROR watch event), with its Status."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_status(cls, status: Any, default_code: int) -> ApiError:
-        if not isinstance(status, Mapping):
-            return cls(default_code, "", str(status)[:200])
-        code = status.get("code")
-        retry = (status.get("details") or {}).get("retryAfterSeconds")
-        return cls(
-            code if isinstance(code, int) else default_code,
-            str(status.get("reason") or ""),
-            str(status.get("message") or ""),
-            float(retry) if isinstance(retry, (int, float)) else None,
-        )
-
-    @property
-    def expired(self) -> bool:
-        return self.status == 410
-
-
 class _Expired(Exception):
     """A watch's resourceVersion is gone from the server's history: relist."""
 
@@ -217,55 +124,12 @@ class _Expired(Exception):
         self.namespace = namespace
 
 
-class Backoff:
-    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
-
-    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
-        self.base = base
-        self.cap = cap
-        self.attempt = 0
-        self._rng = rng or random.Random()
-
-    def next(self) -> float:
-        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
-        self.attempt += 1
-        return self._rng.uniform(0, ceiling)
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
 @dataclass(slots=True)
 class _Cursor:
     """Where a watch resumes, and whether the current stream delivered anything."""
 
     resource_version: str
     progressed: bool = False
-
-
-# Errors a list or watch recovers from by retrying (anything else is a bug, and is
-# retried too, but logged with a traceback).
-_TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
-
-
-def _reason(exc: BaseException) -> str:
-    """A short, low-cardinality reason for logs and the restarts metric."""
-    if isinstance(exc, ApiError):
-        return f"http-{exc.status}"
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
-        return "dropped"
-    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
-        return "connection"
-    if isinstance(exc, ValueError):
-        return "bad-response"
-    return "error"
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
 
 
 class KubeSource:
@@ -303,7 +167,7 @@ class KubeSource:
     async def events(self) -> AsyncIterator[list[Event]]:
         """Yield batches forever: the initial Replace + Synced, then watch events."""
         metrics.SOURCE_SYNCED.labels(source=self.name).set(0)
-        api, refresher = await self._connect()
+        api = await KubeApi.connect(self.kubeconfig, self.request_timeout)
         queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
         runner = asyncio.create_task(self._supervise(api, queue), name="kube-source")
         try:
@@ -315,65 +179,14 @@ class KubeSource:
                 metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
                 yield batch
         finally:
-            for task in (runner, refresher):
-                if task is not None:
-                    task.cancel()
-            for task in (runner, refresher):
-                if task is not None:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await runner
             await api.close()
-
-    # ------------------------------------------------------------------ configuration
-
-    async def _connect(self) -> tuple[Any, asyncio.Task[None] | None]:
-        """An ApiClient for --kubeconfig, $KUBECONFIG, ~/.kube/config or the pod's account."""
-        config = Configuration()
-        path = self.kubeconfig or os.environ.get("KUBECONFIG") or ""
-        default = Path.home() / ".kube" / "config"
-        if not path and default.is_file():
-            path = str(default)
-        loader: Any = None
-        try:
-            if path:
-                loader = await load_kube_config(
-                    config_file=path, client_configuration=config, persist_config=False
-                )
-                log.info("using kubeconfig %s: API server %s", path, config.host)
-            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                load_incluster_config(client_configuration=config)
-                log.info("using the in-cluster service account: API server %s", config.host)
-            else:
-                raise KubeConfigError(
-                    "no Kubernetes configuration: pass --kubeconfig, set $KUBECONFIG, "
-                    "create ~/.kube/config, or run in a pod"
-                )
-        except (ConfigException, OSError, ValueError, KeyError) as exc:
-            raise KubeConfigError(f"{path or 'in-cluster config'}: {exc}") from exc
-        api = ApiClient(configuration=config)
-        api.user_agent = f"dnsside/{__version__}"
-        refresher = None
-        user = getattr(loader, "_user", None) or {}
-        if getattr(loader, "provider", None) == "gcp" or "exec" in user:
-            refresher = asyncio.create_task(self._refresh_token(loader, config))
-        return api, refresher
-
-    @staticmethod
-    async def _refresh_token(loader: Any, config: Any) -> None:
-        """Keep exec-plugin / GCP tokens fresh for as long as we watch."""
-        while True:
-            try:
-                await refresh_token(loader, config)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("refreshing the kubeconfig credentials failed: %s", exc)
-                await asyncio.sleep(60)
 
     # ------------------------------------------------------------------ orchestration
 
-    async def _supervise(self, api: Any, queue: asyncio.Queue[list[Event] | None]) -> None:
+    async def _supervise(self, api: KubeApi, queue: asyncio.Queue[list[Event] | None]) -> None:
         try:
             await self._run(api, queue)
         except asyncio.CancelledError:
@@ -383,7 +196,7 @@ class KubeSource:
             self._crash = exc
             await queue.put(None)
 
-    async def _run(self, api: Any, queue: asyncio.Queue[list[Event] | None]) -> None:
+    async def _run(self, api: KubeApi, queue: asyncio.Queue[list[Event] | None]) -> None:
         link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
         try:
             # Hundreds of thousands of records that live on: no GC passes over them while
@@ -418,7 +231,7 @@ class KubeSource:
     # ------------------------------------------------------------------ links
 
     async def _list_links(
-        self, api: Any, queue: asyncio.Queue[list[Event] | None], attempts: int | None = None,
+        self, api: KubeApi, queue: asyncio.Queue[list[Event] | None], attempts: int | None = None,
         relist: bool = False,
     ) -> _LinkView:
         """Discover the Link CRD's version and list every Link, cluster-wide (they live in
@@ -435,7 +248,7 @@ class KubeSource:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                reason = f"listing Links failed: {_describe(exc)}"
+                reason = f"listing Links failed: {describe_error(exc)}"
                 if attempts is not None and attempt >= attempts:
                     return _LinkView(None, [], reason=reason)
                 delay = self._retry_delay(backoff, exc)
@@ -443,7 +256,7 @@ class KubeSource:
                 await self._report_and_wait(queue, exc, message, delay,
                                             LinkWatch(message) if relist else None)
 
-    async def _try_list_links(self, api: Any) -> _LinkView:
+    async def _try_list_links(self, api: KubeApi) -> _LinkView:
         try:
             group = await self._get_json(api, f"/apis/{LINK_GROUP}", {})
         except ApiError as exc:
@@ -473,7 +286,7 @@ class KubeSource:
         return _LinkView(res, records, rv)
 
     async def _follow_links(
-        self, api: Any, view: _LinkView, queue: asyncio.Queue[list[Event] | None]
+        self, api: KubeApi, view: _LinkView, queue: asyncio.Queue[list[Event] | None]
     ) -> None:
         """Watch Links while they can be read; while they cannot, look again every
         ``links_retry`` seconds. Only a complete list (a synced view) or a watch event
@@ -506,7 +319,7 @@ class KubeSource:
 
     async def _follow(
         self,
-        api: Any,
+        api: KubeApi,
         res: _Resource,
         versions: dict[str | None, str],
         queue: asyncio.Queue[list[Event] | None],
@@ -531,7 +344,7 @@ class KubeSource:
     # ------------------------------------------------------------------ lists
 
     async def _list_resource(
-        self, api: Any, res: _Resource, queue: asyncio.Queue[list[Event] | None]
+        self, api: KubeApi, res: _Resource, queue: asyncio.Queue[list[Event] | None]
     ) -> tuple[list[Record], dict[str | None, str]]:
         """List ``res`` in every namespace, retrying until it works."""
         backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
@@ -547,11 +360,12 @@ class KubeSource:
                 raise
             except Exception as exc:
                 delay = self._retry_delay(backoff, exc)
-                message = f"list {res.plural} failed: {_describe(exc)}; retrying in {delay:.1f}s"
+                message = (f"list {res.plural} failed: {describe_error(exc)}; "
+                           f"retrying in {delay:.1f}s")
                 await self._report_and_wait(queue, exc, message, delay)
 
     async def _list(
-        self, api: Any, res: _Resource, namespace: str | None, out: list[Record]
+        self, api: KubeApi, res: _Resource, namespace: str | None, out: list[Record]
     ) -> str:
         """One paged list into ``out``; returns the list's resourceVersion.
 
@@ -576,7 +390,7 @@ class KubeSource:
                     if guess:
                         ahead = (guess, asyncio.create_task(
                             self._get_raw(api, path, {**params, "continue": guess})))
-                    body = _decode(data, path)
+                    body = decode(data, path)
                     meta = body.get("metadata") or {}
                     version = version or str(meta.get("resourceVersion") or "")
                     items = body.get("items") or []
@@ -615,35 +429,12 @@ class KubeSource:
                 raise ValueError(f"{where}: the list has no metadata.resourceVersion")
             return version
 
-    async def _get_raw(self, api: Any, path: str, params: Mapping[str, str]) -> bytes:
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout)
-        resp = await self._request(api, path, params, timeout)
-        try:
-            if resp.status != 200:
-                raise await _api_error(resp)
-            return await resp.read()
-        finally:
-            resp.release()
+    async def _get_raw(self, api: KubeApi, path: str, params: Mapping[str, str]) -> bytes:
+        return await api.get_raw(path, params, timeout=self.request_timeout)
 
-    async def _get_json(self, api: Any, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        return _decode(await self._get_raw(api, path, params), path)
-
-    @staticmethod
-    async def _request(
-        api: Any, path: str, params: Mapping[str, str], timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        """A raw GET through the ApiClient (auth, TLS, proxy); the caller reads the body."""
-        resp = await api.call_api(
-            path,
-            "GET",
-            query_params=list(params.items()),
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
-        assert isinstance(resp, aiohttp.ClientResponse)
-        return resp
+    async def _get_json(self, api: KubeApi, path: str, params: Mapping[str, str]
+                        ) -> dict[str, Any]:
+        return decode(await self._get_raw(api, path, params), path)
 
     @staticmethod
     def _parse(res: _Resource, obj: Any, where: str) -> Record | None:
@@ -660,7 +451,7 @@ class KubeSource:
 
     async def _watch(
         self,
-        api: Any,
+        api: KubeApi,
         res: _Resource,
         namespace: str | None,
         resource_version: str,
@@ -703,16 +494,16 @@ class KubeSource:
                     metrics.WATCH_RESTARTS.labels(resource=res.plural, reason="expired").inc()
                     raise _Expired(res, namespace, str(exc)) from exc
                 final = gone(exc) if gone is not None else None
+                reason = error_reason(exc)
                 if final is not None:
-                    metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=_reason(exc)).inc()
+                    metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=reason).inc()
                     raise final from exc
-                reason = _reason(exc)
                 metrics.WATCH_RESTARTS.labels(resource=res.plural, reason=reason).inc()
                 if cursor.progressed:
                     backoff.reset()
                 delay = self._retry_delay(backoff, exc)
                 message = (
-                    f"{where} failed ({reason}): {_describe(exc)}; resuming from "
+                    f"{where} failed ({reason}): {describe_error(exc)}; resuming from "
                     f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
                 )
                 down = links
@@ -742,7 +533,7 @@ class KubeSource:
         """Log a failed request (with a traceback only when it is not an expected network or
         API error), tell the index (``also``, when the failure means more to it), and back
         off before the retry."""
-        if isinstance(exc, _TRANSIENT):
+        if isinstance(exc, TRANSIENT):
             log.warning("%s", message)
         else:
             log.exception("%s", message)
@@ -757,7 +548,7 @@ class KubeSource:
 
     async def _stream(
         self,
-        api: Any,
+        api: KubeApi,
         res: _Resource,
         namespace: str | None,
         cursor: _Cursor,
@@ -778,11 +569,11 @@ class KubeSource:
         timeout = aiohttp.ClientTimeout(
             total=seconds + self.request_timeout, sock_connect=self.request_timeout
         )
-        resp = await self._request(api, res.path(namespace), params, timeout)
+        resp = await api.request(res.path(namespace), params, timeout)
         complete = False
         try:
             if resp.status != 200:
-                raise await _api_error(resp)
+                raise await read_error(resp)
             if opened is not None:
                 await opened()
             buffer = bytearray()
@@ -876,13 +667,6 @@ class KubeSource:
         cursor.progressed = True
 
 
-def _decode(data: bytes, path: str) -> dict[str, Any]:
-    body = json.loads(data)
-    if not isinstance(body, dict):
-        raise ValueError(f"GET {path}: expected a JSON object")
-    return body
-
-
 _PARSE_BATCH = 50  # items parsed between two turns of the event loop while listing
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"\\]+)"')
 
@@ -899,23 +683,3 @@ def _links_gone(exc: Exception) -> Exception | None:
     if isinstance(exc, ApiError) and exc.status in (403, 404):
         return _LinksGone(f"watching Links failed: {exc}")
     return None
-
-
-async def _api_error(resp: aiohttp.ClientResponse) -> ApiError:
-    """Read a failed response's Status body into an ApiError."""
-    retry_after: float | None = None
-    with contextlib.suppress(ValueError, TypeError):
-        retry_after = float(resp.headers.get("Retry-After", ""))
-    try:
-        body = await resp.read()
-        status = json.loads(body)
-    except (ValueError, aiohttp.ClientError, TimeoutError):
-        status = None
-    if isinstance(status, Mapping) and status.get("kind") == "Status":
-        error = ApiError.from_status(status, resp.status)
-        error.status = resp.status
-    else:
-        error = ApiError(resp.status, resp.reason or "", "")
-    if error.retry_after is None:
-        error.retry_after = retry_after
-    return error

@@ -1,0 +1,241 @@
+"""Every state an operator must hear about, named once.
+
+A member left out of the answers, a configuration mistake, a Link watch that is
+down: each has one identifier here (the metric label, the alert and `dnsside
+check` refer to it) and one sentence (the log line, `explain`). The index, the
+log and metrics reporter, `explain`, `check` and the alerts all take them from
+this module, so they never drift apart or get recognised by string prefix.
+
+The one tricky thing: "EndpointSliceMirroring is off" is inferred, never read.
+Per-pod mirrors always have Endpoints (the gateway, ready or not), so one without
+an EndpointSlice means the controller did not make it; a gateway mirror of a
+remote service with no ready endpoint legitimately has none. So the verdict is
+"mirrors exist and *none* has a slice" for the whole cluster (the index's
+warning), and "no per-pod mirror lacks one, and some mirror has one" per link
+(`check`), both from :func:`mirror_health`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dnsside.linkerd import LinkRecord, Role, ServiceRecord
+
+# --------------------------------------------------------------------------- left out
+
+
+class Exclusion(enum.Enum):
+    """Why a member is never served, whatever the flags (kept so `explain` can say why)."""
+
+    ORPHANED = "orphaned"  # no Link targets its cluster
+    NAME_CLASH = "name-clash"  # a local member has its name
+
+    def why(self, cluster: str) -> str:
+        return _EXCLUSION_TEXT[self].format(cluster=cluster)
+
+
+_EXCLUSION_TEXT = {
+    Exclusion.ORPHANED: ("orphaned: no Link targets cluster {cluster} (deleting a Link leaves "
+                         "its mirrors behind)"),
+    Exclusion.NAME_CLASH: ("name clash: the local cluster is also named {cluster} "
+                           "(--cluster-name equals a linked cluster's name); the local member "
+                           "with this name wins"),
+}
+
+GATEWAY_FAILING = "the gateway of cluster {cluster} fails dnsside's probe"
+NO_REMOTE_ENDPOINTS = "remote service has no ready endpoints"
+
+# --------------------------------------------------------------------------- configuration
+
+
+class ConfigWarning(enum.StrEnum):
+    """A configuration mistake that silently makes answers wrong (the metric's label)."""
+
+    DEFAULT_CLUSTER_NAME = "default-cluster-name"
+    CLUSTER_NAME_CLASH = "cluster-name-clash"
+    NO_MIRROR_SLICES = "no-mirror-slices"
+
+
+_WARNING_TEXT = {
+    ConfigWarning.DEFAULT_CLUSTER_NAME: (
+        "--cluster-name is still the default 'local' while mirrors of linked clusters exist: "
+        "set it to the name the other clusters linked this one as "
+        "(linkerd multicluster link --cluster-name)"),
+    ConfigWarning.CLUSTER_NAME_CLASH: (
+        "--cluster-name {cluster} is also the cluster name of mirrors here: local members win "
+        "every name clash and that cluster's clashing members are left out"),
+    ConfigWarning.NO_MIRROR_SLICES: (
+        "{n} mirrors routed through gateways exist but none has an EndpointSlice: is the "
+        "EndpointSliceMirroring controller off? (they all count as not ready)"),
+}
+
+
+@dataclass
+class ClusterMirrors:
+    """The mirrors of one linked (or orphaned) cluster, and which lack an EndpointSlice."""
+
+    services: list[ServiceRecord]  # every mirror Service naming this cluster
+    mirrors: int = 0  # root headless, per-pod and ClusterIP mirrors
+    pod_mirrors: int = 0
+    gateway_mirrors: int = 0  # gateway-mode ClusterIP mirrors (remote-discovery ones excluded)
+    missing_pod_slices: list[ServiceRecord] = field(default_factory=list)
+    missing_gateway_slices: list[ServiceRecord] = field(default_factory=list)
+    orphaned: bool = False  # the Links were read and none targets this cluster
+
+    @property
+    def slices_mirrored(self) -> bool:
+        """EndpointSliceMirroring evidently works here: no per-pod mirror lacks a slice, and
+        some mirror has one (or none is expected)."""
+        expected = self.pod_mirrors + self.gateway_mirrors
+        missing = len(self.missing_pod_slices) + len(self.missing_gateway_slices)
+        return not self.missing_pod_slices and (expected == 0 or missing < expected)
+
+
+_MIRROR_ROLES = (Role.HEADLESS_ROOT, Role.POD_MIRROR, Role.CLUSTER_MIRROR)
+
+
+def mirror_health(services: Iterable[ServiceRecord], with_slice: Container[tuple[str, str]],
+                  links: Sequence[LinkRecord] | None) -> dict[str, ClusterMirrors]:
+    """Mirrors by cluster name (every Link's target cluster included, with or without
+    mirrors). ``with_slice`` holds the (namespace, Service name) of every EndpointSlice.
+    ``links`` None: the Links could not be read, so nothing is an orphan."""
+    targets = {link.target_cluster for link in links or ()}
+    out: dict[str, ClusterMirrors] = {c: ClusterMirrors([]) for c in targets}
+    for svc in services:
+        if not svc.cluster or svc.role in (Role.LOCAL, Role.FEDERATED):
+            continue
+        entry = out.setdefault(svc.cluster, ClusterMirrors(
+            [], orphaned=links is not None and svc.cluster not in targets))
+        entry.services.append(svc)
+        entry.mirrors += svc.role in _MIRROR_ROLES
+        has_slice = (svc.namespace, svc.name) in with_slice
+        if svc.role is Role.POD_MIRROR:
+            entry.pod_mirrors += 1
+            if not has_slice:
+                entry.missing_pod_slices.append(svc)
+        elif svc.role is Role.CLUSTER_MIRROR and not svc.remote_discovery:
+            entry.gateway_mirrors += 1
+            if not has_slice:
+                entry.missing_gateway_slices.append(svc)
+    for entry in out.values():
+        entry.services.sort(key=lambda s: (s.namespace, s.name))
+    return out
+
+
+def configuration_warnings(cluster_name: str, health: Mapping[str, ClusterMirrors]
+                           ) -> dict[ConfigWarning, str]:
+    """The mistakes that hold for this cluster, with what to do about each."""
+    mirrored = {c for c, h in health.items() if h.mirrors}
+    expected = sum(h.pod_mirrors + h.gateway_mirrors for h in health.values())
+    missing = sum(len(h.missing_pod_slices) + len(h.missing_gateway_slices)
+                  for h in health.values())
+    active: dict[ConfigWarning, str] = {}
+    if mirrored and cluster_name == "local":
+        active[ConfigWarning.DEFAULT_CLUSTER_NAME] = _WARNING_TEXT[
+            ConfigWarning.DEFAULT_CLUSTER_NAME]
+    if cluster_name in mirrored:
+        active[ConfigWarning.CLUSTER_NAME_CLASH] = _WARNING_TEXT[
+            ConfigWarning.CLUSTER_NAME_CLASH].format(cluster=cluster_name)
+    if expected and missing == expected:
+        active[ConfigWarning.NO_MIRROR_SLICES] = _WARNING_TEXT[
+            ConfigWarning.NO_MIRROR_SLICES].format(n=expected)
+    return active
+
+
+# --------------------------------------------------------------------------- notices
+
+
+class Notice(enum.Enum):
+    """Something the index learnt that an operator hears about once, when it happens."""
+
+    SYNCED = "synced"
+    SERVICE_APPEARED = "service-appeared"
+    SERVICE_GONE = "service-gone"
+    LINK_SEEN = "link-seen"
+    LINK_GONE = "link-gone"
+    ORPHANED = "orphaned"
+    NAME_CLASH = "name-clash"
+    LINKS_UNREADABLE = "links-unreadable"
+    LINKS_READABLE = "links-readable"
+    LINKS_RELISTED = "links-relisted"
+    LINK_WATCH_DOWN = "link-watch-down"
+    LINK_WATCH_UP = "link-watch-up"
+    CONFIG_WARNING = "config-warning"
+
+    @property
+    def warning(self) -> bool:
+        """Worth a warning (something is wrong), not just information."""
+        return self in _WARNINGS
+
+
+_WARNINGS = frozenset({Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
+                       Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING})
+
+
+@dataclass(frozen=True, slots=True)
+class Told:
+    """One notice, with its sentence."""
+
+    notice: Notice
+    text: str
+
+
+def orphaned(cluster: str, mirrors: int) -> Told:
+    return Told(Notice.ORPHANED, (
+        f"cluster {cluster}: {mirrors} mirrors are orphans (no Link targets it): left out of "
+        f"every answer; remove them with `linkerd multicluster unlink --cluster-name "
+        f"{cluster} | kubectl delete -f -`"))
+
+
+def name_clash(cluster: str, members: int) -> Told:
+    return Told(Notice.NAME_CLASH, (
+        f"cluster {cluster}: {members} members have the name of a local member (--cluster-name "
+        f"equals this linked cluster's name): the local members win; set --cluster-name to "
+        f"this cluster's own name ({cluster} is a linked one)"))
+
+
+def links_unreadable(reason: str) -> Told:
+    return Told(Notice.LINKS_UNREADABLE, (
+        f"Links cannot be read: {reason}; serving every mirror, orphaned or not, until they "
+        "can"))
+
+
+def link_watch_down(reason: str, links: int, clusters: Iterable[str]) -> Told:
+    return Told(Notice.LINK_WATCH_DOWN, (
+        f"Link watch down ({reason}): the last complete list of {links} Links "
+        f"({', '.join(sorted(clusters)) or 'none'}) stands until a newer list or watch event "
+        "replaces it"))
+
+
+def describe_links(readable: bool | None, reason: str, links: int, clusters: Iterable[str],
+                   watch_down: str, age: float) -> str:
+    """The Link state in one phrase, for the sync log line and `explain`."""
+    if readable:
+        listed = f"{links} read ({', '.join(sorted(clusters))})"
+        if not watch_down:
+            return listed
+        return (f"{listed}; the Link watch is down ({watch_down}): the list last known "
+                f"complete {age:.0f} s ago stands")
+    if readable is False:
+        return f"cannot be read ({reason}): orphaned mirrors are not filtered"
+    return "not known yet"
+
+
+__all__ = [
+    "GATEWAY_FAILING",
+    "NO_REMOTE_ENDPOINTS",
+    "ClusterMirrors",
+    "ConfigWarning",
+    "Exclusion",
+    "Notice",
+    "Told",
+    "configuration_warnings",
+    "describe_links",
+    "link_watch_down",
+    "links_unreadable",
+    "mirror_health",
+    "name_clash",
+    "orphaned",
+]

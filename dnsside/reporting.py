@@ -1,0 +1,83 @@
+"""What the index learnt, as log lines and metrics: the index's observer in a server.
+
+The index is pure: it hands an :class:`~dnsside.index.IndexReport` to its observer
+after every batch and knows nothing of logging or Prometheus. This is that
+observer for ``dnsside serve`` (``explain`` and ``check --dns`` build an index
+without one, so their own output is all a user sees).
+
+The one tricky thing: metric label sets must follow the clusters. A cluster
+that is gone (no member, nothing left out) has its series removed, or a
+cluster-churning installation would export every cluster it ever saw; a
+cluster still present keeps its zeros (``dnsside_orphaned_mirrors{cluster}``
+back to 0 after a relink is the signal that the orphans are gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from dnsside import metrics
+from dnsside.diagnosis import ConfigWarning, Exclusion
+from dnsside.index import Index, IndexReport
+
+log = logging.getLogger("dnsside.index")  # where operators have always found these lines
+
+
+class IndexReporter:
+    """Logs every notice once and keeps the index's gauges in step with it."""
+
+    def __init__(self) -> None:
+        self._member_series: set[tuple[str, str]] = set()
+        self._excluded_series: dict[Exclusion, set[str]] = {e: set() for e in Exclusion}
+
+    def __call__(self, index: Index, report: IndexReport) -> None:
+        for told in report.told:
+            (log.warning if told.notice.warning else log.info)("%s", told.text)
+        metrics.INDEX_UPDATE_SECONDS.observe(report.seconds)
+        self._links(index)
+        if report.changed or report.synced:
+            metrics.ZONE_SERIAL.set(index.serial)
+        if report.changed:
+            metrics.GLOBAL_SERVICES.set(len(index.global_services))
+            self._members(index)
+            self._exclusions(index)
+        if index.synced:
+            for warning in ConfigWarning:
+                metrics.CONFIG_WARNINGS.labels(warning=warning.value).set(
+                    1 if warning in index.warnings else 0)
+
+    @staticmethod
+    def _links(index: Index) -> None:
+        if index.links_readable is None:
+            return
+        metrics.LINKS_READABLE.set(1 if index.links_readable else 0)
+        metrics.LINKS_WATCH_UP.set(1 if index.links_readable and not index.links_watch_down
+                                   else 0)
+        if index.links_readable:
+            metrics.LINKS_LISTED.set(index.links_complete_at)
+
+    def _members(self, index: Index) -> None:
+        now: set[tuple[str, str]] = set()
+        for (cluster, ready), n in index.member_counts().items():
+            labels = (cluster, str(ready).lower())
+            metrics.MEMBERS.labels(*labels).set(n)
+            now.add(labels)
+        for labels in self._member_series - now:
+            with contextlib.suppress(KeyError):
+                metrics.MEMBERS.remove(*labels)
+        self._member_series = now
+
+    def _exclusions(self, index: Index) -> None:
+        for why, gauge in ((Exclusion.ORPHANED, metrics.ORPHANED_MIRRORS),
+                           (Exclusion.NAME_CLASH, metrics.NAME_CLASHES)):
+            counts = index.exclusion_counts(why)
+            for cluster, n in counts.items():
+                gauge.labels(cluster=cluster).set(n)
+            for cluster in self._excluded_series[why] - counts.keys():
+                with contextlib.suppress(KeyError):
+                    gauge.remove(cluster)
+            self._excluded_series[why] = set(counts)
+
+
+__all__ = ["IndexReporter"]

@@ -1,0 +1,357 @@
+"""Query bytes in, reply bytes out: the query path.
+
+:meth:`Responder.respond` turns a query into a reply from the tables the index
+keeps. The common case is a header check, a label walk, one dict lookup and a
+concatenation; everything unusual falls to :meth:`Responder._respond_slow`,
+which reads the rest of the packet with a bounded walk that never follows a
+compression pointer.
+
+The one tricky thing: a reply is the query's ID, patched flags, pre-encoded
+counts, the question exactly as the client sent it (RFC 0x20 case echo), and the
+pre-encoded body, which is sound because every name in the body is spelled out
+or points at offset 12 (see :mod:`dnsside.wire`).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Sequence
+
+from dnsside.dns import Zone
+from dnsside.wire import (
+    AAAA,
+    ANY,
+    AT_QUESTION,
+    AXFR,
+    BADVERS,
+    CLASS_IN,
+    COPIED_FLAGS,
+    EDNS_PAYLOAD,
+    FORMERR,
+    HINFO,
+    IXFR,
+    NOERROR,
+    NOTIMP,
+    NS,
+    OPT,
+    OPT_BADVERS,
+    OPT_LEN,
+    OPT_NOT_AUTH,
+    OPT_NOT_READY,
+    OPT_RR,
+    PLAIN_UDP_LIMIT,
+    REFUSED,
+    SERVFAIL,
+    SOA,
+    SRV,
+    TC,
+    TCP_LIMIT,
+    TXT,
+    A,
+    Answer,
+    resource_record,
+    section_counts,
+)
+
+# --------------------------------------------------------------------------- answering
+
+
+def _error(data: bytes, rcode: int, question: bytes = b"", opt: bytes = b"") -> bytes:
+    """A reply that carries only a status: FORMERR, SERVFAIL, NOTIMP, REFUSED, BADVERS.
+    ``opt`` is the reply's OPT record (BADVERS's upper bits are in it)."""
+    flags = (data[2] << 8 | data[3]) & 0x7910 | 0x8000  # keep opcode, RD, CD
+    return (
+        data[:2]
+        + struct.pack("!5H", flags | rcode & 0xF, 1 if question else 0, 0, 0, 1 if opt else 0)
+        + question
+        + opt
+    )
+
+
+def _notimp(data: bytes, udp: bool) -> bytes:
+    """NOTIMP for an opcode other than QUERY; with the question and an OPT record when both
+    are readable (RFC 6891 §7: a request with OPT gets a reply with OPT)."""
+    qend = _question_end(data) if data[4:6] == b"\x00\x01" else None
+    if qend is None:
+        return _error(data, NOTIMP)
+    edns, _limit, _badvers, do = _read_edns(data, qend, data[10] << 8 | data[11], udp)
+    return _error(data, NOTIMP, data[12:qend], OPT_RR[do] if edns else b"")
+
+
+_HINFO_RDATA = b"\x07RFC8482\x00"
+# ANY answers the first of these RRsets the name owns (RFC 8482 §4.1: one RRset), so a
+# client asking for "A AAAA" at once (Java's JNDI sends ANY) still gets addresses.
+_ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, TXT))
+_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS, TXT))
+
+
+@functools.lru_cache(maxsize=16)
+def _hinfo_answer(ttl: int) -> Answer:
+    """The RFC 8482 §4.2 placeholder, shared by every name and query with that TTL."""
+    return Answer(NOERROR, ANY, (resource_record(AT_QUESTION, HINFO, ttl, _HINFO_RDATA),))
+
+
+class Responder:
+    """Query bytes → reply bytes, from the tables the index keeps up to date.
+
+    ``answers`` maps question keys to pre-encoded answers, ``names`` maps the names that
+    exist without owning a record (empty non-terminals, the apex) to their zone; a name
+    exists when it is in ``names`` or owns an answer (NODATA, not NXDOMAIN).
+    """
+
+    def __init__(self, zones: Sequence[Zone]) -> None:
+        self.zones = list(zones)
+        self.zone_by_wire = {z.wire: z for z in self.zones}
+        self.answers: dict[bytes, Answer] = {}
+        self.names: dict[bytes, Zone] = {}
+        self.ready = False
+        # Queries answered by (qtype, rcode), per transport; read by the metrics collector.
+        # A dict increment is all the fast path can afford.
+        self.udp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.tcp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.dropped = 0
+        for z in self.zones:
+            self.names.update(dict.fromkeys(z.fixed_names, z))
+
+    def refresh_apex(self) -> None:
+        """(Re)install the apex answers; not before the first sync, so that until then
+        the apex answers SERVFAIL like every other name of the zone."""
+        if not self.ready:
+            return
+        for z in self.zones:
+            self.answers.update(z.apex)
+
+    def set_ready(self) -> None:
+        """The first sync is done: install the apex answers, then answer from the tables
+        (in this order, so no query in between finds the apex without its records)."""
+        for z in self.zones:
+            self.answers.update(z.apex)
+        self.ready = True
+
+    def respond(self, data: bytes, udp: bool = True) -> bytes | None:
+        """The reply to one query, or None to drop it. ``udp`` applies size limits."""
+        # Fast path: one question, nothing else but maybe an OPT record, opcode QUERY.
+        if len(data) < 17 or data[2] & 0xF8 or data[4:11] != b"\x00\x01\x00\x00\x00\x00\x00":
+            return self._respond_slow(data, udp)
+        # The question name ends at the first zero byte *if* the key that gives is one
+        # of ours: our keys are well-formed names, and a well-formed name read from
+        # offset 12 by its length bytes ends exactly there (lower() never touches a
+        # length byte). Any other zero (inside a label, after a pointer) misses the
+        # table and takes the slow path, which walks the labels properly.
+        qend = data.find(0, 12) + 5
+        answer = self.answers.get(data[12:qend].lower())
+        if answer is None:
+            return self._respond_slow(data, udp)
+        if data[11] == 0:
+            opt = b""
+            space = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
+        elif data[11] == 1:
+            # One lookup for the OPT records clients keep sending (the full check once):
+            # the UDP limit less our OPT record, and that record, DO bit copied.
+            edns = _EDNS_LIMITS.get(data[qend:])
+            if edns is None:
+                edns = _plain_opt(data, qend)
+                if edns is None:
+                    return self._respond_slow(data, udp)
+            space, opt = edns
+            if not udp:
+                space = TCP_LIMIT - OPT_LEN
+        else:
+            return self._respond_slow(data, udp)
+        if udp:
+            self.udp_counts[answer.stat] += 1
+        else:
+            self.tcp_counts[answer.stat] += 1
+        return self._assemble(data, qend, answer, opt, space)
+
+    @staticmethod
+    def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
+        """The reply: ``answer`` as a whole, else without its additional section, else
+        TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
+        ``space`` is the size limit less ``opt``."""
+        room = space - qend + 12  # for the header and the body
+        flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
+        body: bytes | memoryview
+        if answer.size <= room:
+            counts, body = (answer.counts_edns if opt else answer.counts), answer.body
+        else:
+            tail = answer.tail  # an answer that can miss a limit has one (see Answer)
+            assert tail is not None
+            if tail.size_part <= room:
+                counts = tail.counts_part_edns if opt else tail.counts_part
+                body = memoryview(answer.body)[: tail.size_part - 12]
+            else:
+                flags |= TC
+                fit = bisect_right(tail.ends, room - 12)
+                counts = section_counts(fit, 0, 1 if opt else 0)
+                body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
+        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
+
+    def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
+        reply, stat = self._slow(data, udp)
+        if reply is None:
+            self.dropped += 1
+            return None
+        (self.udp_counts if udp else self.tcp_counts)[stat] += 1
+        return reply
+
+    def _slow(self, data: bytes, udp: bool) -> tuple[bytes | None, tuple[int, int]]:
+        """Every query the fast path did not take: the protocol rules (README, "Protocol"),
+        one by one.
+        Returns the reply (None: drop) and the (qtype, rcode) it is counted under."""
+        if len(data) < 12 or data[2] & 0x80:
+            return None, (0, 0)  # no readable header, or a response: never answer those
+        if (data[2] >> 3) & 0xF != 0:
+            return _notimp(data, udp), (0, NOTIMP)
+        qdcount, _an, _ns, arcount = struct.unpack("!4H", data[4:12])
+        qend = _question_end(data) if qdcount == 1 else None
+        if qend is None:
+            return _error(data, FORMERR), (0, FORMERR)
+        question = data[12:qend]
+        qtype, qclass = struct.unpack("!HH", data[qend - 4 : qend])
+        edns, limit, badvers, do = _read_edns(data, qend, arcount, udp)
+        if edns is None:
+            return _error(data, FORMERR, question), (qtype, FORMERR)
+        if badvers:
+            return _error(data, BADVERS, question, OPT_BADVERS[do]), (qtype, BADVERS)
+        qname = data[12 : qend - 4].lower()
+        zone = self.zone_of(qname) if qclass == CLASS_IN else None
+        if zone is None:  # another class, or outside every zone: never an open resolver
+            return (_error(data, REFUSED, question, OPT_NOT_AUTH[do] if edns else b""),
+                    (qtype, REFUSED))
+        if not self.ready:
+            return (_error(data, SERVFAIL, question, OPT_NOT_READY[do] if edns else b""),
+                    (qtype, SERVFAIL))
+        opt = OPT_RR[do] if edns else b""
+        if qtype in (AXFR, IXFR):
+            return _error(data, REFUSED, question, opt), (qtype, REFUSED)
+        answer = self.answers.get(qname + data[qend - 4 : qend])
+        if answer is None:
+            if qname in self.names or any(qname + t in self.answers for t in _OWNED_TYPES):
+                answer = self._any(qname, zone) if qtype == ANY else zone.nodata
+            else:
+                answer = zone.nxdomain
+        return self._assemble(data, qend, answer, opt, limit - len(opt)), (qtype, answer.rcode)
+
+    def _any(self, qname: bytes, zone: Zone) -> Answer:
+        """RFC 8482: ANY gets one RRset, never the whole node. The name's A RRset, else its
+        AAAA, else its SRV (else the TXT of an MCS zone's dns-version): the pre-encoded
+        answer of that type, whose body does not depend on the question's type (owners
+        point at the question, glue offsets depend only on the name's length), so the
+        usual UDP size rules apply to it unchanged. A name with none of those (the apex)
+        gets the synthesised HINFO; an empty non-terminal owns no RRset at all: NODATA.
+        The query is counted as ANY by the caller, whatever answers it.
+        """
+        for rrtype in _ANY_TYPES:
+            answer = self.answers.get(qname + rrtype)
+            if answer is not None:
+                return answer
+        if not any(qname + rrtype in self.answers for rrtype in _OWNED_TYPES):
+            return zone.nodata
+        return _hinfo_answer(zone.options.ttl)
+
+    def zone_of(self, qname: bytes) -> Zone | None:
+        i = 0
+        while True:
+            zone = self.zone_by_wire.get(qname[i:])
+            if zone is not None:
+                return zone
+            n = qname[i]
+            if n == 0:
+                return None
+            i += n + 1
+
+
+# OPT records (no options) seen on the fast path → (UDP limit less our OPT record, that
+# record with the query's DO bit).
+_EDNS_LIMITS: dict[bytes, tuple[int, bytes]] = {}
+
+
+def _plain_opt(data: bytes, qend: int) -> tuple[int, bytes] | None:
+    """The UDP size limit of the query's OPT record (ARCOUNT is 1), less our reply's OPT
+    record, and that record (DO copied), when the query's directly follows the question,
+    is version 0 and whole; None for anything else (the slow path's to judge)."""
+    if not (
+        data[qend : qend + 3] == b"\x00\x00\x29" and len(data) >= qend + 11
+        and len(data) == qend + 11 + (data[qend + 9] << 8 | data[qend + 10])
+        and data[qend + 6] == 0
+    ):
+        return None
+    limit = min(max(data[qend + 3] << 8 | data[qend + 4], PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    edns = (limit - OPT_LEN, OPT_RR[data[qend + 7] >> 7])
+    if len(data) == qend + 11 and len(_EDNS_LIMITS) < 256:  # no options: the tail is the key
+        _EDNS_LIMITS[data[qend:]] = edns
+    return edns
+
+
+def _question_end(data: bytes) -> int | None:
+    """End of the (only) question, or None when it is malformed. No pointers allowed:
+    nothing precedes the question that a pointer could legitimately point at."""
+    i = 12
+    total = 0
+    while i < len(data):
+        n = data[i]
+        if n == 0:
+            return i + 5 if i + 5 <= len(data) else None
+        if n > 63:
+            return None
+        total += n + 1
+        if total > 254:
+            return None
+        i += n + 1
+    return None
+
+
+def _read_edns(
+    data: bytes, qend: int, arcount: int, udp: bool
+) -> tuple[bool | None, int, bool, int]:
+    """(edns present, size limit, BADVERS, DO bit as 0/1) from the records after the
+    question; edns None = FORMERR.
+
+    A bounded walk over every record, no pointer followed (so no pointer loop can
+    bite): an owner name is labels ending in the root label or in one compression
+    pointer, which must point backwards, past the header. Bytes after the last
+    record are ignored, as on the fast path.
+    """
+    limit = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
+    end = len(data)
+    before_ar = (data[6] << 8 | data[7]) + (data[8] << 8 | data[9])
+    i = qend
+    opt: tuple[int, int] | None = None
+    for n in range(before_ar + arcount):
+        owner = i
+        while True:
+            if i >= end:
+                return None, limit, False, 0
+            length = data[i]
+            if length == 0:
+                i += 1
+                break
+            if length >= 0xC0:
+                if i + 1 >= end or not 12 <= ((length & 0x3F) << 8 | data[i + 1]) < i:
+                    return None, limit, False, 0
+                i += 2
+                break
+            if length > 63:
+                return None, limit, False, 0
+            i += length + 1
+        if i + 10 > end:
+            return None, limit, False, 0
+        rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
+        i += 10 + rdlen
+        if i > end:
+            return None, limit, False, 0
+        if rtype == OPT:
+            # RFC 6891 §6.1.1: one OPT, owned by the root, in the additional section.
+            if opt is not None or n < before_ar or i - rdlen - 10 != owner + 1:
+                return None, limit, False, 0
+            opt = (rclass, ttl)
+    if opt is None:
+        return False, limit, False, 0
+    payload, ttl = opt
+    if udp:
+        limit = min(max(payload, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    return True, limit, (ttl >> 16) & 0xFF > 0, ttl >> 15 & 1

@@ -1,0 +1,322 @@
+"""The one Kubernetes API client: connect, GET, page through lists, errors by status.
+
+The kube source, `dnsside check` and `install`'s lookups reach the API server
+only through :class:`KubeApi`, and only with GET: dnsside never writes. A
+non-2xx answer (or an ERROR watch event) becomes an :class:`ApiError`, of the
+subclass its status names (:class:`Forbidden`, :class:`NotFound`,
+:class:`Expired`, ...), carrying the Status message and any ``Retry-After``.
+
+The one tricky thing: authentication (kubeconfig, exec plugins and their token
+refresh, in-cluster service accounts, TLS, proxies) comes from
+kubernetes-asyncio's ``ApiClient``, but the requests are raw: a watch is read
+line by line off the response and a list page is parsed straight into records,
+so no generated model object ever holds a whole Kubernetes object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from dnsside import __version__
+from dnsside.sources.kubeclient import load as load_client
+
+log = logging.getLogger("dnsside.kube")
+
+_client = load_client()  # kubernetes-asyncio without its generated API: see kubeclient
+ApiClient: Any = _client["ApiClient"]
+Configuration: Any = _client["Configuration"]
+ConfigException: type[Exception] = _client["ConfigException"]
+load_kube_config: Any = _client["load_kube_config"]
+load_incluster_config: Any = _client["load_incluster_config"]
+refresh_token: Any = _client["refresh_token"]
+
+
+class KubeConfigError(Exception):
+    """No usable kubeconfig or in-cluster configuration."""
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server (or an ERROR watch event), with its Status."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @staticmethod
+    def of(status: int, reason: str, message: str,
+           retry_after: float | None = None) -> ApiError:
+        """The error of the subclass ``status`` names."""
+        kind = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
+        return kind(status, reason, message, retry_after)
+
+    @staticmethod
+    def from_status(status: Any, default_code: int) -> ApiError:
+        """The error a Status object (a watch ERROR event's, a failed request's body) says."""
+        if not isinstance(status, Mapping):
+            return ApiError.of(default_code, "", str(status)[:200])
+        code = status.get("code")
+        retry = (status.get("details") or {}).get("retryAfterSeconds")
+        return ApiError.of(
+            code if isinstance(code, int) else default_code,
+            str(status.get("reason") or ""),
+            str(status.get("message") or ""),
+            float(retry) if isinstance(retry, (int, float)) else None,
+        )
+
+    @property
+    def expired(self) -> bool:
+        return self.status == 410
+
+
+class Unauthorized(ApiError):
+    """401: the credentials are missing, expired or wrong."""
+
+
+class Forbidden(ApiError):
+    """403: RBAC denies the request."""
+
+
+class NotFound(ApiError):
+    """404: no such object, or the resource (a CRD) is not served."""
+
+
+class Expired(ApiError):
+    """410: the resourceVersion or continue token is older than the server's history."""
+
+
+class TooManyRequests(ApiError):
+    """429: API priority and fairness; ``retry_after`` says when to come back."""
+
+
+class ServerError(ApiError):
+    """5xx: the API server (or an aggregated API, a webhook) failed."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    401: Unauthorized, 403: Forbidden, 404: NotFound, 410: Expired, 429: TooManyRequests,
+}
+
+
+def decode(data: bytes, path: str) -> dict[str, Any]:
+    """A response body that must be a JSON object; ValueError otherwise."""
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError(f"GET {path}: expected a JSON object")
+    return body
+
+
+async def read_error(resp: aiohttp.ClientResponse) -> ApiError:
+    """Read a failed response's Status body into an ApiError."""
+    retry_after: float | None = None
+    with contextlib.suppress(ValueError, TypeError):
+        retry_after = float(resp.headers.get("Retry-After", ""))
+    try:
+        body = await resp.read()
+        status = json.loads(body)
+    except (ValueError, aiohttp.ClientError, TimeoutError):
+        status = None
+    if isinstance(status, Mapping) and status.get("kind") == "Status":
+        told = ApiError.from_status(status, resp.status)
+        error = ApiError.of(resp.status, told.reason, told.message, told.retry_after)
+    else:
+        error = ApiError.of(resp.status, resp.reason or "", "")
+    if error.retry_after is None:
+        error.retry_after = retry_after
+    return error
+
+
+class KubeApi:
+    """An authenticated connection to one API server, for GET requests."""
+
+    def __init__(self, client: Any, refresher: asyncio.Task[None] | None = None,
+                 request_timeout: float = 60.0) -> None:
+        self.client = client
+        self.refresher = refresher
+        self.request_timeout = request_timeout
+
+    @property
+    def host(self) -> str:
+        return str(self.client.configuration.host)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None,
+                      request_timeout: float = 60.0) -> KubeApi:
+        """A client for ``kubeconfig``, $KUBECONFIG, ~/.kube/config or the pod's account."""
+        config = Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG") or ""
+        default = Path.home() / ".kube" / "config"
+        if not path and default.is_file():
+            path = str(default)
+        loader: Any = None
+        try:
+            if path:
+                loader = await load_kube_config(
+                    config_file=path, client_configuration=config, persist_config=False
+                )
+                log.info("using kubeconfig %s: API server %s", path, config.host)
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                load_incluster_config(client_configuration=config)
+                log.info("using the in-cluster service account: API server %s", config.host)
+            else:
+                raise KubeConfigError(
+                    "no Kubernetes configuration: pass --kubeconfig, set $KUBECONFIG, "
+                    "create ~/.kube/config, or run in a pod"
+                )
+        except (ConfigException, OSError, ValueError, KeyError) as exc:
+            raise KubeConfigError(f"{path or 'in-cluster config'}: {exc}") from exc
+        client = ApiClient(configuration=config)
+        client.user_agent = f"dnsside/{__version__}"
+        refresher = None
+        user = getattr(loader, "_user", None) or {}
+        if getattr(loader, "provider", None) == "gcp" or "exec" in user:
+            refresher = asyncio.create_task(_keep_token_fresh(loader, config))
+        return cls(client, refresher, request_timeout)
+
+    async def close(self) -> None:
+        if self.refresher is not None:
+            self.refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.refresher
+        await self.client.close()
+
+    async def request(
+        self, path: str, params: Mapping[str, str], timeout: aiohttp.ClientTimeout,
+        user: str | None = None,
+    ) -> aiohttp.ClientResponse:
+        """A raw GET (auth, TLS, proxy); the caller reads and releases the body. ``user``
+        impersonates (``dnsside check --as``)."""
+        headers = {"Accept": "application/json"}
+        if user:
+            headers["Impersonate-User"] = user
+        resp = await self.client.call_api(
+            path,
+            "GET",
+            query_params=list(params.items()),
+            header_params=headers,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        assert isinstance(resp, aiohttp.ClientResponse)
+        return resp
+
+    async def get_raw(self, path: str, params: Mapping[str, str] | None = None,
+                      user: str | None = None, timeout: float | None = None) -> bytes:
+        """The body of a 200 answer; ApiError for any other status."""
+        limit = aiohttp.ClientTimeout(total=timeout or self.request_timeout)
+        resp = await self.request(path, params or {}, limit, user)
+        try:
+            if resp.status != 200:
+                raise await read_error(resp)
+            return await resp.read()
+        finally:
+            resp.release()
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None,
+                       user: str | None = None, timeout: float | None = None) -> dict[str, Any]:
+        return decode(await self.get_raw(path, params, user, timeout), path)
+
+    async def list_all(self, path: str, selector: str = "", page: int = 500,
+                       timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every item of a list, page by page (``limit``/``continue``)."""
+        items: list[dict[str, Any]] = []
+        params = {"limit": str(page)}
+        if selector:
+            params["labelSelector"] = selector
+        while True:
+            body = await self.get_json(path, params, timeout=timeout)
+            items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params["continue"] = str(token)
+
+
+class Backoff:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
+
+    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
+        self.attempt += 1
+        return self._rng.uniform(0, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+# Errors a list or watch recovers from by retrying (anything else is a bug, and is
+# retried too, but logged with a traceback).
+TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
+
+
+def error_reason(exc: BaseException) -> str:
+    """A short, low-cardinality reason for logs and the restarts metric."""
+    if isinstance(exc, ApiError):
+        return f"http-{exc.status}"
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
+        return "dropped"
+    if isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+        return "connection"
+    if isinstance(exc, ValueError):
+        return "bad-response"
+    return "error"
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
+
+
+async def _keep_token_fresh(loader: Any, config: Any) -> None:
+    """Keep exec-plugin / GCP tokens fresh for as long as the client lives."""
+    while True:
+        try:
+            await refresh_token(loader, config)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("refreshing the kubeconfig credentials failed: %s", exc)
+            await asyncio.sleep(60)
+
+
+__all__ = [
+    "TRANSIENT",
+    "ApiError",
+    "Backoff",
+    "Expired",
+    "Forbidden",
+    "KubeApi",
+    "KubeConfigError",
+    "NotFound",
+    "ServerError",
+    "TooManyRequests",
+    "Unauthorized",
+    "decode",
+    "describe_error",
+    "error_reason",
+    "read_error",
+]

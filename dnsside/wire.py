@@ -1,0 +1,171 @@
+"""DNS wire format: the constants, records and pre-encoded answers both halves share.
+
+The encoder (:mod:`dnsside.dns`) builds :class:`Answer` objects from these
+pieces when a service changes; the responder (:mod:`dnsside.responder`) glues
+them to a query's header and question when one arrives. Nothing here knows
+Linkerd or sockets.
+
+The one tricky thing: an :class:`Answer` holds a reply minus its first four
+bytes and its question, so one encoding serves every query of a name whatever
+its ID and letter case; everything in it that names the question is a
+compression pointer to offset 12 (:data:`AT_QUESTION`).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from array import array
+from collections.abc import Sequence
+
+A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
+                                                         255)
+CLASS_IN = 1
+NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED = 0, 1, 2, 3, 4, 5
+BADVERS = 16
+
+EDNS_PAYLOAD = 1232  # what we advertise, and the most we send over UDP (DNS flag day 2020)
+PLAIN_UDP_LIMIT = 512
+TCP_LIMIT = 65535
+# Room for the largest question (255-byte name + type/class) and an OPT record:
+# an encoded body never exceeds this, so a reply always fits a TCP message.
+MAX_BODY = TCP_LIMIT - 12 - 259 - 11
+MAX_QUESTION = 259
+MAX_ANSWER_OPT = 11  # the OPT record of an answer (options only ever go on errors)
+
+QR_AA = 0x8400
+TC = 0x0200
+COPIED_FLAGS = 0x0110  # RD and CD are copied from the query
+_DO = 0x8000  # in the OPT record's TTL field: DNSSEC OK
+EDE = 15  # RFC 8914 Extended DNS Error option
+EDE_NOT_READY, EDE_NOT_AUTHORITATIVE = 14, 20
+
+
+def _opt_rr(do: bool, ext_rcode: int = 0, options: bytes = b"") -> bytes:
+    """Our OPT record: version 0, 1232 bytes, the query's DO bit (RFC 3225 §3), options."""
+    return struct.pack("!BHHBBHH", 0, OPT, EDNS_PAYLOAD, ext_rcode, 0, _DO if do else 0,
+                       len(options)) + options
+
+
+def _ede(code: int, text: str) -> bytes:
+    data = text.encode()
+    return struct.pack("!HHH", EDE, 2 + len(data), code) + data
+
+
+# Every OPT record a reply can carry, indexed by the query's DO bit (0 or 1): built once.
+OPT_RR = (_opt_rr(False), _opt_rr(True))
+OPT_LEN = len(OPT_RR[0])
+OPT_BADVERS = (_opt_rr(False, BADVERS >> 4), _opt_rr(True, BADVERS >> 4))
+_NOT_READY = _ede(EDE_NOT_READY, "dnsside has not synced its source yet")
+OPT_NOT_READY = (_opt_rr(False, options=_NOT_READY), _opt_rr(True, options=_NOT_READY))
+_NOT_AUTH = _ede(EDE_NOT_AUTHORITATIVE, "dnsside serves only its own zones, class IN")
+OPT_NOT_AUTH = (_opt_rr(False, options=_NOT_AUTH), _opt_rr(True, options=_NOT_AUTH))
+
+# --------------------------------------------------------------------------- names
+
+
+def to_wire(name: str) -> bytes:
+    """Dotted name → lower-case wire format. Raises ValueError for a name DNS can't carry."""
+    labels = [label for label in name.lower().rstrip(".").split(".")] if name.strip(".") else []
+    out = bytearray()
+    for label in labels:
+        raw = label.encode("ascii")
+        if not 0 < len(raw) < 64:
+            raise ValueError(f"bad DNS label {label!r} in {name!r}")
+        out.append(len(raw))
+        out += raw
+    out.append(0)
+    if len(out) > 255:
+        raise ValueError(f"name longer than 255 bytes: {name!r}")
+    return bytes(out)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+class Answer:
+    """A reply minus its first four bytes and its question.
+
+    ``body`` holds the answer, authority and additional sections. The OPT record is
+    appended at send time, so one body serves clients with and without EDNS.
+    Section counts, ``flags`` and ``stat`` are shared objects.
+
+    An answer big enough to miss some UDP size limit also has a ``tail``: the size
+    and counts of its prefix without the additional section, for a limit the full
+    reply misses, and the offsets where its answer records end, for a limit that
+    even the prefix misses: the reply then carries, with TC=1, the answer records
+    that fit (RFC 2181 §9), so a stub resolver that never retries over TCP still
+    gets addresses. Nearly every answer is small (one pod's address) and has none:
+    at 100k members the seven slots here instead of thirteen save 6 MB.
+    """
+
+    __slots__ = ("body", "counts", "counts_edns", "flags", "size", "stat", "tail")
+
+    def __init__(
+        self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
+        additional: Sequence[bytes] = ()
+    ) -> None:
+        self.stat = stat_key(qtype, rcode)  # the key this answer is counted under, shared
+        self.flags = REPLY_FLAGS[rcode]
+        an, ns, ar = len(answer), len(authority), len(additional)
+        part = b"".join((*answer, *authority)) if ns else b"".join(answer)
+        self.body = part + b"".join(additional) if ar else part
+        self.counts, self.counts_edns = section_counts(an, ns, ar), section_counts(an, ns, ar + 1)
+        self.size = 12 + len(self.body)  # reply size minus the question and OPT
+        self.tail: _Tail | None = None
+        if self.size + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+            self.tail = _Tail(an, ns, 12 + len(part), answer)
+
+    @property
+    def rcode(self) -> int:
+        return self.stat[1]
+
+    @property
+    def qtype(self) -> int:
+        return self.stat[0]
+
+
+class _Tail:
+    """What only an answer that can outgrow a UDP limit needs (see :class:`Answer`)."""
+
+    __slots__ = ("counts_part", "counts_part_edns", "ends", "size_part")
+
+    def __init__(self, an: int, ns: int, size_part: int, answer: Sequence[bytes]) -> None:
+        self.size_part = size_part
+        self.counts_part = section_counts(an, ns, 0)
+        self.counts_part_edns = section_counts(an, ns, 1)
+        self.ends: Sequence[int] = _NO_ENDS
+        if size_part + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+            end, ends = 0, []
+            for rr in answer:
+                end += len(rr)
+                ends.append(end)
+            # An array, not a tuple: 2 bytes an offset (a body is under 64 KiB) instead of
+            # an int object and a slot (36), on every big RRset (an SRV answer holds one
+            # per record).
+            self.ends = array("H", ends)
+
+
+_NO_ENDS: tuple[int, ...] = ()
+# The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
+REPLY_FLAGS = {rcode: QR_AA | rcode for rcode in range(16)}
+
+
+@functools.lru_cache(maxsize=512)
+def stat_key(qtype: int, rcode: int) -> tuple[int, int]:
+    return (qtype, rcode)
+
+
+@functools.lru_cache(maxsize=4096)
+def section_counts(an: int, ns: int, ar: int) -> bytes:
+    """QDCOUNT..ARCOUNT; cached, so the thousands of answers with the same counts share it."""
+    return struct.pack("!4H", 1, an, ns, ar)
+
+
+def resource_record(owner: bytes, rtype: int, ttl: int, rdata: bytes) -> bytes:
+    return owner + struct.pack("!HHIH", rtype, CLASS_IN, ttl, len(rdata)) + rdata
+
+
+AT_QUESTION = b"\xc0\x0c"  # compression pointer to the question name
+
+
