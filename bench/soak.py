@@ -27,7 +27,9 @@ Then, until --minutes are up, in rounds of --round seconds:
   and protocol, clusters, every member that ever existed, an orphaned
   cluster's members) is compared with the model until they agree or the
   promised settle time is over (gateway changes 3 s, API changes 2 s after the
-  API is back); a difference at the deadline is a mismatch, logged as a diff.
+  API is back, so a Link changed while it was away 2 + 3 s); a difference at
+  the deadline is a mismatch, logged as a diff with the Link and gateway changes
+  since the last comparison and dnsside's own `/debug/explain` of two names.
 
 The gateways also count stray probes: a request for a cluster whose Link has been
 gone (with the API up) for more than 2 s (SPEC: only linked clusters are probed).
@@ -35,7 +37,8 @@ RSS and CPU are sampled from /proc, dnsside's stderr is kept for tracebacks and
 ERROR lines, and the run ends with SIGTERM: during the lame-duck period
 queries must still be answered and /readyz must say 503. The exit status is 1
 on a mismatch, a SERVFAIL, timeout or other query failure after the first
-sync, a traceback, a stray probe or a failed lame-duck check. `--out` writes
+sync, a traceback, a stray probe or a failed lame-duck check (and, with
+`--max-rss-growth PCT`, RSS growing more than that over the last half). `--out` writes
 the summary as JSON, `--report` the markdown report (bench/SOAK_RESULTS.md).
 
 The one tricky thing is **what dnsside may be expected to know**. The model is
@@ -780,6 +783,7 @@ class Soak:
         self.api_back = 0.0  # time.monotonic() the API was last whole again
         self.last_object = 0.0  # time.monotonic() of the last object write
         self.last_gateway = 0.0  # ... of the last change that moves a gateway's verdict
+        self.hidden_link_change = False  # a Link changed while the API was away
         self.stats = QueryStats()
         # (seconds since start, what): Link, probe path and gateway changes, for the diagnosis
         # of a mismatch (those are what decide whether a whole cluster is served).
@@ -866,7 +870,7 @@ class Soak:
                 op = "unlink"
                 self.unlinked_since[c] = time.monotonic()
                 self.note(f"{c}: Link deleted (mirrors left behind)")
-            self.last_gateway = time.monotonic()
+            self.link_changed()
         elif op == "gateway":
             c = rng.choice(CLUSTERS)
             mode = rng.choice(["alive", "alive", "dead", "hung"])
@@ -880,7 +884,7 @@ class Soak:
             if w.links[c] is not None:
                 w.links[c] = PROBE_PATHS[1 - PROBE_PATHS.index(w.links[c])]
                 self.note(f"{c}: Link's probe path -> {w.links[c]}")
-                self.last_gateway = time.monotonic()
+                self.link_changed()
         elif op == "federated":
             fed = w.services[("web", "payments")]
             if fed.federated is None:
@@ -923,6 +927,14 @@ class Soak:
         self.ops[op] += 1
         n = self.push()
         return n + op.startswith("gateway")
+
+    def link_changed(self) -> None:
+        """A Link came, went or changed its probe path: what is probed changes once dnsside
+        reads it. With the API up that is at once; while it is away, up to SETTLE_API after
+        it is back, and the probe's verdict takes SETTLE_GATEWAY more."""
+        self.last_gateway = time.monotonic()
+        if self.api_away:
+            self.hidden_link_change = True
 
     def note(self, what: str) -> None:
         self.journal.append((self.elapsed(), what))
@@ -1021,13 +1033,16 @@ class Soak:
 
     def compare(self, kind: str, world: World, asker: TcpAsker) -> Comparison:
         """Stop-the-world comparison: poll every name until all agree with the model or the
-        settle deadline passes; a disagreement at the deadline is a mismatch."""
+        settle deadline passes; a disagreement at the deadline is a mismatch. Agreement is
+        one whole pass over every name with no difference, begun before the deadline (a pass
+        takes 0.1-0.3 s); the model is recomputed for each pass, since gateways' answered
+        history may still grow while we look."""
         stop = time.monotonic()
         deadline = max(self.last_object + SETTLE_API, self.last_gateway + SETTLE_GATEWAY,
                        self.api_back + SETTLE_API, stop)
-        if kind == "settled":
-            # A Link change is also a probe change once dnsside can read it.
-            deadline = max(deadline, min(self.last_gateway, stop) + SETTLE_GATEWAY)
+        if kind == "settled" and self.hidden_link_change:
+            deadline = max(deadline, self.api_back + SETTLE_API + SETTLE_GATEWAY)
+            self.hidden_link_change = False
         first_diff: list[str] = []
         passes = 0
         while True:
@@ -1168,7 +1183,7 @@ class Soak:
                 self.note(f"{c}: Link deleted (mirrors left behind), before the Link fault")
                 self.ops["unlink"] += 1
                 self.push()
-                self.last_gateway = time.monotonic()
+                self.link_changed()
             self.compare("settled", self.world, asker)
         changes = self.writes - writes_at_start
         rate = changes / self.churn_time if self.churn_time else 0.0
@@ -1273,12 +1288,13 @@ class Soak:
         servfail = st.rcodes.get("SERVFAIL", 0)
         ok = (not mism and servfail == 0 and st.timeouts == 0 and st.other_errors == 0
               and not tracebacks and lameduck["ok"] and len(self.comparisons) > 1
-              and not self.stray_probes)
+              and not self.stray_probes
+              and (self.args.max_rss_growth is None or growth <= self.args.max_rss_growth))
         return {
             "ok": ok,
             "seed": self.args.seed,
             "minutes": self.args.minutes,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "git": _git_head(),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, load "
                        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
@@ -1343,7 +1359,7 @@ def report(s: dict[str, Any], cmd: str) -> str:
     lines = [
         "# Soak results (`bench/soak.py`)",
         "",
-        f"{verdict}: {s['minutes']:g} minutes, seed {s['seed']}, finished {s['started']}, "
+        f"{verdict}: {s['minutes']:g} minutes, seed {s['seed']}, finished {s['finished']}, "
         f"code `{s['git']}`; {s['machine']}.",
         "",
         f"    {cmd}",
@@ -1420,6 +1436,8 @@ def main() -> int:
     ap.add_argument("--backoff-cap", type=float, default=1.0)
     ap.add_argument("--lameduck", type=float, default=5.0)
     ap.add_argument("--sample-every", type=float, default=2.0)
+    ap.add_argument("--max-rss-growth", type=float, metavar="PCT",
+                    help="also fail when RSS grew more than PCT %% over the last half")
     ap.add_argument("--dnsside-log", type=Path, help="write dnsside's stderr here")
     args = ap.parse_args()
     cmd = " ".join(["python", "bench/soak.py", *sys.argv[1:]])

@@ -11,19 +11,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from support import ROOT
 
 MINUTES = 2.0
 
 
-def test_soak_ci_form(tmp_path: Path) -> None:
-    out = tmp_path / "soak.json"
-    report = tmp_path / "SOAK_RESULTS.md"
+def test_soak_ci_form() -> None:
+    # Kept in bench/out/ (git-ignored), not tmp_path: a failure is analysed from these.
+    out_dir = ROOT / "bench" / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out, report = out_dir / "soak-ci.json", out_dir / "SOAK_RESULTS-ci.md"
+    out.unlink(missing_ok=True)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", str(MINUTES),
-         "--seed", "17", "--out", str(out), "--report", str(report)],
+         "--seed", "17", "--out", str(out), "--report", str(report),
+         "--dnsside-log", str(out_dir / "soak-ci-dnsside.log")],
         capture_output=True, text=True, timeout=MINUTES * 60 + 180, cwd=ROOT,
     )
     tail = "\n".join(proc.stderr.splitlines()[-60:])
