@@ -57,7 +57,7 @@ from dnsside.wire import Answer, to_wire
 
 # A global service's contribution to the member, orphan and clash counts, flat:
 # (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the
-# GlobalService itself (its Member objects: 14 MB at 100k members), which is rebuilt
+# GlobalService itself (its Member objects would cost as much as the records), rebuilt
 # from the records whenever someone asks (explain, check).
 Tally = tuple[Any, ...]
 _READY, _NOT_READY, _ORPHAN, _CLASH = "ready", "not-ready", "orphan", "clash"
@@ -398,8 +398,8 @@ class Index:
 
     def _replace(self, event: Replace, dirty: set[Key]) -> None:
         """Diff the new complete state against ours and apply only the differences."""
-        # Tables, not dicts keyed by tuples: a relist at 100k members holds a second set of
-        # records next to ours, and this would add 10 MB of key tuples to that peak.
+        # Tables, not dicts keyed by tuples: a relist holds a second set of records next
+        # to ours, and key tuples would add to that peak (bench/memory-figures.md).
         incoming: dict[type, Table[Record]] = {ServiceRecord: Table(), SliceRecord: Table(),
                                                LinkRecord: Table()}
         for r in event.records:

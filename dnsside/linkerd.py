@@ -145,10 +145,10 @@ class Endpoints(Sequence[Endpoint]):
     Only the endpoints of a local headless Service's slices are ever read one by
     one (they become its members); every other slice is asked only whether one of
     its endpoints is ready. Yet a slice holds one endpoint per pod (a root headless
-    mirror's slice one per remote pod): as objects, 180 bytes each, 14 MB at 100k
-    members. Packed they take their text and nothing else. Equal packings compare
-    and hash equal, so identical ones (a per-pod mirror's gateway endpoint) are
-    shared.
+    mirror's slice one per remote pod), and as objects they would be the index's
+    biggest cost (bench/memory-figures.md). Packed they take their text and
+    nothing else. Equal packings compare and hash equal, so identical ones (a
+    per-pod mirror's gateway endpoint) are shared.
     """
 
     __slots__ = ("_packed", "ready")

@@ -82,8 +82,8 @@ def _libc_calls() -> tuple[Any, Any, Any] | None:
     """``recvmmsg``, ``sendmmsg`` and ``__errno_location`` from the C library, or None.
 
     Deliberately without ``argtypes`` and ``use_errno``: converting through
-    ``argtypes`` costs about 1 µs per call and saving errno another 0.2 µs, as much
-    as a whole system call saves. Arguments are passed as Python ints (C int) and
+    ``argtypes`` and saving errno cost, per call, about what a whole system call
+    saves (bench/discussion.md). Arguments are passed as Python ints (C int) and
     ``c_void_p`` objects (pointers); errno, needed only after a failure, is read
     from the thread's own ``errno`` (see :func:`last_errno`).
     """

@@ -19,9 +19,9 @@ _MISSING: Any = object()
 class Table(MutableMapping[Key, V]):
     """A dict keyed by (namespace, name), held as one dict per namespace.
 
-    At 100k members the index keeps three tables of about 92k entries each; a flat
-    dict would hold a (namespace, name) tuple per entry, 56 bytes, 15 MB in all.
-    Here an entry is keyed by the name string its record already holds.
+    A flat dict would hold a (namespace, name) tuple per entry, for each of three
+    tables as large as the cluster (bench/memory-figures.md). Here an entry is
+    keyed by the name string its record already holds.
     """
 
     __slots__ = ("_by_namespace", "_len")

@@ -95,8 +95,8 @@ class Answer:
     reply misses, and the offsets where its answer records end, for a limit that
     even the prefix misses: the reply then carries, with TC=1, the answer records
     that fit (RFC 2181 §9), so a stub resolver that never retries over TCP still
-    gets addresses. Nearly every answer is small (one pod's address) and has none:
-    at 100k members the seven slots here instead of thirteen save 6 MB.
+    gets addresses. Nearly every answer is small (one pod's address) and has none,
+    so the slots for it live in the tail, not here.
     """
 
     __slots__ = ("body", "counts", "counts_edns", "flags", "size", "stat", "tail")

@@ -75,8 +75,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 def _json_items(text: str, where: str) -> Iterator[tuple[str, Any]]:
     """The items of a JSON ``List`` one at a time; any other JSON document whole.
 
-    A 100 MB dump decoded at once is 200k dicts alive together, and the heap
-    never gives that memory back; decoding item by item (the C decoder on each)
+    A large dump decoded at once is every object alive together as dicts, and the
+    heap never gives that memory back; decoding item by item (the C decoder on each)
     keeps one object alive at a time while it becomes a slim record.
     """
     decoder = json.JSONDecoder()

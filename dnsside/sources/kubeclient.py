@@ -4,8 +4,8 @@ dnsside needs four things from kubernetes-asyncio: ``Configuration``, ``ApiClien
 (for ``call_api``: authentication, TLS, proxies) and the kubeconfig and in-cluster
 loaders. But ``import kubernetes_asyncio`` (or any module under it) first runs
 the package's ``__init__``, which imports every generated API and model class:
-about a thousand classes that cost 41 MB of resident memory (a fifth of the
-budget at 100k members) and half a second of start-up, for nothing.
+about a thousand classes that cost tens of MB of resident memory and a large
+part of the start-up (bench/memory-figures.md), for nothing.
 
 So :func:`load` registers ``kubernetes_asyncio``, ``kubernetes_asyncio.client``
 and ``kubernetes_asyncio.client.models`` as *lazy* packages: module objects made
