@@ -740,6 +740,7 @@ class Fault:
 class Comparison:
     at: float
     kind: str  # "settled", "mid-fault" (compared with the world when the API went away)
+    budget_from: str  # which change set the deadline
     names: int
     ok: bool
     took: float  # seconds from the end of churn to agreement (or the deadline)
@@ -1038,11 +1039,13 @@ class Soak:
         takes 0.1-0.3 s); the model is recomputed for each pass, since gateways' answered
         history may still grow while we look."""
         stop = time.monotonic()
-        deadline = max(self.last_object + SETTLE_API, self.last_gateway + SETTLE_GATEWAY,
-                       self.api_back + SETTLE_API, stop)
+        terms = {"object": self.last_object + SETTLE_API,
+                 "gateway": self.last_gateway + SETTLE_GATEWAY,
+                 "api back": self.api_back + SETTLE_API, "now": stop}
         if kind == "settled" and self.hidden_link_change:
-            deadline = max(deadline, self.api_back + SETTLE_API + SETTLE_GATEWAY)
+            terms["link while away"] = self.api_back + SETTLE_API + SETTLE_GATEWAY
             self.hidden_link_change = False
+        why, deadline = max(terms.items(), key=lambda kv: kv[1])
         first_diff: list[str] = []
         passes = 0
         while True:
@@ -1055,7 +1058,8 @@ class Soak:
             passes += 1
             now = time.monotonic()
             if not diff:
-                c = Comparison(stop - self.t0, kind, len(want), True, now - stop, deadline - stop)
+                c = Comparison(stop - self.t0, kind, why, len(want), True, now - stop,
+                               deadline - stop)
                 break
             if now >= deadline:
                 first_diff = diff
@@ -1063,7 +1067,7 @@ class Soak:
                 journal = [f"+{t:.1f}s {what}" for t, what in self.journal if t >= since]
                 explain = [self.explain(*d.split(":", 1)[0].split()) for d in diff[:2]]
                 late = self._late(world, asker, deadline)
-                c = Comparison(stop - self.t0, kind, len(want), False, now - stop,
+                c = Comparison(stop - self.t0, kind, why, len(want), False, now - stop,
                                deadline - stop, late, first_diff[:40], self.describe(world),
                                journal, explain)
                 break
@@ -1073,7 +1077,7 @@ class Soak:
                                     + (f"agreed {c.late:.1f}s late)" if c.late is not None
                                        else "still wrong)"))
         log(f"compare {kind} at +{c.at:.1f}s: {c.names} names, {status}, {c.took:.2f}s "
-            f"(budget {c.budget:.2f}s, {passes} passes)")
+            f"(budget {c.budget:.2f}s from {why}, {passes} passes)")
         for line in c.diff[:12]:
             log(f"  {line}")
         if not c.ok:
@@ -1305,6 +1309,10 @@ class Soak:
             "mismatches": len(mism),
             "settle_max_s": round(max((c.took for c in self.comparisons if c.ok), default=0), 2),
             "mismatch_details": [dataclasses.asdict(c) for c in mism],
+            "comparison_list": [{"at": round(c.at, 1), "kind": c.kind, "ok": c.ok,
+                                 "took": round(c.took, 2), "budget": round(c.budget, 2),
+                                 "budget_from": c.budget_from, "names": c.names}
+                                for c in self.comparisons],
             "changes": changes,
             "changes_per_s": round(rate, 1),
             "ops": dict(self.ops),
@@ -1410,6 +1418,13 @@ def report(s: dict[str, Any], cmd: str) -> str:
                   "", f"State: {m['state']}", "", "```"]
         lines += m["diff"]
         lines += ["```", ""]
+    lines += ["", "<details><summary>Every comparison</summary>", "",
+              "| at | kind | names | result | agreed after | budget (from) |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| +{c['at']} s | {c['kind']} | {c['names']} | {'ok' if c['ok'] else 'MISMATCH'} "
+              f"| {c['took']} s | {c['budget']} s ({c['budget_from']}) |"
+              for c in s["comparison_list"]]
+    lines += ["", "</details>"]
     if s["query_error_samples"]:
         lines += ["", "## Query errors", "", "```", *s["query_error_samples"], "```"]
     if s["traceback_text"] or s["error_line_samples"]:
