@@ -847,7 +847,8 @@ class Soak:
         def read() -> set[tuple[str, str]]:
             return {(c, f"http://{g.host}:{g.port}{p}") for c, g in self.gateways.items()
                     for p in g.answered}
-        return self.kube.call(read)
+        result: set[tuple[str, str]] = self.kube.call(read)
+        return result
 
     # ------------------------------------------------------------------ churn
 
@@ -1162,8 +1163,12 @@ class Soak:
             elif kind == "slow-api":
                 f = self.fault(kind)
                 over = time.monotonic() + args.slow_for
-                self.churn(churn_s, lambda now, f=f, over=over: (
-                    self.end_fault(f) if now >= over and not f.api_back else None))
+
+                def slow_over(now: float, f: Fault = f, over: float = over) -> None:
+                    if now >= over and not f.api_back:
+                        self.end_fault(f)
+
+                self.churn(churn_s, slow_over)
                 if not f.api_back:
                     self.end_fault(f)
             else:  # the API is away: dnsside can read nothing until it is back
