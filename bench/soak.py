@@ -799,9 +799,10 @@ class Soak:
             return
         if time.monotonic() - max(since, self.api_back) > STRAY_GRACE:
             self.stray_probes[cluster] += 1
-            if self.stray_probes[cluster] == 1:
-                self.note(f"{cluster}: probed although unlinked for "
-                          f"{time.monotonic() - since:.1f}s")
+            what = (f"{cluster}: probed although unlinked for {time.monotonic() - since:.1f}s "
+                    f"(API whole for {time.monotonic() - self.api_back:.1f}s)")
+            self.note(what)
+            log(f"STRAY PROBE {what}")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -1348,6 +1349,7 @@ class Soak:
             "lameduck": lameduck,
             "gateway_200s": {c: g.served for c, g in self.gateways.items()},
             "stray_probes": dict(self.stray_probes),
+            "journal": [f"+{t:.2f}s {what}" for t, what in self.journal],
         }
 
 
