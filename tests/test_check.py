@@ -19,7 +19,7 @@ from conftest import DEMO_EAST
 from fakekube import FakeKube
 from support import ROOT, Dnsside, ThreadedKube
 
-from dnsside.check import CheckOptions, Result, render, run_checks
+from dnsside.ops.check import CheckOptions, Result, render, run_checks
 
 SA = "system:serviceaccount:dnsside:dnsside"
 

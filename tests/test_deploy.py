@@ -60,10 +60,9 @@ CUSTOM_KINDS = {"PrometheusRule", "PodMonitor"}
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 
-# `dnsside serve` flags (SPEC.md section 4 and whatever serve has grown since); each is
-# also DNSSIDE_<FLAG>.
+# `dnsside serve` flags; each is also DNSSIDE_<FLAG>.
 def _serve_flags() -> set[str]:
-    from dnsside.install import serve_parser
+    from dnsside.cli import serve_parser
 
     return {s for a in serve_parser()._actions for s in a.option_strings if s.startswith("--")}
 

@@ -49,3 +49,19 @@ def test_names_without_members_explain_themselves() -> None:
     assert "Authority:       1 record" in nxdomain
     bad = render(e.explain("x", "NOPE"))
     assert bad.splitlines()[1].startswith("Error:           cannot build a query")
+
+
+def test_the_cli_prints_text_by_default_and_json_or_yaml_when_asked() -> None:
+    import json
+
+    import yaml
+    from support import run_cli
+
+    base = ["explain", "--source", str(DEMO), "--cluster-name", "east",
+            "nginx-svc.default.svc-global"]
+    text = run_cli(base)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("Question:        nginx-svc.default.svc-global A\n")
+    as_json = json.loads(run_cli([*base, "-o", "json"]).stdout)
+    assert as_json == yaml.safe_load(run_cli([*base, "-o", "yaml"]).stdout)
+    assert as_json["rcode"] == "NOERROR" and len(as_json["members"]) == 8
