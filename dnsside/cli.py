@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from dnsside import __version__
-from dnsside.app import App, make_source
 from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
+from dnsside.serving.app import App, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
 

@@ -7,7 +7,8 @@ Layers, lowest first; a module may import its own layer and the ones below:
                 explain, bulk: what the answers are, and why
     telemetry   metrics: the counters the sources and the serving side update
     sources     sources/*, prober: the outside world turned into index events
-    serving     app, reporting, server, mmsg, http: sockets, logs and the process's life
+    serving     serving/*: app, reporting, server, mmsg, http: sockets, logs and the
+                process's life
     ops         ops/*: install and check, never loaded by serve
     entry       cli, __main__: the command line, which loads ops for install/check only
 
@@ -33,8 +34,7 @@ LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything 
              "dnsside.index", "dnsside.explain", "dnsside.bulk"),
     "telemetry": ("dnsside.metrics",),
     "sources": ("dnsside.sources", "dnsside.prober"),
-    "serving": ("dnsside.app", "dnsside.reporting", "dnsside.server", "dnsside.mmsg",
-                "dnsside.http"),
+    "serving": ("dnsside.serving",),
     "ops": ("dnsside.ops",),
     "entry": ("dnsside.cli", "dnsside.__main__"),
 }
@@ -176,7 +176,8 @@ def test_serve_loads_no_operations_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, check=True)
     loaded = ast.literal_eval(out.stderr.strip().splitlines()[-1])
-    assert "dnsside.app" in loaded and not [m for m in loaded if m.startswith("dnsside.ops")]
+    assert "dnsside.serving.app" in loaded
+    assert not [m for m in loaded if m.startswith("dnsside.ops")]
 
 
 def test_sources_import_no_index_and_no_dns() -> None:

@@ -21,10 +21,10 @@ from dnsside import metrics
 from dnsside.config import Config, parse_hostport
 from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
 from dnsside.dns import ZoneOptions
-from dnsside.http import HttpServer
 from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.reporting import IndexReporter
-from dnsside.server import TcpConnections, UdpServer
+from dnsside.serving.http import HttpServer
+from dnsside.serving.reporting import IndexReporter
+from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.sources import Source
 
 log = logging.getLogger("dnsside")
