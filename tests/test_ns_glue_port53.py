@@ -56,10 +56,6 @@ POD_IP = "192.0.2.53"
 UID = 65532  # the manifests' runAsUser/runAsGroup
 PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(c) for c in ("ip", "setpriv", "named",
-                                                             "unbound")),
-    reason="needs root, ip, setpriv, named and unbound")
 
 # A few questions of each kind for the old layout (the new one gets the whole list).
 FEW = [(NGINX, "A"), (PG, "AAAA"), ("_http._tcp." + NGINX, "SRV"), (ROACH, "SRV"),
