@@ -50,7 +50,8 @@ def topology_file(size: int) -> Path:
 
 def names_of(source: Path, flags: list[str]) -> list[str]:
     """Every owner name the index holds for ``source`` (through the code as it is now)."""
-    from dnsside.app import Config
+    from dnsside.serving.app import index_options
+    from dnsside.config import Config
     from dnsside.events import Kind, Replace, Synced
     from dnsside.index import Index, make_responder
     from dnsside.sources.file import load_records
@@ -59,7 +60,7 @@ def names_of(source: Path, flags: list[str]) -> list[str]:
     for flag in flags:
         if flag.startswith("--mcs-zone="):
             config.mcs_zones = (*config.mcs_zones, flag.split("=", 1)[1])
-    options = config.index_options()
+    options = index_options(config)
     index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
     records, _ = load_records(source)
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
+from dnsside.config import is_dns_label
 from dnsside.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
 from dnsside.linkerd import (
     DEFAULT_PROBE_PATH,
@@ -27,7 +28,6 @@ from dnsside.linkerd import (
     ServiceRecord,
     SliceRecord,
     Via,
-    is_dns_label,
 )
 
 

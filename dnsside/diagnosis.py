@@ -44,6 +44,18 @@ _EXCLUSION_TEXT = {
                            "with this name wins"),
 }
 
+# What to do, written once: the log, `dnsside check` and the alert runbooks all say it.
+UNLINK = "`linkerd multicluster unlink --cluster-name {cluster} | kubectl delete -f -`"
+MIRRORING_OFF_FIX = (
+    "Linkerd's service mirror writes Endpoints; Kubernetes' EndpointSliceMirroring "
+    "controller turns them into the EndpointSlices dnsside reads: check that "
+    "kube-controller-manager runs it (--controllers must not exclude "
+    "endpointslicemirroring) and its log")
+LINK_WATCH_DOWN_FIX = (
+    "the last complete Link list stands meanwhile (no unlinked cluster comes back); the "
+    "log names the failing request: RBAC on links.multicluster.linkerd.io, API priority "
+    "and fairness, or the network to the API server")
+
 GATEWAY_FAILING = "the gateway of cluster {cluster} fails dnsside's probe"
 NO_REMOTE_ENDPOINTS = "remote service has no ready endpoints"
 
@@ -185,8 +197,7 @@ class Told:
 def orphaned(cluster: str, mirrors: int) -> Told:
     return Told(Notice.ORPHANED, (
         f"cluster {cluster}: {mirrors} mirrors are orphans (no Link targets it): left out of "
-        f"every answer; remove them with `linkerd multicluster unlink --cluster-name "
-        f"{cluster} | kubectl delete -f -`"))
+        f"every answer; remove them with {UNLINK.format(cluster=cluster)}"))
 
 
 def name_clash(cluster: str, members: int) -> Told:
@@ -225,7 +236,10 @@ def describe_links(readable: bool | None, reason: str, links: int, clusters: Ite
 
 __all__ = [
     "GATEWAY_FAILING",
+    "LINK_WATCH_DOWN_FIX",
+    "MIRRORING_OFF_FIX",
     "NO_REMOTE_ENDPOINTS",
+    "UNLINK",
     "ClusterMirrors",
     "ConfigWarning",
     "Exclusion",

@@ -173,3 +173,54 @@ def _mcs_naming(gs: GlobalService, depth: int) -> str:
 
 
 __all__ = ["Explainer"]
+
+
+def render(report: dict[str, Any]) -> str:
+    """An :meth:`Explainer.explain` report for a person, in the way of ``kubectl describe``:
+    the question, the answer as dig prints it, then one line per member."""
+    question = report.get("question") or {}
+    lines = [f"Question:        {question.get('name', '?')} {question.get('type', '?')}"]
+    if "error" in report:
+        return "\n".join([*lines, f"Error:           {report['error']}"]) + "\n"
+    answer = report.get("answer") or []
+    lines.append(f"Answer:          {report.get('rcode', '?')}, {_count(len(answer), 'record')}")
+    for section in ("answer", "authority", "additional"):
+        records = report.get(section) or []
+        if records and section != "answer":
+            lines.append(f"{section.capitalize() + ':':<17}{_count(len(records), 'record')}")
+        lines.extend(f"  {' '.join(str(r).split())}" for r in records)
+    if "explanation" in report:
+        lines.append(f"Explanation:     {report['explanation']}")
+    if "global_service" in report:
+        lines.append(f"Global service:  {report['global_service']}")
+    if "naming" in report:
+        lines.append(f"Naming:          {report['naming']}")
+    if "srv_filter" in report:
+        lines.append(f"SRV names:       {report['srv_filter']} only")
+    if "links" in report:
+        lines.append(f"Links:           {report['links']}")
+    members = report.get("members")
+    if members is not None:
+        lines.append(f"Members:         {len(members) or 'none'}")
+        rows = [("CLUSTER", "HOSTNAME", "ADDRESSES", "ANSWER", "FROM", "HOW, OR WHY NOT")]
+        for m in members:
+            served = m["status"] == "in the answer"
+            how = m["via"] if served else m["status"].removeprefix("left out: ")
+            probe = m.get("gateway_probe") or ""
+            if probe and not probe.startswith("not probed"):
+                how += f"; gateway probe: {probe}"
+            origin = m["from"].split(", ")
+            rows.append((m["cluster"], m["hostname"] or "-", ",".join(m["addresses"]) or "-",
+                         "yes" if served else "no",
+                         origin[0] + (f" (+{len(origin) - 1})" if len(origin) > 1 else ""), how))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        if members:
+            lines.extend("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False))
+                         + "  " + r[-1] for r in rows)
+    for warning in report.get("warnings") or []:
+        lines.append(f"Warning:         {warning}")
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")

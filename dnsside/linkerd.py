@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
 from typing import Any, TypeGuard, TypeVar
+
+from dnsside.config import is_dns_label  # Kubernetes names and hostnames: RFC 1123 labels
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
 MIRRORED_SERVICE = "mirror.linkerd.io/mirrored-service"
@@ -48,7 +49,6 @@ FEDERATED_SUFFIX = "-federated"
 LINK_GROUP = "multicluster.linkerd.io"
 LINK_VERSIONS = ("v1alpha3", "v1alpha2", "v1alpha1")
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 
 # Values that repeat across thousands of objects (port lists, the gateway endpoint
 # of every per-pod mirror slice) are shared rather than copied: at 100k members
@@ -274,11 +274,6 @@ def normal_ip(text: str) -> str:
         return text
     except OSError:
         return str(ipaddress.ip_address(text))
-
-
-def is_dns_label(value: str) -> bool:
-    """Kubernetes names and hostnames are RFC 1123 labels; anything else can't be served."""
-    return bool(_DNS_LABEL.match(value))
 
 
 def parse_object(obj: Any, where: str = "") -> Record | None:

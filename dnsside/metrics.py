@@ -2,7 +2,7 @@
 
 Counters on the query path are bumped per query; everything else is set when
 the index or a source changes. The answer latency histogram is observed on the
-slow path and sampled on the fast path (see :mod:`dnsside.server`), so that
+slow path and sampled on the fast path (see :mod:`dnsside.serving.server`), so that
 measuring does not cost more than answering.
 """
 

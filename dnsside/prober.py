@@ -133,6 +133,7 @@ class GatewayProber:
         self.period = period
         self.timeout = timeout
         self.tracker = GatewayTracker(failures)
+        self.live: dict[str, object] = {}  # cluster → the token of its one live probe loop
 
     async def events(self) -> AsyncIterator[list[Event]]:
         queue: asyncio.Queue[GatewayState] = asyncio.Queue()
@@ -170,6 +171,7 @@ class GatewayProber:
             if wanted.get(cluster) != url:
                 task.cancel()
                 del tasks[cluster]
+                self.live.pop(cluster, None)
                 self.tracker.stop(cluster)
                 _set_state(cluster, None)
                 if cluster not in wanted:  # no longer probed at all: its counters go too
@@ -185,18 +187,24 @@ class GatewayProber:
                     queue.put_nowait(resumed)
                 if known is not None:
                     _set_state(cluster, known)
-                task = asyncio.create_task(self._probe_loop(session, cluster, url, queue),
-                                           name=f"probe-{cluster}")
+                token = self.live[cluster] = object()
+                task = asyncio.create_task(
+                    self._probe_loop(session, cluster, url, queue, token), name=f"probe-{cluster}")
                 tasks[cluster] = (url, task)
 
     async def _probe_loop(
         self, session: aiohttp.ClientSession, cluster: str, url: str,
-        queue: asyncio.Queue[GatewayState],
+        queue: asyncio.Queue[GatewayState], token: object,
     ) -> None:
+        """Probe ``url`` every period while ``token`` is the cluster's live loop. The check
+        after each probe, not only the cancellation, ends a stopped loop: a cancel that
+        lands as a probe times out can be swallowed, and that loop must not live on."""
         loop = asyncio.get_running_loop()
         due = loop.time()
         while True:
             ok, detail = await self._probe(session, url)
+            if self.live.get(cluster) is not token:
+                return
             metrics.GATEWAY_PROBES.labels(cluster=cluster,
                                           result="success" if ok else "failure").inc()
             change = self.tracker.record(cluster, url, ok, detail)
@@ -210,8 +218,9 @@ class GatewayProber:
     async def _probe(self, session: aiohttp.ClientSession, url: str) -> tuple[bool, str]:
         """(success, what happened): success is HTTP 200, as for Linkerd's probe worker."""
         try:
-            async with session.get(url, allow_redirects=False,
-                                   timeout=aiohttp.ClientTimeout(total=self.timeout)) as resp:
+            # asyncio.timeout, not aiohttp's: it tells its own expiry from a cancellation.
+            async with asyncio.timeout(self.timeout), session.get(
+                    url, allow_redirects=False) as resp:
                 if resp.status == 200:
                     return True, "200"
                 return False, f"HTTP {resp.status}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Write the generated files under deploy/ from `dnsside install` (dnsside/install.py).
+"""Write the generated files under deploy/ from `dnsside install` (dnsside/ops/).
 
 tests/test_install.py fails when deploy/ drifts from what this writes; run it after
-changing dnsside/install.py:  .venv/bin/python scripts/gen-deploy.py
+changing dnsside/ops/:  .venv/bin/python scripts/gen-deploy.py
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dnsside.install import deploy_files  # noqa: E402
+from dnsside.ops.deploy import deploy_files  # noqa: E402
 
 
 def main() -> int:

@@ -31,8 +31,9 @@ Writes happen through Python methods, never HTTP (the fake answers 405 to
 anything but GET): :meth:`FakeKube.load`, :meth:`~FakeKube.apply`,
 :meth:`~FakeKube.delete`, and fault injection with :meth:`~FakeKube.drop_streams`,
 :meth:`~FakeKube.fail_next`, :meth:`~FakeKube.compact`,
-:meth:`~FakeKube.set_unreachable`. Every request is counted in
-:attr:`FakeKube.requests` by ``(method, path)``.
+:meth:`~FakeKube.set_unreachable`, :attr:`FakeKube.latency` (seconds every request
+waits) and :attr:`FakeKube.failing_status` (every request fails with it). Every request
+is counted in :attr:`FakeKube.requests` by ``(method, path)``.
 
 Use :func:`running_fake_kube` (or the ``fake_kube`` fixture in conftest.py)::
 
@@ -331,6 +332,14 @@ class FakeKube:
     _watchers: set[_Watcher] = field(default_factory=set)
     _failures: collections.deque[_Failure] = field(default_factory=collections.deque)
     _unreachable: bool = False
+    # Seconds every request waits before it is answered (a slow, overloaded API server:
+    # bench/soak.py's "slow API" fault). Open watch streams keep streaming at full speed.
+    latency: float = 0.0
+    # When non-zero, every request (those failing_match accepts, when set) is answered with
+    # this status (an API server failing for a while, e.g. 500 while etcd is unavailable),
+    # until it is set back to 0.
+    failing_status: int = 0
+    failing_match: Callable[[web.Request], bool] | None = None
     _key_indexes: dict[str, tuple[tuple[int, int], list[str], list[Key]]] = field(
         default_factory=dict)
     # The Link CRD's served versions; () = the CRD is not installed (404, not in discovery).
@@ -613,6 +622,10 @@ class FakeKube:
             if request.transport is not None:
                 request.transport.abort()
             return _status_response(503, "unreachable")
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        if self.failing_status and (self.failing_match is None or self.failing_match(request)):
+            return _status_response(self.failing_status, "injected failure (failing_status)")
         for i, failure in enumerate(self._failures):
             if failure.match is None or failure.match(request):
                 del self._failures[i]

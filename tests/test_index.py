@@ -14,7 +14,7 @@ from support import DEMO
 from dnsside.events import Delete, Kind, Replace, SourceError, Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.linkerd import Record, ServiceRecord, SliceRecord, parse_object
-from dnsside.reporting import IndexReporter
+from dnsside.serving.reporting import IndexReporter
 
 BOTH = frozenset({Kind.SERVICE, Kind.SLICE})
 ALL = BOTH | {Kind.LINK}  # a dump with Links: mirrors of unlinked clusters are orphans

@@ -35,7 +35,9 @@ from corefile import CorefileError, block_for, forward_to, parse
 from support import ROOT, ThreadedKube, run_cli
 
 from dnsside import __version__
-from dnsside import install as inst
+from dnsside.ops import cli as ops_cli
+from dnsside.ops import deploy, manifests, monitoring
+from dnsside.ops.corefile import upstream
 
 K8S_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
 DNSSIDE = [sys.executable, "-m", "dnsside"]
@@ -76,7 +78,7 @@ def container(objs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-@pytest.mark.parametrize("mode", inst.MODES)
+@pytest.mark.parametrize("mode", manifests.MODES)
 def test_install_output_passes_kubernetes_validate(mode: str, version: str) -> None:
     """`dnsside install --cluster-name east [--mode sidecar] | kubernetes-validate`."""
     validate = BIN / "kubernetes-validate"
@@ -122,7 +124,7 @@ def test_kubectl_kustomize_equals_install(folder: str, mode: str) -> None:
 
 
 def test_deploy_files_are_generated_from_install() -> None:
-    files = inst.deploy_files()
+    files = deploy.deploy_files()
     for rel, text in files.items():
         path = ROOT / rel
         assert path.exists(), f"{rel} is missing: run scripts/gen-deploy.py"
@@ -138,14 +140,14 @@ def test_deploy_files_are_generated_from_install() -> None:
 def test_drift_is_detected(tmp_path: Path) -> None:
     # Guards the guard: an edited generated file differs from what the generator writes.
     rel = "deploy/base/deployment.yaml"
-    edited = (ROOT / rel).read_text().replace(f"memory: {inst.MEMORY_LIMIT}", "memory: 1Mi")
-    assert edited != inst.deploy_files()[rel]
+    edited = (ROOT / rel).read_text().replace(f"memory: {manifests.MEMORY_LIMIT}", "memory: 1Mi")
+    assert edited != deploy.deploy_files()[rel]
 
 
 # --------------------------------------------------------------------------- contents
 
 
-@pytest.mark.parametrize("mode", inst.MODES)
+@pytest.mark.parametrize("mode", manifests.MODES)
 def test_rbac_is_read_only_on_the_three_resources(mode: str) -> None:
     objs = install("--cluster-name", "east", "--mode", mode)
     role = one(objs, "ClusterRole")
@@ -216,13 +218,15 @@ def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
 
 def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Generic over `dnsside serve`'s parser: a flag added there works here unchanged."""
-    from dnsside.cli import build_parser
+    from dnsside.cli import build_parser, serve_parser
 
-    flags = inst.bakeable_flags()
+    flags = ops_cli.bakeable_flags()
+    serve_actions = {s: a for a in serve_parser()._actions for s in a.option_strings}
     assert {f.serve_flag for f in flags} >= {"--ttl", "--zone", "--namespace", "--lameduck",
                                              "--publish-not-ready", "--srv-priority"}
     for f in flags:
-        words, expected = _sample(f.option, f.action)
+        action = serve_actions[f.serve_flag]
+        words, expected = _sample(f.option, action)
         objs = install("--cluster-name", "east", *words)
         data = one(objs, "ConfigMap")["data"]
         assert set(data) == {"DNSSIDE_CLUSTER_NAME", f.env}, f.option
@@ -232,18 +236,18 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
         for key, value in data.items():
             monkeypatch.setenv(key, value)
         args = build_parser().parse_args(container(objs)["args"])
-        assert getattr(args, f.action.dest) == expected, f.option
+        assert getattr(args, action.dest) == expected, f.option
         assert args.cluster_name == "east"
 
 
-@pytest.mark.parametrize("mode", inst.MODES)
+@pytest.mark.parametrize("mode", manifests.MODES)
 def test_grace_period_covers_the_lame_duck(mode: str) -> None:
     for lameduck in (None, 20.0, 40.0):
         extra = ["--lameduck", str(lameduck)] if lameduck is not None else []
         objs = install("--cluster-name", "east", "--mode", mode, *extra)
         pod = one(objs, "Deployment")["spec"]["template"]["spec"]
-        grace = pod.get("terminationGracePeriodSeconds", inst.COREDNS_DEFAULT_GRACE)
-        needed = (lameduck if lameduck is not None else 5.0) + inst.TCP_CLOSE_GRACE
+        grace = pod.get("terminationGracePeriodSeconds", manifests.COREDNS_DEFAULT_GRACE)
+        needed = (lameduck if lameduck is not None else 5.0) + manifests.TCP_CLOSE_GRACE
         assert grace >= needed + 1, (mode, lameduck, grace)
         if mode == "standalone":
             assert grace <= needed + 5  # sized, not a blanket 30 s
@@ -255,10 +259,10 @@ def test_grace_period_covers_the_lame_duck(mode: str) -> None:
 def test_standalone_listens_on_both_families_and_publishes_pod_ip() -> None:
     objs = install("--cluster-name", "east")
     args = container(objs)["args"]
-    assert args[args.index("--listen") + 1] == "[::]:5353"
+    assert args[args.index("--listen") + 1] == "[::]:53"
     assert args[args.index("--http-listen") + 1] == "[::]:9153"
     assert one(objs, "Service")["spec"]["ipFamilyPolicy"] == "PreferDualStack"
-    for mode in inst.MODES:
+    for mode in manifests.MODES:
         env = container(install("--cluster-name", "east", "--mode", mode))["env"]
         assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} \
             in env
@@ -285,7 +289,7 @@ def test_memory_limit_matches_the_readme_sizing_table() -> None:
 def test_config_hash_rolls_pods_when_settings_change() -> None:
     a = one(install("--cluster-name", "east"), "Deployment")
     b = one(install("--cluster-name", "east", "--ttl", "9"), "Deployment")
-    key = inst.CONFIG_HASH
+    key = manifests.CONFIG_HASH
     assert a["spec"]["template"]["metadata"]["annotations"][key] != \
         b["spec"]["template"]["metadata"]["annotations"][key]
 
@@ -309,14 +313,14 @@ def valid(obj: dict[str, Any]) -> None:
 
 CASES = [
     # flavor, mode, address given, expected upstream
-    ("kubeadm", "standalone", "10.96.0.53", "10.96.0.53:5353"),
+    ("kubeadm", "standalone", "10.96.0.53", "10.96.0.53:53"),
     ("kubeadm", "sidecar", None, "127.0.0.1:5353"),
     ("k3s", "standalone", "10.43.0.53:5353", "10.43.0.53:5353"),
     ("k3s", "sidecar", None, "127.0.0.1:5353"),
-    ("aks", "standalone", "fd00::53", "[fd00::53]:5353"),
-    ("eks", "standalone", "172.20.0.53", "172.20.0.53:5353"),
+    ("aks", "standalone", "fd00::53", "[fd00::53]:53"),
+    ("eks", "standalone", "172.20.0.53", "172.20.0.53:53"),
     ("eks", "sidecar", None, "127.0.0.1:5353"),
-    ("nodelocaldns", "standalone", "10.96.0.53", "10.96.0.53:5353"),
+    ("nodelocaldns", "standalone", "10.96.0.53", "10.96.0.53:53"),
     ("nodelocaldns", "sidecar", None, "__PILLAR__CLUSTER__DNS__"),
 ]
 
@@ -384,7 +388,7 @@ def test_gke_stub_domains() -> None:
     assert cm["metadata"] == {"name": "kube-dns", "namespace": "kube-system"}
     stubs = json.loads(cm["data"]["stubDomains"])
     # kube-dns's format: domain without trailing dot -> ["IP:port"] (IPv4 only).
-    assert stubs == {"svc-global": ["10.0.0.53:5353"], "clusterset.local": ["10.0.0.53:5353"]}
+    assert stubs == {"svc-global": ["10.0.0.53:53"], "clusterset.local": ["10.0.0.53:53"]}
     existing = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
                                "metadata": {"name": "kube-dns", "namespace": "kube-system"},
                                "data": {"stubDomains": '{"acme.local": ["1.2.3.4"]}',
@@ -439,7 +443,7 @@ def test_openshift_dns_operator_servers() -> None:
     assert names == ["corp", "dnsside"]
     ours = dns["spec"]["servers"][1]
     assert ours["zones"] == ["svc-global"]
-    assert ours["forwardPlugin"]["upstreams"] == ["172.30.0.53:5353"]
+    assert ours["forwardPlugin"]["upstreams"] == ["172.30.0.53:53"]
     again = coredns("--flavor", "openshift", "--address", "172.30.0.53", "--from", "-",
                     stdin=out.stdout)
     assert docs(again.stdout) == [dns]  # idempotent
@@ -466,14 +470,14 @@ def test_patching_a_live_corefile_keeps_it_and_is_idempotent() -> None:
     (cm2,) = docs(second.stdout)
     blocks2 = parse(cm2["data"]["Corefile"])
     assert len(blocks2) == 3
-    assert forward_to(block_for(blocks2, "svc-global.")) == ["10.96.0.54:5353"]
+    assert forward_to(block_for(blocks2, "svc-global.")) == ["10.96.0.54:53"]
     third = coredns("--flavor", "kubeadm", "--address", "10.96.0.54", "--from", "-",
                     stdin=second.stdout)
     assert third.stdout == second.stdout
 
 
 def test_nodelocaldns_copies_the_live_bind_line() -> None:
-    live = inst.NODELOCAL_COREFILE.replace("{domain}", "cluster.local").replace(
+    live = upstream("nodelocaldns", "cluster.local").replace(
         "__PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__", "169.254.20.10 10.96.0.10")
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
           "metadata": {"name": "node-local-dns", "namespace": "kube-system"},
@@ -486,7 +490,7 @@ def test_nodelocaldns_copies_the_live_bind_line() -> None:
     assert len(blocks) == 5
     ours = block_for(blocks, "svc-global.")
     assert ours.directive("bind")[0].args == ["169.254.20.10", "10.96.0.10"]
-    assert forward_to(ours) == ["10.96.0.53:5353"]
+    assert forward_to(ours) == ["10.96.0.53:53"]
 
 
 def test_flavor_errors() -> None:
@@ -506,12 +510,13 @@ def test_block_only_and_the_snippets_in_deploy() -> None:
     (block,) = parse(out.stdout)
     assert forward_to(block) == ["127.0.0.1:5353"]
     (service,) = parse((ROOT / "deploy/coredns/Corefile.service.snippet").read_text())
-    assert forward_to(service) == ["<dnsside-service-ClusterIP>:5353"]
+    assert forward_to(service) == ["<dnsside-service-ClusterIP>:53"]
 
 
 def test_standalone_address_is_read_from_the_cluster(tmp_path: Path) -> None:
     kube = ThreadedKube(tmp_path)
     try:
+        # An install with --dns-port 5353: the Service's own port is used.
         kube.call(kube.kube.apply, {
             "kind": "Service", "metadata": {"name": "dnsside", "namespace": "dnsside"},
             "spec": {"clusterIP": "10.96.7.7", "clusterIPs": ["10.96.7.7", "fd00::7"],
@@ -584,7 +589,7 @@ def monitoring_objects(*args: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_monitoring_objects_match_their_schemas_and_the_pods() -> None:
-    for mode in inst.MODES:
+    for mode in manifests.MODES:
         pm, rule = monitoring_objects("--mode", mode, "--label", "release=prom")
         jsonschema.validate(pm, POD_MONITOR_SCHEMA)
         jsonschema.validate(rule, PROMETHEUS_RULE_SCHEMA)
@@ -622,7 +627,7 @@ def test_promtool_checks_the_rules(tmp_path: Path) -> None:
     proc = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(inst.ALERTS)} rules found" in proc.stdout
+    assert f"SUCCESS: {len(monitoring.ALERTS)} rules found" in proc.stdout
     broken = tmp_path / "broken.yaml"
     spec = rule["spec"]
     spec["groups"][0]["rules"][0]["expr"] = "max by (pod (dnsside_source_synced)"
@@ -646,6 +651,8 @@ FIRING = {
         "3m", {"cluster": "north"}),
     "DnssideOrphanedMirrors": ([(f'dnsside_orphaned_mirrors{{{L},cluster="old"}}', "4x60")],
                                "35m", {"cluster": "old"}),
+    "DnssideLinkWatchDown": ([(f"dnsside_links_readable{{{L}}}", "1x30"),
+                              (f"dnsside_links_watch_up{{{L}}}", "1x5 0x25")], "20m", {}),
     "DnssideServfail": ([
         (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0+10x30"),
         (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x30"),
@@ -658,6 +665,8 @@ HEALTHY = [
     (f'dnsside_gateway_probe_state{{{L},cluster="north",state="failing"}}', "0x60"),
     (f'dnsside_gateway_probe_state{{{L},cluster="west",state="never-answered"}}', "1x60"),
     (f'dnsside_orphaned_mirrors{{{L},cluster="old"}}', "0x60"),
+    (f"dnsside_links_readable{{{L}}}", "1x60"),
+    (f"dnsside_links_watch_up{{{L}}}", "1x20 0x5 1x35"),  # a short outage: no alert
     (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x60"),
     (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0x60"),
 ]
@@ -670,7 +679,7 @@ def _render(template: str, labels: dict[str, str]) -> str:
 def test_promtool_fires_each_alert_on_its_symptom_only(tmp_path: Path) -> None:
     _, rule = monitoring_objects()
     rules = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
-    assert set(rules) == set(FIRING) == {a.name for a in inst.ALERTS}
+    assert set(rules) == set(FIRING) == {a.name for a in monitoring.ALERTS}
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
     tests = []
     for name, (series, at, extra) in FIRING.items():
@@ -704,7 +713,7 @@ def test_promtool_fires_each_alert_on_its_symptom_only(tmp_path: Path) -> None:
 def test_each_alert_has_a_runbook_line_in_deploy_readme() -> None:
     text = (ROOT / "deploy" / "README.md").read_text()
     section = text[text.index("## Alerts"):]
-    for alert in inst.ALERTS:
+    for alert in monitoring.ALERTS:
         m = re.search(rf"^\| `{alert.name}` \| ([^|]+) \| (.+) \|$", section, re.M)
         assert m, f"deploy/README.md has no runbook row for {alert.name}"
         assert len(m.group(2).strip()) > 20

@@ -26,7 +26,7 @@ from dnsside.events import (
     Upsert,
 )
 from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.reporting import IndexReporter
+from dnsside.serving.reporting import IndexReporter
 from dnsside.linkerd import LinkRecord, Record, ServiceRecord, SliceRecord, parse_object
 
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})

@@ -80,7 +80,7 @@ def test_default_cluster_name_says_what_to_set() -> None:
 
 
 def test_explain_cli_reports_links_and_warnings() -> None:
-    result = run_cli(["explain", "--source", str(DEMO), NGINX])
+    result = run_cli(["explain", "-o", "json", "--source", str(DEMO), NGINX])
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert any("--cluster-name is still the default" in w for w in report["warnings"])

@@ -311,7 +311,7 @@ def test_overlapping_zones_are_refused_at_start() -> None:
 def test_explain_says_why_an_mcs_name_answers_what_it_does() -> None:
     import json
 
-    base = ["explain", "--source", "examples/demo-east.yaml", "--cluster-name", "east",
+    base = ["explain", "-o", "json", "--source", "examples/demo-east.yaml", "--cluster-name", "east",
             "--mcs-zone", M]
     west = json.loads(run_cli([*base, f"west.{NGINX_MCS}"]).stdout)
     assert west["rcode"] == "NXDOMAIN" and "per-cluster" in west["naming"]

@@ -79,7 +79,7 @@ def test_sigterm_finishes_open_tcp_and_exits_zero() -> None:
 
 
 def test_explain_cli_names_the_objects() -> None:
-    result = run_cli(["explain", "--source", str(DEMO), "--cluster-name", "east",
+    result = run_cli(["explain", "-o", "json", "--source", str(DEMO), "--cluster-name", "east",
                       "north.nginx-svc.default.svc-global", "A"])
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -89,13 +89,13 @@ def test_explain_cli_names_the_objects() -> None:
     assert member["from"] == ("Service default/nginx-set-0-north, "
                               "EndpointSlice default/nginx-set-0-north-bffce")
     assert member["status"].startswith("left out: not ready (gateway")
-    srv_report = json.loads(run_cli(["explain", "--source", str(DEMO), "--cluster-name", "east",
+    srv_report = json.loads(run_cli(["explain", "-o", "json", "--source", str(DEMO), "--cluster-name", "east",
                                      "_grpc._tcp.cockroachdb.db.svc-global", "SRV"]).stdout)
     assert len(srv_report["answer"]) == 5
     statuses = {(m["cluster"], m["hostname"]): m["status"] for m in srv_report["members"]}
     assert statuses[("east", "cockroachdb-2")] == "left out: not ready (endpoint condition ready is false)"
     assert statuses[("west", "cockroachdb-2")] == "in the answer"
-    none = json.loads(run_cli(["explain", "--source", str(DEMO), "metrics.default.svc-global"]).stdout)
+    none = json.loads(run_cli(["explain", "-o", "json", "--source", str(DEMO), "metrics.default.svc-global"]).stdout)
     assert none["rcode"] == "NXDOMAIN" and "not exported" in none["explanation"]
 
 

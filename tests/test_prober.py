@@ -365,3 +365,31 @@ def _probes(srv: Dnsside, cluster: str, result: str) -> float:
     m = re.search(rf'dnsside_gateway_probes_total{{cluster="{cluster}",result="{result}"}} (\S+)',
                   text)
     return float(m.group(1)) if m else 0.0
+
+
+async def test_a_stopped_probe_loop_never_reports_again() -> None:
+    """A loop whose probe outlived its stop (a cancellation swallowed as the probe timed
+    out) ends at its next result instead of reporting it: one live loop per cluster."""
+    import asyncio
+
+    import aiohttp
+
+    from dnsside.prober import GatewayProber
+
+    gw = Gateway200()
+    gw.start()
+    try:
+        prober = GatewayProber(dict, period=0.05, timeout=1.0)
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        url = f"http://127.0.0.1:{gw.port}/ready"
+        async with aiohttp.ClientSession() as session:
+            live = prober.live["west"] = object()
+            running = asyncio.create_task(prober._probe_loop(session, "west", url, queue, live))
+            first = await asyncio.wait_for(queue.get(), 5)
+            assert first.state is Gateway.ALIVE
+            hits = gw.hits
+            prober.live["west"] = object()  # stopped and restarted: this loop is stale now
+            await asyncio.wait_for(running, 5)  # it ends by itself after one more probe
+            assert gw.hits <= hits + 1 and queue.empty()
+    finally:
+        gw.stop()

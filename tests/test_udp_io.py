@@ -24,8 +24,9 @@ from rawdns import SRV, A, opt_rr, query
 from support import wait_for
 from test_fuzz import MUTATIONS, PROFILE, mutate, queries, responder
 
-from dnsside import metrics, mmsg
-from dnsside.server import UdpServer
+from dnsside import metrics
+from dnsside.serving import mmsg
+from dnsside.serving.server import UdpServer
 
 NAMES = ["nginx-svc.default.svc-global", "cockroachdb.db.svc-global", "NgInX-sEt-0.EaSt.nginx-svc"
          ".default.svc-global", "web.default.svc-global", "nope.svc-global", "default.svc-global",

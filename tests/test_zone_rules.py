@@ -50,7 +50,7 @@ from support import DEMO, Dnsside, ThreadedKube, answers, demo_server, run_cli, 
 from test_dig import dig
 from test_fuzz import PROFILE, responder
 
-from dnsside.app import ns_addresses
+from dnsside.serving.app import ns_addresses
 
 TRANSPORTS = ["udp", "tcp"]
 NGINX = "nginx-svc.default.svc-global"

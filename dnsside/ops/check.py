@@ -1,31 +1,33 @@
 """`dnsside check`: is dnsside installed and fed right? Pass/fail lines, like `linkerd check`.
 
+Every check is declared once in :data:`CHECKS` (category, what it says, the hint
+shown when it fails, whether a failure stops the run or only warns), as Linkerd's
+``healthcheck`` declares its checkers; :class:`Checker` runs them in order and
+reports each through :meth:`Checker.report`.
+
 Every check reads the API server (GET only, like dnsside itself) with the
 kubeconfig's identity, except the RBAC ones, which list each resource dnsside
 reads as ``--as`` (``Impersonate-User``), so ``--as
 system:serviceaccount:dnsside:dnsside`` checks dnsside's own grants. What the
-objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.linkerd`, the
-one module that knows Linkerd; the global service queried through ``--dns``
-is picked by dnsside's own index from the same objects.
-
-Each failed check prints a hint; the exit status is 1 when any check failed.
+objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.linkerd` and
+:mod:`dnsside.diagnosis`; the
+global service queried through ``--dns`` is picked by dnsside's own index from
+the same objects. The exit status is 1 when any check that is not a warning failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
-from dnsside import linkerd
+from dnsside import diagnosis, linkerd
+from dnsside.config import flag, split_hostport, zones_from_env
 from dnsside.diagnosis import mirror_health
 from dnsside.linkerd import (
     LINK_GROUP,
@@ -34,14 +36,109 @@ from dnsside.linkerd import (
     ServiceRecord,
     SliceRecord,
 )
+from dnsside.sources.kubeapi import TRANSIENT, ApiError, KubeApi, KubeConfigError, NotFound
 
-OK, FAIL = "\u2713", "\u00d7"  # check mark, cross (as linkerd check prints)
+OK, FAIL, WARN = "\u2713", "\u00d7", "\u203c"  # check mark, cross, double !, as linkerd
 DEFAULT_NAMESPACE = "dnsside"
 SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
-CLUSTER_KEY = "DNSSIDE_CLUSTER_NAME"
-ZONE_KEY = "DNSSIDE_ZONE"
-PAGE = 500
+CLUSTER_KEY = flag("--cluster-name").env
+ZONE_KEY = flag("--zone").env
+PAGE = 500  # items per list request
+# What a GET can fail with that a check reports: a status, a body that is not an object.
+API_ERRORS = (ApiError, ValueError)
+
+API, INSTALL, RBAC, LINKERD, CONFIG, WORKLOAD, DNS = (
+    "kubernetes-api", "dnsside-install", "dnsside-rbac", "linkerd-multicluster",
+    "dnsside-config", "dnsside-workload", "dnsside-dns")
+_INSTALL = "`dnsside install --cluster-name NAME | kubectl apply -f -`"
+_NAME_FIX = ("the name the other clusters linked this one as (`linkerd multicluster link "
+             "--cluster-name NAME`): `dnsside install --cluster-name NAME ... | kubectl "
+             "apply -f -`")
+_REACH = ("is dnsside reachable at {address}? e.g. `kubectl -n {namespace} port-forward "
+          "svc/dnsside 5353:53` (TCP only: check queries over TCP)")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: ``description`` and ``hint`` are templates filled in by the check's
+    findings; a ``fatal`` failure ends the run, a ``warning`` fails nothing."""
+
+    category: str
+    description: str
+    hint: str = ""
+    fatal: bool = False
+    warning: bool = False
+
+
+CHECKS: dict[str, Check] = {
+    "client": Check(API, "can initialize the client",
+                    "{error}: pass --kubeconfig, set $KUBECONFIG or create ~/.kube/config",
+                    fatal=True),
+    "api": Check(API, "can query the Kubernetes API{version}",
+                 "{error}; check the kubeconfig's current context and `kubectl version`",
+                 fatal=True),
+    "installed": Check(INSTALL, "dnsside is installed{how}",
+                       "found no {where}: " + _INSTALL + " (pass --namespace/--mode if it "
+                       "lives elsewhere)"),
+    "configmap": Check(INSTALL, "ConfigMap {namespace}/" + CONFIG_NAME + " exists",
+                       "the pods read their settings from it (envFrom): re-run `dnsside "
+                       "install ... | kubectl apply -f -`"),
+    "rbac": Check(RBAC, "{who} can list {name}",
+                  "{error}; dnsside needs get, list and watch on {resource} (API group "
+                  "\"{group}\") cluster-wide: re-apply `dnsside install` (its ClusterRole "
+                  "grants exactly that), then `kubectl auth can-i list {name} --as {user}`"),
+    "link-crd": Check(LINKERD, "the Link CRD{found} is installed{version}",
+                      "install Linkerd's multicluster extension: `linkerd multicluster "
+                      "install | kubectl apply -f -`"),
+    "links-readable": Check(LINKERD, "Links are readable",
+                            "{error}; the kubeconfig's user needs list on links." + LINK_GROUP),
+    "links-parse": Check(LINKERD, "every Link is readable ({count} not)", "{errors}"),
+    "links-present": Check(LINKERD, "Links are present{names}",
+                           "no Link in any namespace: link this cluster to each other one, "
+                           "e.g. `linkerd --context=<other> multicluster link-gen "
+                           "--cluster-name <other> | kubectl apply -f -` (`multicluster link` "
+                           "before Linkerd 2.18)"),
+    "mirrors-readable": Check(LINKERD, "Services and EndpointSlices are readable",
+                              "{error}; the kubeconfig's user needs list on both, "
+                              "cluster-wide"),
+    "mirror-slices": Check(LINKERD, "link {cluster}: mirrors have EndpointSlices",
+                           diagnosis.MIRRORING_OFF_FIX),
+    "orphans": Check(LINKERD, "no orphaned mirrors",
+                     "a Link was deleted without unlinking; dnsside leaves these out of every "
+                     "answer. Remove them: " + diagnosis.UNLINK),
+    "cluster-name-set": Check(CONFIG, "cluster name is not \"local\" ({name}, from {source})",
+                              "\"local\" is the unset default; set " + CLUSTER_KEY + " to "
+                              + _NAME_FIX),
+    "cluster-name-unique": Check(CONFIG, "cluster name is not a linked cluster's name",
+                                 "{name} is also the name of a linked cluster: its members "
+                                 "and this cluster's would share names; set " + CLUSTER_KEY
+                                 + " to " + _NAME_FIX),
+    "deployment-ready": Check(WORKLOAD, "Deployment {namespace}/{name} is ready ({ready}/{want})",
+                              "`kubectl -n {namespace} describe deployment {name}` and "
+                              "`kubectl -n {namespace} logs deployment/{name}`: /readyz fails "
+                              "until the first sync from the API server ({updated} replicas "
+                              "updated)"),
+    "pods-readable": Check(WORKLOAD, "the {name} pods are readable", "{error}"),
+    "sidecar-running": Check(WORKLOAD, "the " + CONFIG_NAME + " sidecar runs in the {name} pods "
+                             "({running}/{pods})",
+                             "`kubectl -n {namespace} describe pods -l {label}` and `kubectl -n "
+                             "{namespace} logs -l {label} -c " + CONFIG_NAME + "`"),
+    "dns-address": Check(DNS, "--dns {address}", "{error}"),
+    "dns-zones": Check(DNS, "the zones of " + ZONE_KEY + " are domain names", "{error}"),
+    "dns-soa": Check(DNS, "SOA of {zone} answers through {address}{result}",
+                     "SERVFAIL means dnsside has not synced yet; REFUSED means the zone is "
+                     "not one it serves (its " + ZONE_KEY + ")"),
+    "dns-soa-reach": Check(DNS, "SOA of {zone} answers through {address}",
+                           "{error}; " + _REACH),
+    "dns-service": Check(DNS, "a global service answers",
+                         "no global service with a ready member in the cluster to ask for: "
+                         "export a service (mirror.linkerd.io/exported) and link the clusters"),
+    "dns-answer": Check(DNS, "{name} {qtype} answers{result}",
+                        "dnsside and the API disagree: `dnsside explain` (or /debug/explain on "
+                        "the pod) says member by member why"),
+    "dns-answer-reach": Check(DNS, "{name} {qtype} answers", "{error}; " + _REACH),
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +147,7 @@ class Result:
     ok: bool
     text: str
     hint: str = ""
+    warning: bool = False
 
 
 @dataclass
@@ -64,13 +162,6 @@ class CheckOptions:
     timeout: float = 10.0
 
 
-class ApiFailure(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}" if status else message)
-        self.status = status
-        self.message = message
-
-
 @dataclass
 class _Install:
     mode: str = ""  # "" = not found
@@ -79,94 +170,73 @@ class _Install:
     deployment: Mapping[str, Any] | None = None
 
 
+class _Fatal(Exception):
+    """A fatal check failed: nothing after it can be checked."""
+
+
 class Checker:
     """Runs the checks in order; each adds :class:`Result` lines to :attr:`results`."""
 
-    def __init__(self, options: CheckOptions, api: Any) -> None:
+    def __init__(self, options: CheckOptions, api: KubeApi | None) -> None:
         self.options = options
         self.api = api
         self.results: list[Result] = []
 
-    def add(self, topic: str, ok: bool, text: str, hint: str = "") -> bool:
-        self.results.append(Result(topic, ok, text, "" if ok else hint))
-        return ok
+    def report(self, check_id: str, ok: bool, text: str | None = None, **facts: Any) -> None:
+        """Record one result of ``CHECKS[check_id]``: ``text`` (default: the description)
+        and, when it failed, the hint, both filled in from ``facts``."""
+        check = CHECKS[check_id]
+        hint = "" if ok else check.hint.format(**facts)
+        self.results.append(Result(check.category, ok,
+                                   text if text is not None else check.description.format(**facts),
+                                   hint, check.warning))
+        if check.fatal and not ok:
+            raise _Fatal(check_id)
 
     # ------------------------------------------------------------------ HTTP
 
     async def get(self, path: str, params: Mapping[str, str] | None = None,
                   user: str | None = None) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if user:
-            headers["Impersonate-User"] = user
-        timeout = aiohttp.ClientTimeout(total=self.options.timeout)
-        resp = await self.api.call_api(
-            path, "GET", query_params=list((params or {}).items()), header_params=headers,
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
-        try:
-            body = await resp.read()
-        finally:
-            resp.release()
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if resp.status != 200:
-            message = data.get("message") if isinstance(data, dict) else None
-            raise ApiFailure(resp.status, str(message or resp.reason or ""))
-        if not isinstance(data, dict):
-            raise ApiFailure(0, f"GET {path}: the answer is not a JSON object")
-        return data
+        assert self.api is not None
+        return await self.api.get_json(path, params, user=user)
 
     async def get_or_none(self, path: str) -> dict[str, Any] | None:
         try:
             return await self.get(path)
-        except ApiFailure as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def list_all(self, path: str, selector: str = "") -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        params = {"limit": str(PAGE)}
-        if selector:
-            params["labelSelector"] = selector
-        while True:
-            body = await self.get(path, params)
-            items.extend(i for i in body.get("items") or [] if isinstance(i, dict))
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-            params["continue"] = str(token)
+        assert self.api is not None
+        return await self.api.list_all(path, selector, page=PAGE)
 
     # ------------------------------------------------------------------ the checks
 
     async def run(self) -> list[Result]:
-        if not await self.check_api():
-            return self.results
-        install = await self.check_install()
-        link_version = await self.check_rbac()
-        links = await self.check_links(link_version)
-        services, slices = await self.read_mirrors()
-        self.check_mirrors(links, services, slices)
-        self.check_cluster_name(install, links, services)
-        await self.check_workload(install)
-        if self.options.dns:
-            await self.check_dns(install, services, slices, links)
+        try:
+            await self.check_api()
+            install = await self.check_install()
+            link_version = await self.check_rbac()
+            links = await self.check_links(link_version)
+            services, slices = await self.read_mirrors()
+            self.check_mirrors(links, services, slices)
+            self.check_cluster_name(install, links, services)
+            await self.check_workload(install)
+            if self.options.dns:
+                await self.check_dns(install, services, slices, links)
+        except _Fatal:
+            pass
         return self.results
 
-    async def check_api(self) -> bool:
-        topic = "kubernetes-api"
+    async def check_api(self) -> None:
         try:
             version = await self.get("/version")
-        except (ApiFailure, aiohttp.ClientError, OSError, TimeoutError) as exc:
-            return self.add(topic, False, "can query the Kubernetes API",
-                            f"{_describe(exc)}; check the kubeconfig's current context and "
-                            "`kubectl version`")
-        return self.add(topic, True,
-                        f"can query the Kubernetes API ({version.get('gitVersion', '?')})")
+        except TRANSIENT as exc:
+            self.report("api", False, version="", error=_describe(exc))
+            return
+        self.report("api", True, version=f" ({version.get('gitVersion', '?')})")
 
     async def check_install(self) -> _Install:
-        topic = "dnsside-install"
         o = self.options
         found = _Install()
         standalone_ns = o.namespace or DEFAULT_NAMESPACE
@@ -186,36 +256,31 @@ class Checker:
         if not found.mode:
             # Still read the settings, if they are there, for the checks that follow.
             found.namespace = sidecar_ns if o.mode == "sidecar" else standalone_ns
-            cm = await self.get_or_none(
-                f"/api/v1/namespaces/{quote(found.namespace)}/configmaps/{CONFIG_NAME}")
-            data = (cm or {}).get("data") or {}
-            found.config = {k: v for k, v in data.items() if isinstance(v, str)}
+            found.config = await self.read_config(found.namespace) or {}
             where = f"Deployment {standalone_ns}/{CONFIG_NAME}" if o.mode != "sidecar" else ""
             if o.mode != "standalone":
                 where += (" or " if where else "") + (
                     f"a {CONFIG_NAME} container in {sidecar_ns}/{o.coredns_deployment}")
-            self.add(topic, False, "dnsside is installed",
-                     f"found no {where}: `dnsside install --cluster-name NAME | kubectl apply "
-                     "-f -` (pass --namespace/--mode if it lives elsewhere)")
+            self.report("installed", False, how="", where=where)
             return found
-        self.add(topic, True, f"dnsside is installed ({found.mode} mode, namespace "
-                 f"{found.namespace})")
-        cm = await self.get_or_none(
-            f"/api/v1/namespaces/{quote(found.namespace)}/configmaps/{CONFIG_NAME}")
-        if cm is None:
-            self.add(topic, False, f"ConfigMap {found.namespace}/{CONFIG_NAME} exists",
-                     "the pods read their settings from it (envFrom): re-run `dnsside "
-                     "install ... | kubectl apply -f -`")
-        else:
-            data = cm.get("data") or {}
-            found.config = {k: v for k, v in data.items() if isinstance(v, str)}
-            self.add(topic, True, f"ConfigMap {found.namespace}/{CONFIG_NAME} exists")
+        self.report("installed", True,
+                    how=f" ({found.mode} mode, namespace {found.namespace})")
+        config = await self.read_config(found.namespace)
+        found.config = config or {}
+        self.report("configmap", config is not None, namespace=found.namespace)
         return found
+
+    async def read_config(self, namespace: str) -> dict[str, str] | None:
+        """The string entries of dnsside's ConfigMap; None when there is none."""
+        cm = await self.get_or_none(
+            f"/api/v1/namespaces/{quote(namespace)}/configmaps/{CONFIG_NAME}")
+        if cm is None:
+            return None
+        return {k: v for k, v in (cm.get("data") or {}).items() if isinstance(v, str)}
 
     async def check_rbac(self) -> str | None:
         """List each resource dnsside reads (limit=1) as ``--as``; returns the Link CRD's
         preferred version, None when the CRD is not served."""
-        topic = "dnsside-rbac"
         who = self.options.as_user or "the kubeconfig's user"
         group = await self.get_or_none(f"/apis/{LINK_GROUP}")
         link_version = None
@@ -230,31 +295,25 @@ class Checker:
         for name, path, api_group in checks:
             try:
                 await self.get(path, {"limit": "1"}, user=self.options.as_user)
-            except ApiFailure as exc:
-                resource = name.split(".")[0]
-                hint = (f"{exc.message or exc}; dnsside needs get, list and watch on {resource} "
-                        f"(API group \"{api_group}\") cluster-wide: re-apply `dnsside install` "
-                        f"(its ClusterRole grants exactly that), then `kubectl auth can-i list "
-                        f"{name} --as {self.options.as_user or '<user>'}`")
-                self.add(topic, False, f"{who} can list {name}", hint)
+            except API_ERRORS as exc:
+                message = exc.message if isinstance(exc, ApiError) else ""
+                self.report("rbac", False, who=who, name=name, error=message or exc,
+                            resource=name.split(".")[0], group=api_group,
+                            user=self.options.as_user or "<user>")
                 continue
-            self.add(topic, True, f"{who} can list {name}")
+            self.report("rbac", True, who=who, name=name)
         return link_version
 
     async def check_links(self, version: str | None) -> list[LinkRecord] | None:
         """Links, or None when they cannot be read (then nothing is an orphan)."""
-        topic = "linkerd-multicluster"
         if not version:
-            self.add(topic, False, f"the Link CRD (links.{LINK_GROUP}) is installed",
-                     "install Linkerd's multicluster extension: `linkerd multicluster install "
-                     "| kubectl apply -f -`")
+            self.report("link-crd", False, found=f" (links.{LINK_GROUP})", version="")
             return None
-        self.add(topic, True, f"the Link CRD is installed (preferred version {version})")
+        self.report("link-crd", True, found="", version=f" (preferred version {version})")
         try:
             items = await self.list_all(f"/apis/{LINK_GROUP}/{version}/links")
-        except ApiFailure as exc:
-            self.add(topic, False, "Links are readable",
-                     f"{exc}; the kubeconfig's user needs list on links.{LINK_GROUP}")
+        except API_ERRORS as exc:
+            self.report("links-readable", False, error=exc)
             return None
         links: list[LinkRecord] = []
         broken: list[str] = []
@@ -264,16 +323,9 @@ class Checker:
             except ObjectError as exc:
                 broken.append(str(exc))
         if broken:
-            self.add(topic, False, f"every Link is readable ({len(broken)} not)",
-                     "; ".join(broken[:3]))
-        if not links:
-            self.add(topic, False, "Links are present",
-                     "no Link in any namespace: link this cluster to each other one, e.g. "
-                     "`linkerd --context=<other> multicluster link-gen --cluster-name <other> "
-                     "| kubectl apply -f -` (`multicluster link` before Linkerd 2.18)")
-            return links
+            self.report("links-parse", False, count=len(broken), errors="; ".join(broken[:3]))
         names = ", ".join(sorted(f"{lk.target_cluster}" for lk in links))
-        self.add(topic, True, f"Links are present: {names}")
+        self.report("links-present", bool(links), names=f": {names}" if links else "")
         return links
 
     async def read_mirrors(self) -> tuple[list[ServiceRecord], list[SliceRecord]]:
@@ -286,14 +338,12 @@ class Checker:
             for item in await self.list_all("/apis/discovery.k8s.io/v1/endpointslices"):
                 with contextlib.suppress(ObjectError):
                     slices.append(linkerd.parse_slice(item))
-        except ApiFailure as exc:
-            self.add("linkerd-multicluster", False, "Services and EndpointSlices are readable",
-                     f"{exc}; the kubeconfig's user needs list on both, cluster-wide")
+        except API_ERRORS as exc:
+            self.report("mirrors-readable", False, error=exc)
         return services, slices
 
     def check_mirrors(self, links: list[LinkRecord] | None, services: Sequence[ServiceRecord],
                       slices: Sequence[SliceRecord]) -> None:
-        topic = "linkerd-multicluster"
         health = mirror_health(services, {(s.namespace, s.service_name) for s in slices}, links)
         for cluster, h in sorted(health.items()):
             if h.orphaned:
@@ -303,51 +353,33 @@ class Checker:
                 extra = (f"; {len(h.missing_gateway_slices)} gateway mirrors without endpoints "
                          "(their remote service has no ready endpoint)"
                          if h.missing_gateway_slices else "")
-                self.add(topic, True, f"link {cluster}: mirrors have EndpointSlices "
-                         f"({counts}){extra}")
+                self.report("mirror-slices", True, f"link {cluster}: mirrors have "
+                            f"EndpointSlices ({counts}){extra}")
                 continue
             missing = h.missing_pod_slices + h.missing_gateway_slices
-            self.add(topic, False,
-                     f"link {cluster}: {len(missing)} mirrors have no EndpointSlice "
-                     f"({_names(missing)})",
-                     "Linkerd's service mirror writes Endpoints; Kubernetes' "
-                     "EndpointSliceMirroring controller turns them into the EndpointSlices "
-                     "dnsside reads: check that kube-controller-manager runs it (--controllers "
-                     "must not exclude endpointslicemirroring) and its log")
+            self.report("mirror-slices", False, f"link {cluster}: {len(missing)} mirrors have "
+                        f"no EndpointSlice ({_names(missing)})")
         if links is None:
             return
         orphans = {c: h for c, h in health.items() if h.orphaned}
         if not orphans:
-            self.add(topic, True, "no orphaned mirrors")
-            return
+            self.report("orphans", True)
         for cluster, h in sorted(orphans.items()):
-            self.add(topic, False,
-                     f"{len(h.services)} mirrors of cluster {cluster} match no Link "
-                     f"({_names(h.services)})",
-                     "a Link was deleted without unlinking; dnsside leaves these out of every "
-                     f"answer. Remove them: `linkerd multicluster unlink --cluster-name {cluster}"
-                     " | kubectl delete -f -`")
+            self.report("orphans", False, f"{len(h.services)} mirrors of cluster {cluster} "
+                        f"match no Link ({_names(h.services)})", cluster=cluster)
 
     def check_cluster_name(self, install: _Install, links: list[LinkRecord] | None,
                            services: Sequence[ServiceRecord]) -> None:
-        topic = "dnsside-config"
         configured = install.config.get(CLUSTER_KEY)
         name = (configured or self.options.cluster_name or "local").lower()
         source = (f"ConfigMap {install.namespace}/{CONFIG_NAME}" if configured
                   else "--cluster-name" if self.options.cluster_name else "the default")
-        fix = ("the name the other clusters linked this one as (`linkerd multicluster link "
-               "--cluster-name NAME`): `dnsside install --cluster-name NAME ... | kubectl "
-               "apply -f -`")
-        self.add(topic, name != "local", f"cluster name is not \"local\" ({name}, from "
-                 f"{source})", f"\"local\" is the unset default; set {CLUSTER_KEY} to {fix}")
+        self.report("cluster-name-set", name != "local", name=name, source=source)
         linked = ({lk.target_cluster for lk in links} if links else
                   {s.cluster for s in services if s.cluster})
-        self.add(topic, name not in linked, "cluster name is not a linked cluster's name",
-                 f"{name} is also the name of a linked cluster: its members and this "
-                 f"cluster's would share names; set {CLUSTER_KEY} to {fix}")
+        self.report("cluster-name-unique", name not in linked, name=name)
 
     async def check_workload(self, install: _Install) -> None:
-        topic = "dnsside-workload"
         if not install.mode or install.deployment is None:
             return
         dep = install.deployment
@@ -356,77 +388,65 @@ class Checker:
             want = int((dep.get("spec") or {}).get("replicas", 1))
             status = dep.get("status") or {}
             ready = int(status.get("readyReplicas") or 0)
-            updated = int(status.get("updatedReplicas") or 0)
-            self.add(topic, ready >= want and want > 0,
-                     f"Deployment {ns}/{name} is ready ({ready}/{want})",
-                     f"`kubectl -n {ns} describe deployment {name}` and `kubectl -n {ns} logs "
-                     f"deployment/{name}`: /readyz fails until the first sync from the API "
-                     f"server ({updated} replicas updated)")
+            self.report("deployment-ready", ready >= want and want > 0, namespace=ns,
+                        name=name, ready=ready, want=want,
+                        updated=int(status.get("updatedReplicas") or 0))
             return
         selector = ((dep.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         label = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         try:
             pods = await self.list_all(f"/api/v1/namespaces/{quote(ns)}/pods", label)
-        except ApiFailure as exc:
-            self.add(topic, False, f"the {name} pods are readable", str(exc))
+        except API_ERRORS as exc:
+            self.report("pods-readable", False, name=name, error=exc)
             return
-        mine = pods
         running = 0
-        for pod in mine:
+        for pod in pods:
             for st in (pod.get("status") or {}).get("containerStatuses") or []:
                 if st.get("name") == CONFIG_NAME and st.get("ready") and "running" in (
                         st.get("state") or {}):
                     running += 1
-        self.add(topic, bool(mine) and running == len(mine),
-                 f"the {CONFIG_NAME} sidecar runs in the {name} pods ({running}/{len(mine)})",
-                 f"`kubectl -n {ns} describe pods -l {label}` and `kubectl -n {ns} logs -l "
-                 f"{label} -c {CONFIG_NAME}`")
+        self.report("sidecar-running", bool(pods) and running == len(pods), name=name,
+                    running=running, pods=len(pods), namespace=ns, label=label)
 
     async def check_dns(self, install: _Install, services: Sequence[ServiceRecord],
                         slices: Sequence[SliceRecord], links: list[LinkRecord] | None) -> None:
-        topic = "dnsside-dns"
         assert self.options.dns is not None
         address = self.options.dns
         try:
-            host, port = _hostport(address)
+            host, port = split_hostport(address, 53)
         except ValueError as exc:
-            self.add(topic, False, f"--dns {address}", str(exc))
+            self.report("dns-address", False, address=address, error=f"--dns {address!r}: {exc}")
             return
-        zones = [z if z.endswith(".") else z + "." for z in
-                 (install.config.get(ZONE_KEY) or "svc-global.").split(",") if z]
-        ns = install.namespace or DEFAULT_NAMESPACE
-        hint = (f"is dnsside reachable at {address}? e.g. `kubectl -n {ns} port-forward "
-                "svc/dnsside 5353` (TCP only: check queries over TCP)")
+        try:
+            zones = zones_from_env(install.config.get(ZONE_KEY) or "")
+        except ValueError as exc:
+            self.report("dns-zones", False, error=exc)
+            return
+        reach = {"address": address, "namespace": install.namespace or DEFAULT_NAMESPACE}
         for zone in zones:
             try:
                 rcode, answers = await _query(host, port, zone, "SOA", self.options.timeout)
             except (OSError, TimeoutError, ValueError) as exc:
-                self.add(topic, False, f"SOA of {zone} answers through {address}",
-                         f"{_describe(exc)}; {hint}")
+                self.report("dns-soa-reach", False, zone=zone, error=_describe(exc), **reach)
                 continue
-            self.add(topic, rcode == "NOERROR" and bool(answers),
-                     f"SOA of {zone} answers through {address} ({rcode}"
-                     f"{', serial ' + answers[0].split()[2] if answers else ''})",
-                     "SERVFAIL means dnsside has not synced yet; REFUSED means the zone is "
-                     f"not one it serves (its {ZONE_KEY})")
+            serial = f", serial {answers[0].split()[2]}" if answers else ""
+            self.report("dns-soa", rcode == "NOERROR" and bool(answers), zone=zone,
+                        address=address, result=f" ({rcode}{serial})")
         pick = _pick_service(services, slices, links, install.config.get(CLUSTER_KEY) or
                              self.options.cluster_name or "local", zones[0])
         if pick is None:
-            self.add(topic, False, "a global service answers",
-                     "no global service with a ready member in the cluster to ask for: export "
-                     "a service (mirror.linkerd.io/exported) and link the clusters")
+            self.report("dns-service", False)
             return
         name, qtype, expected = pick
         try:
             rcode, answers = await _query(host, port, name, qtype, self.options.timeout)
         except (OSError, TimeoutError, ValueError) as exc:
-            self.add(topic, False, f"{name} {qtype} answers", f"{_describe(exc)}; {hint}")
+            self.report("dns-answer-reach", False, name=name, qtype=qtype,
+                        error=_describe(exc), **reach)
             return
-        self.add(topic, rcode == "NOERROR" and bool(answers),
-                 f"{name} {qtype} answers ({rcode}, {len(answers)} records; "
-                 f"the API objects give {expected})",
-                 "dnsside and the API disagree: `dnsside explain` (or /debug/explain on the "
-                 "pod) says member by member why")
+        self.report("dns-answer", rcode == "NOERROR" and bool(answers), name=name, qtype=qtype,
+                    result=f" ({rcode}, {len(answers)} records; the API objects give "
+                    f"{expected})")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -439,15 +459,6 @@ def _names(services: Sequence[ServiceRecord]) -> str:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _hostport(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return value.strip("[]"), 53
-    if not port.isdigit():
-        raise ValueError(f"--dns {value!r}: expected HOST:PORT, e.g. 127.0.0.1:5353")
-    return host.strip("[]"), int(port)
 
 
 def _pick_service(services: Sequence[ServiceRecord], slices: Sequence[SliceRecord],
@@ -509,33 +520,25 @@ async def _query(host: str, port: int, name: str, qtype: str, timeout: float
     return _RCODES.get(reply.header.rcode, str(reply.header.rcode)), answers
 
 
-async def _connect(kubeconfig: str | None) -> tuple[Any, Any]:
-    from dnsside.sources.kubeapi import KubeApi
-
-    api = await KubeApi.connect(kubeconfig)
-    return api.client, api.refresher
-
-
-async def run_checks(options: CheckOptions,
-                     connect: Callable[[str | None], Any] = _connect) -> list[Result]:
+async def run_checks(options: CheckOptions) -> list[Result]:
     """Every check's result; never raises for what it checks."""
-    from dnsside.sources.kubeapi import KubeConfigError
-
+    checker = Checker(options, None)
     try:
-        api, refresher = await connect(options.kubeconfig)
+        checker.api = await KubeApi.connect(options.kubeconfig, request_timeout=options.timeout)
     except KubeConfigError as exc:
-        return [Result("kubernetes-api", False, "can initialize the client",
-                       f"{exc}: pass --kubeconfig, set $KUBECONFIG or create ~/.kube/config")]
-    checker = Checker(options, api)
-    checker.add("kubernetes-api", True, "can initialize the client")
+        with contextlib.suppress(_Fatal):
+            checker.report("client", False, error=exc)
+        return checker.results
+    checker.report("client", True)
     try:
         return await checker.run()
     finally:
-        if refresher is not None:
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await refresher
-        await api.close()
+        await checker.api.close()
+
+
+def passed(result: Result) -> bool:
+    """A result that does not fail the run: it passed, or it is a warning."""
+    return result.ok or result.warning
 
 
 def render(results: Sequence[Result]) -> str:
@@ -547,10 +550,10 @@ def render(results: Sequence[Result]) -> str:
                 lines.append("")
             lines += [r.topic, "-" * len(r.topic)]
             topic = r.topic
-        lines.append(f"{OK if r.ok else FAIL} {r.text}")
+        lines.append(f"{OK if r.ok else WARN if r.warning else FAIL} {r.text}")
         if not r.ok and r.hint:
             lines.append(f"    hint: {r.hint}")
-    failed = sum(1 for r in results if not r.ok)
+    failed = sum(1 for r in results if not passed(r))
     lines += ["", f"Status check results are {FAIL if failed else OK}"
               + (f" ({failed} failed)" if failed else "")]
     return "\n".join(lines) + "\n"

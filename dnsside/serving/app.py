@@ -12,113 +12,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from dnsside import metrics
+from dnsside.config import Config, parse_hostport
+from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
 from dnsside.dns import ZoneOptions
-from dnsside.http import HttpServer
 from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.reporting import IndexReporter
-from dnsside.server import TcpConnections, UdpServer
+from dnsside.serving.http import HttpServer
+from dnsside.serving.reporting import IndexReporter
+from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.sources import Source
 
 log = logging.getLogger("dnsside")
 
 
-@dataclass
-class Config:
-    source: str = "kube"
-    kubeconfig: str | None = None
-    cluster_name: str = "local"
-    zones: Sequence[str] = ("svc-global.",)
-    mcs_zones: Sequence[str] = ()  # KEP-1645 names (SPEC §3b), e.g. clusterset.local.
-    listen: str = "127.0.0.1:5353"
-    http_listen: str = "127.0.0.1:9153"
-    ttl: int = 5
-    publish_not_ready: bool = False
-    no_local: bool = False
-    srv_priority: str = "equal"
-    namespaces: Sequence[str] = field(default_factory=tuple)
-    tcp_idle_timeout: float = 10.0
-    tcp_max_connections: int = 512
-    query_log: bool = False
-    reload_interval: float = 1.0
-    kube_backoff_cap: float = 30.0
-    ns_addresses: tuple[str, ...] = ("127.0.0.1",)
-    no_federated: bool = False
-    gateway_probe: str = "auto"  # on, off, or auto: on for the API source, off for a file
-    gateway_probe_period: float = 1.0
-    gateway_probe_timeout: float = 1.0
-    gateway_probe_failures: int = 2
-    lameduck: float = 5.0  # seconds of answering after SIGTERM, while /readyz says 503
-    udp_io: str = "batch"  # batch (recvmmsg/sendmmsg) or plain (recvfrom/sendto)
-
-    @property
-    def probing(self) -> bool:
-        """A file dump is usually served far from its cluster (a laptop, CI), where its
-        ClusterIPs are somebody else's addresses: probe them only when asked to."""
-        if self.gateway_probe == "auto":
-            return self.source == "kube"
-        return self.gateway_probe == "on"
-
-    def index_options(self) -> IndexOptions:
-        return IndexOptions(
-            cluster_name=self.cluster_name,
-            include_local=not self.no_local,
-            include_federated=not self.no_federated,
-            zone=ZoneOptions(
-                ttl=self.ttl,
-                publish_not_ready=self.publish_not_ready,
-                srv_priority=self.srv_priority,
-                ns_addresses=self.ns_addresses,
-            ),
-        )
-
-
-def parse_hostport(value: str, what: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (all addresses). Raises ValueError naming ``what``."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"{what} {value!r}: expected HOST:PORT, e.g. 127.0.0.1:5353 or [::1]:5353")
-    host = host.strip("[]")
-    return host or "0.0.0.0", int(port)
-
-
-def ns_addresses(explicit: Sequence[str] | None, pod_ip: str | None,
-                 listen: str | None) -> tuple[str, ...]:
-    """The addresses of the zone's name server (the apex's A/AAAA records, the NS glue).
-
-    ``--ns-address`` when given; else ``$POD_IP`` (the downward API's status.podIP);
-    else the DNS listen address when it is a specific one; else 127.0.0.1. Each is
-    checked and normalised; a ValueError names where a bad one came from.
-    """
-    if explicit:
-        where, values = "--ns-address (or DNSSIDE_NS_ADDRESS)", list(explicit)
-    elif pod_ip and pod_ip.strip():
-        where, values = "$POD_IP", pod_ip.split(",")
-    else:
-        host = parse_hostport(listen, "--listen")[0] if listen is not None else ""
-        try:
-            specific = not ipaddress.ip_address(host).is_unspecified
-        except ValueError:  # a host name, or "" for every address: nothing to publish
-            specific = False
-        where, values = "--listen", [host] if specific else ["127.0.0.1"]
-    out: dict[str, None] = {}
-    for value in values:
-        try:
-            address = ipaddress.ip_address(value.strip())
-        except ValueError:
-            raise ValueError(f"{where}: {value.strip()!r} is not an IPv4 or IPv6 address") from None
-        if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
-            raise ValueError(f"{where}: {value.strip()!r}: a scoped address cannot be published")
-        out[str(address)] = None
-    return tuple(out)
+def index_options(config: Config) -> IndexOptions:
+    return IndexOptions(
+        cluster_name=config.cluster_name,
+        include_local=not config.no_local,
+        include_federated=not config.no_federated,
+        zone=ZoneOptions(
+            ttl=config.ttl,
+            publish_not_ready=config.publish_not_ready,
+            srv_priority=config.srv_priority,
+            ns_addresses=config.ns_addresses,
+        ),
+    )
 
 
 def make_source(config: Config) -> Source:
@@ -143,7 +66,7 @@ class App:
     def __init__(self, config: Config, source: Source) -> None:
         self.config = config
         self.source = source
-        options = config.index_options()
+        options = index_options(config)
         self.responder = make_responder(config.zones, options.zone, config.mcs_zones)
         self.index = Index(self.responder, options, IndexReporter())
         metrics.watch_responder(self.responder)

@@ -23,8 +23,9 @@ from typing import cast
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dnsside import metrics, mmsg
+from dnsside import metrics
 from dnsside.responder import Responder
+from dnsside.serving import mmsg
 
 log = logging.getLogger("dnsside.server")
 query_log = logging.getLogger("dnsside.query")
@@ -42,7 +43,7 @@ class UdpServer:
 
     Two ways to move the datagrams, the same answers (``--udp-io``):
 
-    * ``batch`` (the default where it works, see :mod:`dnsside.mmsg`): one
+    * ``batch`` (the default where it works, see :mod:`dnsside.serving.mmsg`): one
       ``recvmmsg`` takes every query waiting in the socket (blocking for the first
       only), the responder answers each into its buffer, one ``sendmmsg`` sends the
       lot. Under load the two system calls are shared by the whole batch; at a

@@ -1,7 +1,9 @@
 """`dnsside install [coredns|monitoring]` and `dnsside check`: the operator's commands.
 
-They print manifests or check results and never serve; they live apart from
-``cli.py`` so the serve path imports none of this.
+They print manifests or check results and never serve. The tricky part is baking:
+every ``serve`` flag the install layout does not fix (:data:`dnsside.config.FLAGS`,
+those whose commands include ``install``) is offered by ``install`` and written into
+the ConfigMap as ``DNSSIDE_<FLAG>``, so a flag added to the table works here unchanged.
 """
 
 from __future__ import annotations
@@ -10,14 +12,84 @@ import argparse
 import asyncio
 import shlex
 import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from dnsside import install as inst
+from dnsside.config import DEFAULT_ZONE, INSTALL, Flag, flags_for, format_hostport
+from dnsside.ops import coredns as dns
+from dnsside.ops import manifests as inst
+from dnsside.ops import monitoring as mon
+from dnsside.ops.corefile import CorefileError
+from dnsside.ops.yamlout import to_yaml
 
-_BAKEABLE = "_dnsside_bakeable"  # where the install parser keeps its BakeableFlag list
+# serve flags whose name `install` uses for something else.
+RENAMED = {"--namespace": "--watch-namespace"}
 
 
-def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class BakeableFlag:
+    """One ``serve`` flag as ``install`` offers it: ``option`` on the install command line,
+    ``dest`` in its parsed arguments, ``env`` in the ConfigMap."""
+
+    flag: Flag
+    option: str
+    dest: str
+
+    @property
+    def serve_flag(self) -> str:
+        return self.flag.name
+
+    @property
+    def env(self) -> str:
+        return self.flag.env
+
+
+def bakeable_flags() -> list[BakeableFlag]:
+    """Every serve flag install bakes into the ConfigMap, in the table's order."""
+    return [BakeableFlag(f, RENAMED.get(f.name, f.name), "serve_" + f.dest)
+            for f in flags_for(INSTALL)]
+
+
+def add_bakeable_flags(parser: argparse.ArgumentParser) -> list[BakeableFlag]:
+    """Offer every bakeable flag on ``parser`` with the serve flag's type and choices; a
+    flag not given stays None (not baked)."""
+    flags = bakeable_flags()
+    group = parser.add_argument_group(
+        "dnsside serve flags", "baked into the dnsside ConfigMap as DNSSIDE_<FLAG> "
+        "(see `dnsside serve --help`)")
+    for b in flags:
+        f = b.flag
+        kwargs: dict[str, Any] = {"dest": b.dest, "default": None, "help": f.help}
+        if f.switch:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(action="append" if f.repeatable else "store",
+                          type=None if f.repeatable else f.type, choices=f.choices,
+                          metavar=f.metavar or (None if f.choices else f.dest.upper()))
+        group.add_argument(b.option, **kwargs)
+    return flags
+
+
+def baked_settings(args: argparse.Namespace, flags: Iterable[BakeableFlag]) -> dict[str, str]:
+    """The ConfigMap entries for the serve flags given on the install command line, in
+    the form the serve CLI reads back (booleans ``true``, lists comma-separated)."""
+    out: dict[str, str] = {}
+    for b in flags:
+        value = getattr(args, b.dest, None)
+        if value is None:
+            continue
+        try:
+            out[b.env] = b.flag.to_env(value)
+        except ValueError as exc:
+            raise inst.InstallError(str(exc).replace(b.flag.name, b.option, 1)) from None
+    return out
+
+
+_BAKEABLE = "dnsside_bakeable"  # where the install parser keeps its BakeableFlag list
+
+
+def add_admin_commands(sub: Any) -> None:
     """Add ``install`` (with ``coredns`` and ``monitoring``) and ``check`` to ``sub``."""
     install = sub.add_parser(
         "install", help="print the manifests for `kubectl apply -f -`",
@@ -34,6 +106,14 @@ def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
                          "kube-system)")
     install.add_argument("--image", default=inst.IMAGE)
     install.add_argument("--replicas", type=int, default=2, help="standalone mode")
+    install.add_argument("--dns-port", type=int, metavar="PORT",
+                         help=f"standalone mode: DNS port of the pods and the Service (default "
+                         f"{inst.DNS_PORT}, bound as non-root through the pod sysctl "
+                         f"{inst.UNPRIVILEGED_PORT_SYSCTL}, allowed by default since Kubernetes "
+                         "1.22). --dns-port 5353 where that sysctl is refused: CoreDNS still "
+                         "forwards, but the zone's NS glue (the pod IP) then has nothing on "
+                         "port 53, so resolvers that follow the NS (BIND type stub, unbound "
+                         "stub-prime, secondaries) get no answer")
     install.add_argument("--memory-limit", default=inst.MEMORY_LIMIT,
                          help="see the README's sizing table "
                          f"({inst.MEMORY_LIMIT}: up to 100k members)")
@@ -41,19 +121,20 @@ def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
                          help="sidecar mode: CoreDNS's Deployment")
     install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's ServiceAccount")
-    install.set_defaults(**{_BAKEABLE: inst.add_bakeable_flags(install, serve)})
+    install.set_defaults(**{_BAKEABLE: add_bakeable_flags(install)})
     targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
 
     coredns = targets.add_parser(
         "coredns", help="print what makes the cluster DNS forward the zones to dnsside",
         description="Print the object that makes the cluster DNS forward dnsside's zones to "
         "it. deploy/README.md says per flavor where it goes and what survives an upgrade.")
-    coredns.add_argument("--flavor", required=True, choices=inst.FLAVORS)
+    coredns.add_argument("--flavor", required=True, choices=tuple(dns.FLAVORS))
     coredns.add_argument("--mode", dest="coredns_mode", choices=inst.MODES,
                          default="standalone", help="how dnsside was installed")
     coredns.add_argument("--address", metavar="IP[:PORT]",
                          help="where dnsside answers (default: sidecar 127.0.0.1:5353; "
-                         "standalone: the dnsside Service's ClusterIP, read from the cluster)")
+                         "standalone: the dnsside Service's ClusterIP and DNS port, read from "
+                         "the cluster; PORT defaults to 53)")
     coredns.add_argument("--zone", dest="coredns_zones", action="append", metavar="ZONE",
                          help="dnsside's --zone, repeatable (default svc-global.)")
     coredns.add_argument("--mcs-zone", dest="coredns_mcs_zones", action="append",
@@ -97,7 +178,7 @@ def add_admin_commands(sub: Any, serve: argparse.ArgumentParser) -> None:
                        "system:serviceaccount:dnsside:dnsside")
     check.add_argument("--dns", metavar="HOST:PORT",
                        help="also query the zone's SOA and a global service there, over TCP "
-                       "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353`)")
+                       "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353:53`)")
     check.add_argument("--coredns-deployment", dest="check_coredns", default="coredns")
 
 
@@ -114,7 +195,7 @@ def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
         else:
             sys.stdout.write(_install(args, command))
         return 0
-    except inst.InstallError as exc:
+    except (inst.InstallError, CorefileError) as exc:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2
 
@@ -129,10 +210,11 @@ def _install(args: argparse.Namespace, command: str) -> str:
         namespace=args.install_namespace,
         image=args.image,
         replicas=args.replicas,
-        settings=inst.baked_settings(args, getattr(args, _BAKEABLE)),
+        settings=baked_settings(args, getattr(args, _BAKEABLE)),
         memory_limit=args.memory_limit,
         coredns_deployment=args.coredns_deployment,
         coredns_service_account=args.coredns_service_account,
+        dns_port=args.dns_port,
     )
     objs = inst.manifests(opts)
     if opts.cluster_name == "local":
@@ -141,50 +223,49 @@ def _install(args: argparse.Namespace, command: str) -> str:
     how = ("kubectl apply --server-side --field-manager=dnsside -f -   (patches CoreDNS's "
            "Deployment: only the dnsside container is ours)" if opts.mode == "sidecar"
            else "kubectl apply -f -")
-    return inst.to_yaml(objs, f"Generated by: {command}\n  {how}")
+    return to_yaml(objs, f"Generated by: {command}\n  {how}")
 
 
 def _coredns(args: argparse.Namespace) -> str:
-    zones = tuple(args.coredns_zones or [inst.DEFAULT_ZONE]) + tuple(args.coredns_mcs_zones or ())
+    zones = tuple(args.coredns_zones or [DEFAULT_ZONE]) + tuple(args.coredns_mcs_zones or ())
     address = args.address
     if not address:
         if args.coredns_mode == "sidecar":
-            address = f"127.0.0.1:{inst.DNS_PORT}"
+            address = f"127.0.0.1:{inst.SIDECAR_DNS_PORT}"
         else:
             address = asyncio.run(_service_address(args.coredns_kubeconfig,
                                                    args.coredns_namespace))
-    existing = inst.read_existing(args.from_file) if args.from_file else None
-    return inst.coredns_output(inst.CorednsOptions(
+    existing = dns.read_existing(args.from_file) if args.from_file else None
+    return dns.coredns_output(dns.CorednsOptions(
         flavor=args.flavor, address=address, zones=zones, mode=args.coredns_mode,
         cluster_domain=args.cluster_domain, existing=existing, block_only=args.block_only))
 
 
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:
-    """The dnsside Service's ClusterIP (the first family's), port 5353."""
-    from dnsside.check import ApiFailure, Checker, CheckOptions, _connect
-    from dnsside.sources.kubeapi import KubeConfigError
+    """The dnsside Service's ClusterIP (the first family's) and its port named ``dns``
+    (53, or 5353 where it was installed with ``--dns-port 5353``)."""
+    from dnsside.sources.kubeapi import TRANSIENT, KubeApi, KubeConfigError
 
     hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
             "jsonpath='{.spec.clusterIP}')")
     try:
-        api, refresher = await _connect(kubeconfig)
+        api = await KubeApi.connect(kubeconfig)
     except KubeConfigError as exc:
         raise inst.InstallError(f"cannot read dnsside's Service: {exc}; {hint}") from None
     try:
-        svc = await Checker(CheckOptions(), api).get(
-            f"/api/v1/namespaces/{namespace}/services/{inst.NAME}")
-    except (ApiFailure, OSError, TimeoutError) as exc:
+        svc = await api.get_json(f"/api/v1/namespaces/{namespace}/services/{inst.NAME}")
+    except TRANSIENT as exc:
         raise inst.InstallError(f"cannot read Service {namespace}/{inst.NAME}: {exc}; "
                                 f"{hint}") from None
     finally:
-        if refresher is not None:
-            refresher.cancel()
         await api.close()
     spec = svc.get("spec") or {}
     ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
     if not ips or not ips[0] or ips[0] == "None":
         raise inst.InstallError(f"Service {namespace}/{inst.NAME} has no ClusterIP; {hint}")
-    return inst.format_address(str(ips[0]), inst.DNS_PORT)
+    ports = [p.get("port") for p in spec.get("ports") or ()
+             if p.get("name") == "dns" and isinstance(p.get("port"), int)]
+    return format_hostport(str(ips[0]), ports[0] if ports else inst.DNS_PORT)
 
 
 def _monitoring(args: argparse.Namespace, command: str) -> str:
@@ -196,13 +277,13 @@ def _monitoring(args: argparse.Namespace, command: str) -> str:
         labels[key] = value
     mode = args.monitoring_mode
     ns = args.monitoring_namespace or ("kube-system" if mode == "sidecar" else inst.NAME)
-    return inst.to_yaml(inst.monitoring(mode, ns, labels),
-                        f"Generated by: {command}\n"
-                        "  kubectl apply -f -   (needs prometheus-operator's CRDs)")
+    return to_yaml(mon.monitoring(mode, ns, labels),
+                   f"Generated by: {command}\n"
+                   "  kubectl apply -f -   (needs prometheus-operator's CRDs)")
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dnsside.check import CheckOptions, render, run_checks
+    from dnsside.ops.check import CheckOptions, passed, render, run_checks
 
     options = CheckOptions(
         kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
@@ -210,4 +291,4 @@ def _check(args: argparse.Namespace) -> int:
         dns=args.dns, coredns_deployment=args.check_coredns)
     results = asyncio.run(run_checks(options))
     sys.stdout.write(render(results))
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(passed(r) for r in results) else 1

@@ -1,0 +1,344 @@
+"""Configuration: every flag once, how its values are read, and the checked ``Config``.
+
+The one tricky thing is that a flag has three spellings that must never drift:
+``--srv-priority`` on the command line, ``DNSSIDE_SRV_PRIORITY`` in the environment
+(a default the command line overrides; how ``dnsside install`` bakes settings into
+the ConfigMap), and ``srv_priority`` in :class:`Config`. :data:`FLAGS` is the only
+place they are written; the CLI, ``install`` and ``check`` all read it.
+
+This module imports nothing else of dnsside, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+SERVE, EXPLAIN, INSTALL = "serve", "explain", "install"
+# Which commands take a flag; "install" means install offers it and bakes it into the
+# ConfigMap as DNSSIDE_<FLAG>.
+_SOURCE = frozenset({SERVE, EXPLAIN, INSTALL})  # what is read and how it is answered
+_SERVING = frozenset({SERVE, INSTALL})  # how the server runs
+_NOT_BAKED = frozenset({SERVE, EXPLAIN})  # set by the install layout itself
+
+TRUE = frozenset({"1", "true", "yes", "on"})  # what a boolean DNSSIDE_<FLAG> accepts as on
+DEFAULT_ZONE = "svc-global."
+
+
+def env_name(flag: str) -> str:
+    """``--srv-priority`` → ``DNSSIDE_SRV_PRIORITY``."""
+    return "DNSSIDE_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag of ``serve`` / ``explain`` (``commands`` says which, and
+    whether ``install`` bakes it into the ConfigMap)."""
+
+    name: str  # --ttl
+    type: Callable[[str], Any]  # str, int or float; bool for a switch
+    default: Any  # for a repeatable flag, the value when none is given
+    help: str | None
+    commands: frozenset[str]
+    repeatable: bool = False
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+    @property
+    def env(self) -> str:
+        return env_name(self.name)
+
+    @property
+    def dest(self) -> str:
+        return self.name[2:].replace("-", "_")
+
+    @property
+    def switch(self) -> bool:
+        return self.type is bool
+
+    def from_env(self, text: str) -> Any:
+        """The value ``DNSSIDE_<FLAG>=text`` stands for; a list for a repeatable flag."""
+        if self.switch:
+            return text.lower() in TRUE
+        if self.repeatable:
+            return [v for v in text.split(",") if v]
+        return self.type(text)
+
+    def to_env(self, value: Any) -> str:
+        """The inverse of :meth:`from_env`. Raises ValueError for a list item with a comma."""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, list):
+            if any("," in str(v) for v in value):
+                raise ValueError(f"{self.name} {value!r}: a value with a comma cannot be "
+                                 f"passed through {self.env}")
+            return ",".join(str(v) for v in value)
+        return str(value)
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--source", str, "kube", "`kube` to watch the API server, or a YAML/JSON file "
+         "of Services and EndpointSlices (reloaded when it changes)", _NOT_BAKED),
+    Flag("--kubeconfig", str, None, "kubeconfig for --source kube "
+         "(default $KUBECONFIG, ~/.kube/config, else in-cluster)", _NOT_BAKED),
+    Flag("--cluster-name", str, "local", "name of this cluster in answers", _NOT_BAKED),
+    Flag("--zone", str, (DEFAULT_ZONE,), "served zone, repeatable (default svc-global.)",
+         _SOURCE, repeatable=True),
+    Flag("--mcs-zone", str, (), "also serve the Multi-Cluster Services "
+         "(KEP-1645) names under this zone, e.g. clusterset.local.; repeatable", _SOURCE,
+         repeatable=True),
+    Flag("--ns-address", str, (), "address of the zone's name server, the apex (NS glue, "
+         "A/AAAA), repeatable (default $POD_IP, else the --listen address if specific, else "
+         "127.0.0.1)", _SOURCE, repeatable=True, metavar="IP"),
+    Flag("--ttl", int, 5, "TTL of every record and SOA minimum", _SOURCE),
+    Flag("--publish-not-ready", bool, False, "answer with not-ready members too", _SOURCE),
+    Flag("--no-local", bool, False, "leave this cluster's endpoints out", _SOURCE),
+    Flag("--srv-priority", str, "equal", "SRV priority: all 0, or local members 0 and remote "
+         "10", _SOURCE, choices=("equal", "local-first")),
+    Flag("--namespace", str, (), "watch only this namespace, repeatable "
+         "(Links are always read cluster-wide)", _SOURCE, repeatable=True),
+    Flag("--no-federated", bool, False,
+         "leave out the members of Linkerd federated services (<svc>-federated)", _SOURCE),
+    Flag("--kube-backoff-cap", float, 30.0,
+         "longest wait, in seconds, between retries against the API server", _SOURCE),
+    Flag("--reload-interval", float, 1.0,
+         "seconds between checks of a --source FILE for changes", _SOURCE),
+    Flag("--log-format", str, "text", None, _SOURCE, choices=("text", "json")),
+    Flag("--log-level", str, "info", None, _SOURCE,
+         choices=("debug", "info", "warning", "error")),
+    Flag("--listen", str, "127.0.0.1:5353", "DNS address (UDP and TCP)", frozenset({SERVE})),
+    Flag("--http-listen", str, "127.0.0.1:9153",
+         "/metrics, /healthz, /readyz, /debug/explain", frozenset({SERVE})),
+    Flag("--tcp-idle-timeout", float, 10.0, "seconds", _SERVING),
+    Flag("--tcp-max-connections", int, 512, None, _SERVING),
+    Flag("--query-log", bool, False, "log every query (slow)", _SERVING),
+    Flag("--gateway-probe", str, "auto", "probe each link's gateway and leave out the members "
+         "behind a failing one (auto: on with --source kube, off with a file)", _SERVING,
+         choices=("auto", "on", "off")),
+    Flag("--gateway-probe-period", float, 1.0, "seconds between two probes of a gateway",
+         _SERVING),
+    Flag("--gateway-probe-timeout", float, 1.0,
+         "seconds a probe may take before it counts as failed", _SERVING),
+    Flag("--gateway-probe-failures", int, 2,
+         "consecutive failed probes after which a gateway counts as failing", _SERVING),
+    Flag("--no-uvloop", bool, False, "use asyncio's own event loop", _SERVING),
+    Flag("--lameduck", float, 5.0, "after SIGTERM, stay not ready but keep answering this "
+         "long, then stop", _SERVING, metavar="SECONDS"),
+    Flag("--udp-io", str, "batch", "UDP system calls: batch (recvmmsg/sendmmsg, Linux; falls "
+         "back to plain where unavailable) or plain (one recvfrom and one sendto per query)",
+         _SERVING, choices=("batch", "plain")),
+)
+_BY_NAME = {f.name: f for f in FLAGS}
+
+
+def flag(name: str) -> Flag:
+    return _BY_NAME[name]
+
+
+def flags_for(command: str) -> tuple[Flag, ...]:
+    return tuple(f for f in FLAGS if command in f.commands)
+
+
+def default(name: str) -> Any:
+    """A flag's default, as :class:`Config` holds it."""
+    return _BY_NAME[name].default
+
+
+# --------------------------------------------------------------------------- values
+
+
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+
+
+def is_dns_label(value: str) -> bool:
+    """An RFC 1123 label (a cluster name, a namespace), lower case."""
+    return bool(_LABEL.match(value))
+
+
+def normal_zone(zone: str, what: str = "zone") -> str:
+    """A zone as every part of dnsside compares it: lower case, absolute. Raises
+    ValueError naming ``what`` for a name DNS cannot carry."""
+    zone = zone.strip().lower()
+    zone = zone if zone.endswith(".") else zone + "."
+    labels = zone[:-1].split(".") if zone != "." else []
+    if not zone.isascii() or len(zone) > 254 or any(not 0 < len(x) < 64 for x in labels):
+        raise ValueError(f"{what} {zone!r} is not a domain name")
+    return zone
+
+
+def zones_from_env(text: str) -> tuple[str, ...]:
+    """The zones a ``DNSSIDE_ZONE`` value names (the default when it names none)."""
+    return normal_zones(flag("--zone").from_env(text)) or flag("--zone").default
+
+
+def normal_zones(zones: Sequence[str], what: str = "--zone") -> tuple[str, ...]:
+    """Each zone normalised, in order, once."""
+    return tuple(dict.fromkeys(normal_zone(z, what) for z in zones))
+
+
+def within(name: str, zone: str) -> bool:
+    """``name`` is ``zone`` or below it (both absolute, any case)."""
+    name, zone = name.lower(), zone.lower()
+    return zone == "." or name == zone or name.endswith("." + zone)
+
+
+def split_hostport(value: str, default_port: int | None = None) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT``, ``:PORT``; with ``default_port`` also ``HOST``,
+    ``[IPv6]`` and a bare IPv6 address. Raises ValueError (the caller names the flag)."""
+    text = value.strip()
+    port: str | None = None
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            raise ValueError("expected [IPv6]:PORT")
+        port = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    else:  # a host name, an IPv4 address, or an IPv6 address without a port
+        host = text
+    if port is None:
+        if default_port is None:
+            raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:5353 or [::1]:5353")
+        return host, default_port
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"the port {port!r} is not a number from 0 to 65535")
+    return host, int(port)
+
+
+def parse_hostport(value: str, what: str) -> tuple[str, int]:
+    """A listen address: `HOST:PORT`, `[v6]:PORT` or `:PORT` (all addresses). Raises
+    ValueError naming ``what``."""
+    try:
+        host, port = split_hostport(value)
+    except ValueError as exc:
+        raise ValueError(f"{what} {value!r}: {exc}") from None
+    return host or "0.0.0.0", port
+
+
+def format_hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def ns_addresses(explicit: Sequence[str] | None, pod_ip: str | None,
+                 listen: str | None) -> tuple[str, ...]:
+    """The addresses of the zone's name server (the apex's A/AAAA records, the NS glue).
+
+    ``--ns-address`` when given; else ``$POD_IP`` (the downward API's status.podIP);
+    else the DNS listen address when it is a specific one; else 127.0.0.1. Each is
+    checked and normalised; a ValueError names where a bad one came from.
+    """
+    if explicit:
+        where, values = f"--ns-address (or {flag('--ns-address').env})", list(explicit)
+    elif pod_ip and pod_ip.strip():
+        where, values = "$POD_IP", pod_ip.split(",")
+    else:
+        host = parse_hostport(listen, "--listen")[0] if listen is not None else ""
+        try:
+            specific = not ipaddress.ip_address(host).is_unspecified
+        except ValueError:  # a host name, or "" for every address: nothing to publish
+            specific = False
+        where, values = "--listen", [host] if specific else ["127.0.0.1"]
+    out: dict[str, None] = {}
+    for value in values:
+        try:
+            address = ipaddress.ip_address(value.strip())
+        except ValueError:
+            raise ValueError(f"{where}: {value.strip()!r} is not an IPv4 or IPv6 address") from None
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+            raise ValueError(f"{where}: {value.strip()!r}: a scoped address cannot be published")
+        out[str(address)] = None
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- Config
+
+
+@dataclass
+class Config:
+    """What ``serve`` and ``explain`` run with: the flags, normalised and checked."""
+
+    source: str = default("--source")
+    kubeconfig: str | None = default("--kubeconfig")
+    cluster_name: str = default("--cluster-name")
+    zones: Sequence[str] = default("--zone")
+    mcs_zones: Sequence[str] = default("--mcs-zone")  # KEP-1645 names, e.g. clusterset.local.
+    listen: str = default("--listen")
+    http_listen: str = default("--http-listen")
+    ttl: int = default("--ttl")
+    publish_not_ready: bool = default("--publish-not-ready")
+    no_local: bool = default("--no-local")
+    srv_priority: str = default("--srv-priority")
+    namespaces: Sequence[str] = default("--namespace")
+    tcp_idle_timeout: float = default("--tcp-idle-timeout")
+    tcp_max_connections: int = default("--tcp-max-connections")
+    query_log: bool = default("--query-log")
+    reload_interval: float = default("--reload-interval")
+    kube_backoff_cap: float = default("--kube-backoff-cap")
+    ns_addresses: tuple[str, ...] = ("127.0.0.1",)
+    no_federated: bool = default("--no-federated")
+    gateway_probe: str = default("--gateway-probe")  # on, off, or auto: on for kube only
+    gateway_probe_period: float = default("--gateway-probe-period")
+    gateway_probe_timeout: float = default("--gateway-probe-timeout")
+    gateway_probe_failures: int = default("--gateway-probe-failures")
+    lameduck: float = default("--lameduck")  # seconds answering after SIGTERM, not ready
+    udp_io: str = default("--udp-io")  # batch (recvmmsg/sendmmsg) or plain (recvfrom/sendto)
+
+    @classmethod
+    def from_flags(cls, command: str, values: Mapping[str, Any],
+                   pod_ip: str | None = None) -> Config:
+        """The Config of ``command`` from parsed flag values (by :attr:`Flag.dest`; None
+        or absent = the default), normalised; :meth:`check` it before use."""
+        taken = {f.dest for f in flags_for(command)}
+
+        def get(name: str) -> Any:
+            f = flag(name)
+            value = values.get(f.dest) if f.dest in taken else None
+            return f.default if value is None else value
+
+        same = {f.name for f in fields(cls)}  # flags whose dest is a field's name
+        config = cls(**{f.dest: get(f.name) for f in FLAGS if f.dest in same})
+        config.cluster_name = config.cluster_name.lower()
+        config.zones = normal_zones(get("--zone")) or default("--zone")
+        config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
+        config.namespaces = tuple(get("--namespace"))
+        config.ns_addresses = ns_addresses(get("--ns-address"), pod_ip,
+                                           get("--listen") if command == SERVE else None)
+        return config
+
+    @property
+    def probing(self) -> bool:
+        """A file dump is usually served far from its cluster (a laptop, CI), where its
+        ClusterIPs are somebody else's addresses: probe them only when asked to."""
+        if self.gateway_probe == "auto":
+            return self.source == "kube"
+        return self.gateway_probe == "on"
+
+    def check(self) -> None:
+        """Raise ValueError, naming the flag, for a value dnsside cannot run with."""
+        if not is_dns_label(self.cluster_name):
+            raise ValueError(f"--cluster-name {self.cluster_name!r} is not a DNS label")
+        for zone in self.mcs_zones:
+            if zone == ".":
+                raise ValueError("--mcs-zone . would claim every name; give a zone such as "
+                                 "clusterset.local.")
+            for other in (*self.zones, *(z for z in self.mcs_zones if z != zone)):
+                if within(zone, other) or within(other, zone):
+                    which = "--zone" if other in self.zones else "--mcs-zone"
+                    raise ValueError(f"--mcs-zone {zone} overlaps {which} {other}: a name in "
+                                     "both would have two meanings; serve zones that do not "
+                                     "nest")
+        if self.ttl < 0:
+            raise ValueError("--ttl must be >= 0")
+        for name, value in (("--gateway-probe-period", self.gateway_probe_period),
+                            ("--gateway-probe-timeout", self.gateway_probe_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, not {value}")
+        if self.gateway_probe_failures < 1:
+            raise ValueError("--gateway-probe-failures must be >= 1")
+        if self.lameduck < 0:
+            raise ValueError("--lameduck must be >= 0")
+        parse_hostport(self.listen, "--listen")
+        parse_hostport(self.http_listen, "--http-listen")

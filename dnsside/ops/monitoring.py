@@ -1,0 +1,105 @@
+"""``dnsside install monitoring``: a PodMonitor and the PrometheusRule with dnsside's alerts.
+
+The one thing to keep in step: the metric names and labels in :data:`ALERTS` are
+:mod:`dnsside.metrics`'s, and each alert's runbook line is repeated in
+deploy/README.md under "Alerts" (tests/test_install.py fires every alert with promtool).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dnsside.diagnosis import LINK_WATCH_DOWN_FIX, UNLINK
+from dnsside.ops.manifests import LABELS, NAME, meta
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    runbook: str  # one line; deploy/README.md repeats it under "Alerts"
+
+
+# Metric names are dnsside's (dnsside/metrics.py): dnsside_gateway_probe_state{cluster,state}
+# is 1 for the current state of each probed gateway (alive, failing, never-answered), and
+# dnsside_orphaned_mirrors{cluster} counts the mirrors of clusters no Link targets.
+ALERTS: tuple[Alert, ...] = (
+    Alert("DnssideNotSynced",
+          "max by (namespace, pod) (dnsside_source_synced) == 0", "5m", "critical",
+          "dnsside {{ $labels.namespace }}/{{ $labels.pod }} has not synced with the API "
+          "server for 5 minutes",
+          "Before its first sync dnsside answers SERVFAIL; check its log for the list error "
+          "(RBAC: `dnsside check --as system:serviceaccount:<ns>:dnsside`), then the API "
+          "server."),
+    Alert("DnssideWatchRestartsClimbing",
+          "sum by (namespace, pod, resource) "
+          "(increase(dnsside_watch_restarts_total{reason!=\"closed\"}[15m])) > 3",
+          "15m", "warning",
+          "dnsside keeps reopening its {{ $labels.resource }} watch",
+          "Answers may lag behind the cluster; the `reason` label and the log say why "
+          "(http-403: RBAC, http-429: API priority and fairness, timeout/connection: the "
+          "network to the API server)."),
+    Alert("DnssideGatewayProbeFailing",
+          "max by (namespace, pod, cluster) "
+          "(dnsside_gateway_probe_state{state=\"failing\"}) == 1", "1m", "warning",
+          "the gateway of linked cluster {{ $labels.cluster }} fails dnsside's probe",
+          "dnsside already leaves that cluster's gateway-routed members out; check the "
+          "link with `linkerd multicluster gateways` and the remote gateway's pods."),
+    Alert("DnssideOrphanedMirrors",
+          "sum by (namespace, pod, cluster) (dnsside_orphaned_mirrors) > 0", "30m", "info",
+          "mirrors of cluster {{ $labels.cluster }} match no Link",
+          "A Link was deleted without `linkerd multicluster unlink`; dnsside ignores its "
+          "mirrors; remove them with " + UNLINK.format(cluster="<cluster>") + "."),
+    Alert("DnssideLinkWatchDown",
+          "max by (namespace, pod) (dnsside_links_readable) == 1 and "
+          "max by (namespace, pod) (dnsside_links_watch_up) == 0", "10m", "warning",
+          "dnsside {{ $labels.namespace }}/{{ $labels.pod }} has not followed Link changes "
+          "for 10 minutes",
+          "A Link created or deleted meanwhile is not honoured yet: " + LINK_WATCH_DOWN_FIX
+          + "."),
+    Alert("DnssideServfail",
+          "sum by (namespace, pod) (rate(dnsside_queries_total{rcode=\"SERVFAIL\"}[5m])) "
+          "/ sum by (namespace, pod) (rate(dnsside_queries_total[5m])) > 0.01", "5m",
+          "critical",
+          "dnsside {{ $labels.namespace }}/{{ $labels.pod }} answers SERVFAIL to more "
+          "than 1% of queries",
+          "dnsside answers SERVFAIL only while it has no index: see DnssideNotSynced, and "
+          "`kubectl logs` of that pod for a crash-looping source."),
+)
+
+
+def prometheus_rule(namespace: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    rules = [
+        {"alert": a.name, "expr": a.expr, "for": a.for_, "labels": {"severity": a.severity},
+         "annotations": {"summary": a.summary, "runbook": a.runbook}}
+        for a in ALERTS
+    ]
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": meta(NAME, namespace, {**LABELS, **(labels or {})}),
+        "spec": {"groups": [{"name": NAME, "rules": rules}]},
+    }
+
+
+def pod_monitor(mode: str, namespace: str, labels: Mapping[str, str] | None = None
+                ) -> dict[str, Any]:
+    selector = dict(LABELS) if mode == "standalone" else {"k8s-app": "kube-dns"}
+    port = "metrics" if mode == "standalone" else "dnsside-http"
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+        "metadata": meta(NAME, namespace, {**LABELS, **(labels or {})}),
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "podMetricsEndpoints": [{"port": port, "path": "/metrics"}],
+        },
+    }
+
+
+def monitoring(mode: str, namespace: str, labels: Mapping[str, str] | None = None
+               ) -> list[dict[str, Any]]:
+    return [pod_monitor(mode, namespace, labels), prometheus_rule(namespace, labels)]

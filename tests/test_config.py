@@ -1,0 +1,109 @@
+"""dnsside/config.py: the flag table, its DNSSIDE_<FLAG> spelling, host:port and zones."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnsside.cli import build_parser, serve_parser
+from dnsside.config import (
+    EXPLAIN,
+    FLAGS,
+    INSTALL,
+    SERVE,
+    Config,
+    flag,
+    flags_for,
+    normal_zone,
+    split_hostport,
+)
+
+
+def test_every_flag_has_one_env_name_and_a_config_home() -> None:
+    assert len({f.env for f in FLAGS}) == len(FLAGS)
+    assert flag("--srv-priority").env == "DNSSIDE_SRV_PRIORITY"
+    config = Config()
+    for f in FLAGS:
+        assert f.name.startswith("--") and f.commands
+        if f.dest in vars(config) and not f.repeatable:
+            assert getattr(config, f.dest) == f.default, f.name
+    # install bakes what serve takes, minus what the layout decides
+    assert set(flags_for(INSTALL)) < set(flags_for(SERVE))
+    assert {f.name for f in flags_for(SERVE)} - {f.name for f in flags_for(INSTALL)} == {
+        "--source", "--kubeconfig", "--cluster-name", "--listen", "--http-listen"}
+    assert set(flags_for(EXPLAIN)) < set(flags_for(SERVE))
+
+
+def test_the_parsers_offer_exactly_the_table() -> None:
+    options = {s for a in serve_parser()._actions for s in a.option_strings}
+    assert options - {"-h", "--help"} == {f.name for f in flags_for(SERVE)}
+
+
+@pytest.mark.parametrize("name,text,value", [
+    ("--ttl", "7", 7), ("--publish-not-ready", "Yes", True), ("--no-local", "0", False),
+    ("--zone", "a.,,b.", ["a.", "b."]), ("--gateway-probe-timeout", "2.5", 2.5),
+])
+def test_env_values_read_back_what_install_writes(name: str, text: str, value: object) -> None:
+    f = flag(name)
+    assert f.from_env(text) == value
+    assert f.from_env(f.to_env(value)) == value
+
+
+def test_a_comma_cannot_go_through_a_list() -> None:
+    with pytest.raises(ValueError, match="DNSSIDE_ZONE"):
+        flag("--zone").to_env(["a,b."])
+
+
+@pytest.mark.parametrize("text,default,expected", [
+    ("127.0.0.1:5353", None, ("127.0.0.1", 5353)),
+    ("[::1]:53", None, ("::1", 53)),
+    (":5353", None, ("", 5353)),
+    ("10.0.0.1", 5353, ("10.0.0.1", 5353)),
+    ("fd00::53", 5353, ("fd00::53", 5353)),
+    ("[fd00::53]", 53, ("fd00::53", 53)),
+])
+def test_one_host_port_grammar(text: str, default: int | None, expected: tuple[str, int]
+                               ) -> None:
+    assert split_hostport(text, default) == expected
+
+
+@pytest.mark.parametrize("text,default", [
+    ("127.0.0.1", None), ("::1:5353", None), ("[::1]5353", None), ("host:port", None),
+    ("host:70000", None), ("[::1", 53),
+])
+def test_what_the_grammar_refuses(text: str, default: int | None) -> None:
+    with pytest.raises(ValueError):
+        split_hostport(text, default)
+
+
+def test_zones_are_lower_case_and_absolute() -> None:
+    assert normal_zone(" SVC-Global ") == "svc-global."
+    assert normal_zone("") == "."
+    for bad in ("a..b.", "x" * 64 + ".", "ünï.", "a." * 128):
+        with pytest.raises(ValueError):
+            normal_zone(bad)
+
+
+def test_config_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    for f in FLAGS:
+        monkeypatch.delenv(f.env, raising=False)
+    monkeypatch.setenv("DNSSIDE_TTL", "9")
+    args = build_parser(admin=False).parse_args(
+        ["serve", "--zone", "Svc-Global", "--zone", "svc-global.", "--cluster-name", "East",
+         "--mcs-zone", "ClusterSet.Local", "--listen", "10.0.0.5:53", "--udp-io", "plain"])
+    config = Config.from_flags(args.command, vars(args))
+    assert config.zones == ("svc-global.",) and config.mcs_zones == ("clusterset.local.",)
+    assert config.cluster_name == "east" and config.ttl == 9 and config.udp_io == "plain"
+    assert config.ns_addresses == ("10.0.0.5",)
+    config.check()
+    explain = build_parser(admin=False).parse_args(["explain", "x.svc-global"])
+    config = Config.from_flags(explain.command, vars(explain))
+    assert config.listen == flag("--listen").default and config.ns_addresses == ("127.0.0.1",)
+
+
+def test_config_check_names_the_flag() -> None:
+    for kwargs, word in (({"cluster_name": "a_"}, "--cluster-name"), ({"ttl": -1}, "--ttl"),
+                         ({"mcs_zones": ("svc-global.",)}, "--mcs-zone"),
+                         ({"listen": "nowhere"}, "--listen"),
+                         ({"gateway_probe_failures": 0}, "--gateway-probe-failures")):
+        with pytest.raises(ValueError, match=word):
+            Config(**kwargs).check()

@@ -1,0 +1,207 @@
+"""The import contract of dnsside/, read from the source with ast (nothing is imported).
+
+Layers, lowest first; a module may import its own layer and the ones below:
+
+    config      dnsside (the package), config: no other dnsside module
+    core        linkerd, diagnosis, assembly, events, wire, dns, responder, tables, index,
+                explain, bulk: what the answers are, and why
+    telemetry   metrics: the counters the sources and the serving side update
+    sources     sources/*, prober: the outside world turned into index events
+    serving     serving/*: app, reporting, server, mmsg, http: sockets, logs and the
+                process's life
+    ops         ops/*: install and check, never loaded by serve
+    entry       cli, __main__: the command line, which loads ops for install/check only
+
+Every import counts, also one inside a function: a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from support import ROOT
+
+PACKAGE = ROOT / "dnsside"
+LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything in it
+    "config": ("dnsside.config",),
+    "core": ("dnsside.linkerd", "dnsside.diagnosis", "dnsside.assembly", "dnsside.events",
+             "dnsside.wire", "dnsside.dns", "dnsside.responder", "dnsside.tables",
+             "dnsside.index", "dnsside.explain", "dnsside.bulk"),
+    "telemetry": ("dnsside.metrics",),
+    "sources": ("dnsside.sources", "dnsside.prober"),
+    "serving": ("dnsside.serving",),
+    "ops": ("dnsside.ops",),
+    "entry": ("dnsside.cli", "dnsside.__main__"),
+}
+ORDER = list(LAYERS)
+
+# Imports that break the layering, each to be removed, never added to (the test fails
+# when one is gone, so the list cannot go stale).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
+
+# The one module through which the operations wing talks to the Kubernetes API.
+API_CLIENT = "dnsside.sources.kubeapi"
+HTTP_LIBRARIES = ("aiohttp", "kubernetes_asyncio")
+
+MAX_LINES = 700
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # what it imports: a module, or for a name from a module, that module
+    names: tuple[str, ...]  # the names of a `from ... import`
+    lazy: bool  # inside a function
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(name: str) -> Iterator[Import]:
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    functions = [n for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    nested = {id(n) for f in functions for n in ast.walk(f)}
+    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        lazy = id(node) in nested
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(name, alias.name, (), lazy)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                # `from dnsside import metrics` imports a module, not a name
+                target = sub if sub in MODULES else base
+                yield Import(name, target, () if target == sub else (alias.name,), lazy)
+
+
+ALL = [imp for name in MODULES for imp in imports_of(name)]
+INTERNAL = [imp for imp in ALL if imp.target in MODULES]
+
+
+def layer(module: str) -> str:
+    if module == "dnsside":  # the package's face: __version__ only
+        return "config"
+    best = ""
+    for name, prefixes in LAYERS.items():
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, found = prefix, name
+    assert best, f"{module} is in no layer: add it to LAYERS"
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    for name in MODULES:
+        layer(name)
+    missing = [i for i in ALL if i.target.split(".")[0] == "dnsside" and i.target not in MODULES]
+    assert not missing, missing
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    upward = {(i.module, i.target) for i in INTERNAL
+              if ORDER.index(layer(i.target)) > ORDER.index(layer(i.module))}
+    assert upward == KNOWN_UPWARD, "\n".join(
+        f"{a} ({layer(a)}) imports {b} ({layer(b)})" for a, b in sorted(upward - KNOWN_UPWARD))
+
+
+def test_no_import_circle() -> None:
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for i in INTERNAL:
+        if i.target != i.module:
+            graph[i.module].add(i.target)
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circle = [*path[path.index(nxt):], nxt]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+
+
+def reachable(start: set[str]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        here = todo.pop()
+        for i in INTERNAL:
+            if i.module == here and i.target not in seen:
+                seen.add(i.target)
+                todo.append(i.target)
+    return seen
+
+
+def test_nothing_that_serves_reaches_the_operations_wing() -> None:
+    serving = {m for m in MODULES if layer(m) in ("core", "telemetry", "sources", "serving")}
+    assert not {m for m in reachable(serving) if layer(m) == "ops"}
+    # The CLI loads the wing only from inside the functions that run install and check.
+    eager = [i for i in INTERNAL if i.module == "dnsside.cli" and layer(i.target) == "ops"
+             and not i.lazy]
+    assert not eager, eager
+
+
+def test_serve_loads_no_operations_module() -> None:
+    """What `dnsside explain` (the serve path without sockets) really imports."""
+    code = ("import sys\nfrom dnsside.cli import main\n"
+            "main(['explain', 'nginx-svc.default.svc-global', '--source', "
+            "'examples/demo-east.yaml'])\n"
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m.startswith('dnsside'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=True)
+    loaded = ast.literal_eval(out.stderr.strip().splitlines()[-1])
+    assert "dnsside.serving.app" in loaded
+    assert not [m for m in loaded if m.startswith("dnsside.ops")]
+
+
+def test_sources_import_no_index_and_no_dns() -> None:
+    bad = [i for i in INTERNAL if layer(i.module) == "sources"
+           and i.target in ("dnsside.index", "dnsside.dns", "dnsside.explain")]
+    assert not bad, bad
+
+
+def test_the_operations_wing_reaches_the_api_through_one_client() -> None:
+    sources = {(i.module, i.target) for i in INTERNAL
+               if layer(i.module) == "ops" and layer(i.target) == "sources"}
+    assert {target for _, target in sources} <= {API_CLIENT}, sources
+    http = {(i.module, i.target) for i in ALL if layer(i.module) == "ops"
+            and i.target.split(".")[0] in HTTP_LIBRARIES}
+    assert not http, http
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    private = [i for i in INTERNAL for n in i.names
+               if n.startswith("_") and not n.startswith("__") and i.target != i.module]
+    assert not private, private
+
+
+def test_no_module_is_over_700_lines() -> None:
+    long = {name for name, path in MODULES.items()
+            if len(path.read_text(encoding="utf-8").splitlines()) > MAX_LINES}
+    assert not long, long
