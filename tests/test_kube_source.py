@@ -569,20 +569,20 @@ async def _poll(pred: Callable[[], bool], timeout: float = DEADLINE) -> None:
 def test_watch_lines_whatever_the_chunks() -> None:
     """The watch stream's line splitter (issue 17: no growing buffer, no copy of a chunk
     that is one whole event) yields the same lines however the stream is cut."""
-    from dnsside.sources.kube import _Lines
+    from dnsside.sources.kubeapi import WatchLines
 
     events = [b'{"type":"ADDED","n":%d,"pad":"%s"}' % (i, b"x" * (i * 7 % 50))
               for i in range(40)]
     stream = b"".join(e + b"\n" for e in events) + b'{"type":"BOOKMARK"}'
     for size in (1, 2, 7, 33, 64, 1000, len(stream)):
-        lines = _Lines()
+        lines = WatchLines()
         got: list[bytes] = []
         for i in range(0, len(stream), size):
             got.extend(line.rstrip(b"\n") for line in lines.feed(stream[i : i + size]))
         assert [g for g in got if g] == events, size
         assert lines.rest() == b'{"type":"BOOKMARK"}'
     one = events[0] + b"\n"
-    lines = _Lines()
+    lines = WatchLines()
     assert lines.feed(one)[0] is one  # a chunk that is one event goes on as is
     assert lines.feed(b"") == [] and lines.rest() == b""
 

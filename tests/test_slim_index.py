@@ -22,7 +22,8 @@ from dnsside.events import Kind, Replace, Synced, Upsert
 from dnsside.index import Index, IndexOptions, make_responder
 from dnsside.tables import Table
 from dnsside.linkerd import Endpoint, Endpoints, Record, SliceRecord, parse_object
-from dnsside.sources.kube import KubeSource, _continue_token
+from dnsside.sources.kube import KubeSource
+from dnsside.sources.kubeapi import continue_token
 
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
@@ -170,10 +171,10 @@ def test_the_kube_source_loads_no_generated_api_until_asked() -> None:
 
 
 def test_continue_token_guess() -> None:
-    assert _continue_token(b'{"kind":"ServiceList","metadata":{"resourceVersion":"5",'
+    assert continue_token(b'{"kind":"ServiceList","metadata":{"resourceVersion":"5",'
                            b'"continue":"abc=="},"items":[]}') == "abc=="
-    assert _continue_token(b'{"metadata": {"continue": "x1"}, "items": []}') == "x1"
-    assert _continue_token(b'{"metadata":{"resourceVersion":"5"},"items":[]}') == ""
+    assert continue_token(b'{"metadata": {"continue": "x1"}, "items": []}') == "x1"
+    assert continue_token(b'{"metadata":{"resourceVersion":"5"},"items":[]}') == ""
 
 
 async def test_a_wrong_guess_of_the_next_page_costs_a_request_not_an_object(

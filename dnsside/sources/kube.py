@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +59,8 @@ from dnsside.sources.kubeapi import (
     ApiError,
     Backoff,
     KubeApi,
+    WatchLines,
+    continue_token,
     decode,
     describe_error,
     error_reason,
@@ -392,7 +393,7 @@ class KubeSource:
             try:
                 data = await self._get_raw(api, path, params)
                 while True:
-                    guess = _continue_token(data)
+                    guess = continue_token(data)
                     if guess:
                         ahead = (guess, asyncio.create_task(
                             self._get_raw(api, path, {**params, "continue": guess})))
@@ -582,7 +583,7 @@ class KubeSource:
                 raise await read_error(resp)
             if opened is not None:
                 await opened()
-            lines = _Lines()
+            lines = WatchLines()
             async for chunk in resp.content.iter_any():
                 found = lines.feed(chunk)
                 if found:
@@ -669,58 +670,7 @@ class KubeSource:
         cursor.progressed = True
 
 
-class _Lines:
-    """Complete lines out of a watch stream's chunks, copying as little as possible.
-
-    The API server flushes each event as it is written, so a chunk nearly always ends
-    on a line: it is handed on as is when it holds one event (``json.loads`` ignores the
-    newline) and split once when it holds several. Only a line cut by a chunk boundary
-    is kept, as its pieces, joined once when its end arrives. (A growing bytearray with
-    two copies of every chunk was transient garbage in odd sizes at every event: heap
-    fragmentation under churn, issue 17.)
-    """
-
-    __slots__ = ("_parts",)
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            if chunk:
-                self._parts.append(chunk)
-            return []
-        if self._parts:
-            self._parts.append(chunk)
-            chunk = b"".join(self._parts)
-            self._parts.clear()
-            end = chunk.rfind(b"\n")
-        if end == len(chunk) - 1 and chunk.find(b"\n") == end:
-            return [chunk]
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        if rest:
-            self._parts.append(rest)
-        return lines
-
-    def rest(self) -> bytes:
-        """What is left without a newline (a stream that ended mid-line)."""
-        return b"".join(self._parts)
-
-
 _PARSE_BATCH = 50  # items parsed between two turns of the event loop while listing
-_CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"\\]+)"')
-
-
-def _continue_token(data: bytes) -> str:
-    """The continue token of a raw list page, guessed from its first bytes (the API
-    server writes ``metadata`` before ``items``); "" when none is seen. Only a guess:
-    the caller checks it against the decoded page."""
-    found = _CONTINUE.search(data, 0, 4096)
-    return found.group(1).decode("ascii", "replace") if found else ""
-
-
 def _links_gone(exc: Exception) -> Exception | None:
     if isinstance(exc, ApiError) and exc.status in (403, 404):
         return _LinksGone(f"watching Links failed: {exc}")
