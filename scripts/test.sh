@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 # application resolvers and peers in a network namespace (`ip netns`): dnsmasq on port 53,
 # Go (golang-go), Java JNDI (`java File.java` needs the JDK), etcd + etcdctl, openssl;
 # promtool from prometheus (the alert rules; its service is not started in a container);
-# the resolver matrix: BIND (named, named-checkzone), knot-resolver, PowerDNS Recursor, dnsmasq.
+# the resolver matrix: BIND (named, named-checkzone), knot-resolver, PowerDNS Recursor, dnsmasq;
+# sysctl (procps) and setpriv (util-linux): the manifest's pod on port 53 as non-root.
 packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck prometheus
           iproute2 dnsmasq-base golang-go openjdk-17-jdk-headless etcd-server etcd-client openssl
-          bind9 knot-resolver pdns-recursor)
+          bind9 knot-resolver pdns-recursor procps util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

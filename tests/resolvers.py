@@ -286,8 +286,10 @@ class Bind(Resolver):
     `stub` (asks dnsside for the zone's NS and follows the glue) or `static-stub`
     (server-addresses, no priming). Validation off; root hints to 127.0.0.1."""
 
-    def __init__(self, tmp: Path, upstream: str, mode: str, *, extra: str = "") -> None:
+    def __init__(self, tmp: Path, upstream: str, mode: str, *, extra: str = "",
+                 primaries_port: int = 53) -> None:
         super().__init__(tmp, upstream, 53)
+        self.primaries_port = primaries_port  # `type stub`: where it asks for the NS
         self.kind = f"bind-{mode}"
         self.log = tmp / f"{self.kind}.log"
         self.mode = mode
@@ -297,7 +299,8 @@ class Bind(Resolver):
     def configure(self) -> None:
         zone = {
             "forward": f"type forward; forward only; forwarders {{ {self.upstream} port 53; }};",
-            "stub": f'type stub; primaries {{ {self.upstream}; }}; file "{self.tmp}/stub.db";',
+            "stub": f"type stub; primaries {{ {self.upstream} port {self.primaries_port}; }}; "
+                    f'file "{self.tmp}/stub.db";',
             "static-stub": f"type static-stub; server-addresses {{ {self.upstream}; }};",
         }[self.mode]
         self.conf.write_text(f"""

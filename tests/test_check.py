@@ -300,7 +300,7 @@ def test_cli_with_dns_through_a_real_dnsside(served_demo: Any) -> None:
     bad = run_check("--kubeconfig", kube.kubeconfig, "--dns", f"127.0.0.1:{closed}")
     assert bad.returncode == 1
     assert f"× SOA of svc-global. answers through 127.0.0.1:{closed}" in bad.stdout
-    assert "port-forward svc/dnsside 5353" in bad.stdout
+    assert "port-forward svc/dnsside 5353:53" in bad.stdout
 
 
 async def test_links_forbidden_and_a_broken_link(fake_kube: FakeKube) -> None:

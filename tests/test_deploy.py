@@ -8,7 +8,8 @@ same against `kubectl kustomize` and `dnsside install`) and every object is vali
 kubernetes-validate against the Kubernetes 1.33 OpenAPI schemas in strict mode
 (unknown fields are errors). On top of schema validity, the tests pin down the
 properties the product depends on: read-only RBAC, the pod security settings,
-probes on /readyz and /healthz, DNS on 5353 over UDP and TCP, the CoreDNS
+probes on /readyz and /healthz, DNS on 53 over UDP and TCP (as non-root through
+the pod's `net.ipv4.ip_unprivileged_port_start`; 127.0.0.1:5353 in sidecar mode), the CoreDNS
 stanzas, and a lint of the demo scripts with shellcheck and `bash -n`.
 """
 
@@ -355,6 +356,51 @@ def test_deployment_security_context() -> None:
     assert_hardened(container, pod)
 
 
+# The "safe" sysctls the kubelet allows without --allowed-unsafe-sysctls and the Pod
+# Security Standards' baseline (so restricted) admits: kubernetes/kubernetes
+# pkg/kubelet/sysctl/safe_sysctls.go; net.ipv4.ip_unprivileged_port_start since 1.22.
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
+                "net.ipv4.ip_unprivileged_port_start"}
+
+
+def test_deployment_binds_53_as_non_root_through_the_safe_sysctl() -> None:
+    """Port 53 with no capability: the pod's network namespace makes ports from 53 up
+    unprivileged (the kernel default is 1024), nothing else changes."""
+    pod = base_deployment()["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    _, dns_port = host_port(flag_values(c["args"])["--listen"])
+    assert dns_port == 53
+    sysctls = {s["name"]: s["value"] for s in pod["securityContext"]["sysctls"]}
+    assert sysctls == {"net.ipv4.ip_unprivileged_port_start": "53"}
+    assert set(sysctls) <= SAFE_SYSCTLS
+    assert int(sysctls["net.ipv4.ip_unprivileged_port_start"]) <= dns_port
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "add" not in c["securityContext"]["capabilities"]
+
+
+def test_dns_port_5353_keeps_the_old_layout_without_the_sysctl() -> None:
+    """`install --dns-port 5353` (clusters older than 1.22): pods and Service on 5353,
+    no sysctl; the sidecar refuses the flag (CoreDNS holds 53 there)."""
+    from dnsside.ops.manifests import InstallError, InstallOptions, manifests
+
+    objs = manifests(InstallOptions("east", dns_port=5353))
+    dep = next(o for o in objs if o["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert "sysctls" not in pod["securityContext"]
+    assert flag_values(c["args"])["--listen"] == "[::]:5353"
+    svc = next(o for o in objs if o["kind"] == "Service")
+    assert {p["port"] for p in svc["spec"]["ports"] if p["name"].startswith("dns")} == {5353}
+    for o in objs:
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+    with pytest.raises(InstallError, match="sidecar"):
+        manifests(InstallOptions("east", mode="sidecar", dns_port=53))
+    for bad in (0, 70000, 9153):
+        with pytest.raises(InstallError, match="--dns-port"):
+            manifests(InstallOptions("east", dns_port=bad))
+
+
 def test_namespace_enforces_restricted_pod_security() -> None:
     ns = one(objects(BASE), "Namespace", "dnsside")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -387,7 +433,7 @@ def test_deployment_args_env_and_ports() -> None:
     assert c["image"] == IMAGE
     flags = flag_values(c["args"])
     # [::] = both address families (IPv6-only and dual-stack clusters).
-    assert flags["--listen"] == "[::]:5353"
+    assert flags["--listen"] == "[::]:53"
     assert flags["--http-listen"] == "[::]:9153"
     # Every other setting comes from the ConfigMap, read whole as DNSSIDE_* variables.
     assert "--cluster-name" not in flags
@@ -485,8 +531,8 @@ def test_service_exposes_dns_udp_and_tcp_and_metrics() -> None:
         k: v for k, v in pod_spec["metadata"]["labels"].items() if k in svc["spec"]["selector"]
     }
     ports = {(p["port"], p.get("protocol", "TCP")): p for p in svc["spec"]["ports"]}
-    assert ports[(5353, "UDP")]["name"] == "dns"
-    assert ports[(5353, "TCP")]["name"] == "dns-tcp"
+    assert ports[(53, "UDP")]["name"] == "dns"
+    assert ports[(53, "TCP")]["name"] == "dns-tcp"
     assert (9153, "TCP") in ports
     for (_, proto), p in ports.items():
         assert resolve_port(c, p["targetPort"], proto) == p["port"]
@@ -637,9 +683,9 @@ def test_corefile_snippet_for_the_service() -> None:
     raw = (COREDNS / "Corefile.service.snippet").read_text()
     assert "kubectl -n dnsside get service dnsside -o jsonpath='{.spec.clusterIP}'" in raw
     text = stanza(raw)
-    assert text == SIDECAR_STANZA.replace("127.0.0.1:5353", "<dnsside-service-ClusterIP>:5353")
+    assert text == SIDECAR_STANZA.replace("127.0.0.1:5353", "<dnsside-service-ClusterIP>:53")
     svc = one(objects(BASE), "Service", "dnsside")
-    assert {p["port"] for p in svc["spec"]["ports"] if p["name"].startswith("dns")} == {5353}
+    assert {p["port"] for p in svc["spec"]["ports"] if p["name"].startswith("dns")} == {53}
 
 
 def test_coredns_custom_configmap_example() -> None:

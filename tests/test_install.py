@@ -259,7 +259,7 @@ def test_grace_period_covers_the_lame_duck(mode: str) -> None:
 def test_standalone_listens_on_both_families_and_publishes_pod_ip() -> None:
     objs = install("--cluster-name", "east")
     args = container(objs)["args"]
-    assert args[args.index("--listen") + 1] == "[::]:5353"
+    assert args[args.index("--listen") + 1] == "[::]:53"
     assert args[args.index("--http-listen") + 1] == "[::]:9153"
     assert one(objs, "Service")["spec"]["ipFamilyPolicy"] == "PreferDualStack"
     for mode in manifests.MODES:
@@ -313,14 +313,14 @@ def valid(obj: dict[str, Any]) -> None:
 
 CASES = [
     # flavor, mode, address given, expected upstream
-    ("kubeadm", "standalone", "10.96.0.53", "10.96.0.53:5353"),
+    ("kubeadm", "standalone", "10.96.0.53", "10.96.0.53:53"),
     ("kubeadm", "sidecar", None, "127.0.0.1:5353"),
     ("k3s", "standalone", "10.43.0.53:5353", "10.43.0.53:5353"),
     ("k3s", "sidecar", None, "127.0.0.1:5353"),
-    ("aks", "standalone", "fd00::53", "[fd00::53]:5353"),
-    ("eks", "standalone", "172.20.0.53", "172.20.0.53:5353"),
+    ("aks", "standalone", "fd00::53", "[fd00::53]:53"),
+    ("eks", "standalone", "172.20.0.53", "172.20.0.53:53"),
     ("eks", "sidecar", None, "127.0.0.1:5353"),
-    ("nodelocaldns", "standalone", "10.96.0.53", "10.96.0.53:5353"),
+    ("nodelocaldns", "standalone", "10.96.0.53", "10.96.0.53:53"),
     ("nodelocaldns", "sidecar", None, "__PILLAR__CLUSTER__DNS__"),
 ]
 
@@ -399,7 +399,7 @@ def test_gke_stub_domains() -> None:
     assert cm["metadata"] == {"name": "kube-dns", "namespace": "kube-system"}
     stubs = json.loads(cm["data"]["stubDomains"])
     # kube-dns's format: domain without trailing dot -> ["IP:port"] (IPv4 only).
-    assert stubs == {"svc-global": ["10.0.0.53:5353"], "clusterset.local": ["10.0.0.53:5353"]}
+    assert stubs == {"svc-global": ["10.0.0.53:53"], "clusterset.local": ["10.0.0.53:53"]}
     existing = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
                                "metadata": {"name": "kube-dns", "namespace": "kube-system"},
                                "data": {"stubDomains": '{"acme.local": ["1.2.3.4"]}',
@@ -455,7 +455,7 @@ def test_openshift_dns_operator_servers() -> None:
     assert names == ["corp", "dnsside"]
     ours = dns["spec"]["servers"][1]
     assert ours["zones"] == ["svc-global"]
-    assert ours["forwardPlugin"]["upstreams"] == ["172.30.0.53:5353"]
+    assert ours["forwardPlugin"]["upstreams"] == ["172.30.0.53:53"]
     again = coredns("--flavor", "openshift", "--address", "172.30.0.53", "--from", "-",
                     stdin=out.stdout)
     assert docs(again.stdout) == [dns]  # idempotent
@@ -482,7 +482,7 @@ def test_patching_a_live_corefile_keeps_it_and_is_idempotent() -> None:
     (cm2,) = docs(second.stdout)
     blocks2 = parse(cm2["data"]["Corefile"])
     assert len(blocks2) == 3
-    assert forward_to(block_for(blocks2, "svc-global.")) == ["10.96.0.54:5353"]
+    assert forward_to(block_for(blocks2, "svc-global.")) == ["10.96.0.54:53"]
     third = coredns("--flavor", "kubeadm", "--address", "10.96.0.54", "--from", "-",
                     stdin=second.stdout)
     assert third.stdout == second.stdout
@@ -497,7 +497,7 @@ def test_nodelocaldns_copies_the_live_bind_line() -> None:
     assert len(blocks) == 5
     ours = block_for(blocks, "svc-global.")
     assert ours.directive("bind")[0].args == ["169.254.20.10", "10.96.0.10"]
-    assert forward_to(ours) == ["10.96.0.53:5353"]
+    assert forward_to(ours) == ["10.96.0.53:53"]
 
 
 def test_flavor_errors() -> None:
@@ -517,12 +517,13 @@ def test_block_only_and_the_snippets_in_deploy() -> None:
     (block,) = parse(out.stdout)
     assert forward_to(block) == ["127.0.0.1:5353"]
     (service,) = parse((ROOT / "deploy/coredns/Corefile.service.snippet").read_text())
-    assert forward_to(service) == ["<dnsside-service-ClusterIP>:5353"]
+    assert forward_to(service) == ["<dnsside-service-ClusterIP>:53"]
 
 
 def test_standalone_address_is_read_from_the_cluster(tmp_path: Path) -> None:
     kube = ThreadedKube(tmp_path)
     try:
+        # An install with --dns-port 5353: the Service's own port is used.
         kube.call(kube.kube.apply, {
             "kind": "Service", "metadata": {"name": "dnsside", "namespace": "dnsside"},
             "spec": {"clusterIP": "10.96.7.7", "clusterIPs": ["10.96.7.7", "fd00::7"],

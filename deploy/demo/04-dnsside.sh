@@ -79,7 +79,7 @@ for c in "${CLUSTERS[@]}"; do
         kubectl --context "$k" -n dnsside rollout status deployment/dnsside --timeout=180s
 
         ip="$(kubectl --context "$k" -n dnsside get service dnsside -o jsonpath='{.spec.clusterIP}')"
-        log "CoreDNS in $c forwards svc-global to $ip:5353"
+        log "CoreDNS in $c forwards svc-global to $ip:53"
         sed "s/<dnsside-service-ClusterIP>/$ip/" \
             "$REPO_ROOT/deploy/coredns/Corefile.service.snippet" >"$stanza_file"
         write_stanza "$k" "$stanza_file"

@@ -56,7 +56,7 @@ _NAME_FIX = ("the name the other clusters linked this one as (`linkerd multiclus
              "--cluster-name NAME`): `dnsside install --cluster-name NAME ... | kubectl "
              "apply -f -`")
 _REACH = ("is dnsside reachable at {address}? e.g. `kubectl -n {namespace} port-forward "
-          "svc/dnsside 5353` (TCP only: check queries over TCP)")
+          "svc/dnsside 5353:53` (TCP only: check queries over TCP)")
 
 
 @dataclass(frozen=True)

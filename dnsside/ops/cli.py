@@ -106,6 +106,14 @@ def add_admin_commands(sub: Any) -> None:
                          "kube-system)")
     install.add_argument("--image", default=inst.IMAGE)
     install.add_argument("--replicas", type=int, default=2, help="standalone mode")
+    install.add_argument("--dns-port", type=int, metavar="PORT",
+                         help=f"standalone mode: DNS port of the pods and the Service (default "
+                         f"{inst.DNS_PORT}, bound as non-root through the pod sysctl "
+                         f"{inst.UNPRIVILEGED_PORT_SYSCTL}, allowed by default since Kubernetes "
+                         "1.22). --dns-port 5353 where that sysctl is refused: CoreDNS still "
+                         "forwards, but the zone's NS glue (the pod IP) then has nothing on "
+                         "port 53, so resolvers that follow the NS (BIND type stub, unbound "
+                         "stub-prime, secondaries) get no answer")
     install.add_argument("--memory-limit", default=inst.MEMORY_LIMIT,
                          help="see the README's sizing table "
                          f"({inst.MEMORY_LIMIT}: up to 100k members)")
@@ -130,7 +138,8 @@ def add_admin_commands(sub: Any) -> None:
                          default="standalone", help="how dnsside was installed")
     coredns.add_argument("--address", metavar="IP[:PORT]",
                          help="where dnsside answers (default: sidecar 127.0.0.1:5353; "
-                         "standalone: the dnsside Service's ClusterIP, read from the cluster)")
+                         "standalone: the dnsside Service's ClusterIP and DNS port, read from "
+                         "the cluster; PORT defaults to 53)")
     coredns.add_argument("--zone", dest="coredns_zones", action="append", metavar="ZONE",
                          help="dnsside's --zone, repeatable (default svc-global.)")
     coredns.add_argument("--mcs-zone", dest="coredns_mcs_zones", action="append",
@@ -175,7 +184,7 @@ def add_admin_commands(sub: Any) -> None:
                        "system:serviceaccount:dnsside:dnsside")
     check.add_argument("--dns", metavar="HOST:PORT",
                        help="also query the zone's SOA and a global service there, over TCP "
-                       "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353`)")
+                       "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353:53`)")
     check.add_argument("--coredns-deployment", dest="check_coredns", default="coredns")
 
 
@@ -211,6 +220,7 @@ def _install(args: argparse.Namespace, command: str) -> str:
         memory_limit=args.memory_limit,
         coredns_deployment=args.coredns_deployment,
         coredns_service_account=args.coredns_service_account,
+        dns_port=args.dns_port,
     )
     objs = inst.manifests(opts)
     if opts.cluster_name == "local":
@@ -227,7 +237,7 @@ def _coredns(args: argparse.Namespace) -> str:
     address = args.address
     if not address:
         if args.coredns_mode == "sidecar":
-            address = f"127.0.0.1:{inst.DNS_PORT}"
+            address = f"127.0.0.1:{inst.SIDECAR_DNS_PORT}"
         else:
             address = asyncio.run(_service_address(args.coredns_kubeconfig,
                                                    args.coredns_namespace))
@@ -239,7 +249,8 @@ def _coredns(args: argparse.Namespace) -> str:
 
 
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:
-    """The dnsside Service's ClusterIP (the first family's), port 5353."""
+    """The dnsside Service's ClusterIP (the first family's) and its port named ``dns``
+    (53, or 5353 where it was installed with ``--dns-port 5353``)."""
     from dnsside.sources.kubeapi import TRANSIENT, KubeApi, KubeConfigError
 
     hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
@@ -259,7 +270,9 @@ async def _service_address(kubeconfig: str | None, namespace: str) -> str:
     ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
     if not ips or not ips[0] or ips[0] == "None":
         raise inst.InstallError(f"Service {namespace}/{inst.NAME} has no ClusterIP; {hint}")
-    return format_hostport(str(ips[0]), inst.DNS_PORT)
+    ports = [p.get("port") for p in spec.get("ports") or ()
+             if p.get("name") == "dns" and isinstance(p.get("port"), int)]
+    return format_hostport(str(ips[0]), ports[0] if ports else inst.DNS_PORT)
 
 
 def _monitoring(args: argparse.Namespace, command: str) -> str:

@@ -76,7 +76,8 @@ def forward_zone(zone: str) -> str:
 
 
 def parse_address(value: str) -> tuple[str, int]:
-    """``IP``, ``IP:PORT``, ``[IPv6]:PORT`` or a bare IPv6 address (port 5353 when absent)."""
+    """``IP``, ``IP:PORT``, ``[IPv6]:PORT`` or a bare IPv6 address (port 53, the
+    standalone Service's, when absent)."""
     try:
         host, port = split_hostport(value, DNS_PORT)
     except ValueError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from dnsside.ops.coredns import CorednsOptions, coredns_output
-from dnsside.ops.manifests import DNS_PORT, NAME, InstallOptions, manifests
+from dnsside.ops.manifests import DNS_PORT, NAME, SIDECAR_DNS_PORT, InstallOptions, manifests
 from dnsside.ops.monitoring import monitoring
 from dnsside.ops.yamlout import Dumper, comment, to_yaml
 
@@ -60,7 +60,7 @@ def deploy_files() -> dict[str, str]:
                     "so only the dnsside container is owned by dnsside.\n"
                     + GENERATED.format(command=command))
         out[f"{folder}/kustomization.yaml"] = _kustomization(files, what)
-    sidecar = CorednsOptions("kubeadm", f"127.0.0.1:{DNS_PORT}", mode="sidecar")
+    sidecar = CorednsOptions("kubeadm", f"127.0.0.1:{SIDECAR_DNS_PORT}", mode="sidecar")
     standalone = CorednsOptions("kubeadm", f"{_SENTINEL}:{DNS_PORT}")
     note = "# " + GENERATED.format(command="dnsside install coredns --block-only ...") + "\n"
     out["deploy/coredns/Corefile.snippet"] = (
@@ -72,7 +72,7 @@ def deploy_files() -> dict[str, str]:
         "# (or let `dnsside install coredns --flavor F` read it from the cluster).\n"
         + coredns_output(CorednsOptions(**{**standalone.__dict__, "block_only": True}))
         .replace(_SENTINEL, "<dnsside-service-ClusterIP>"))
-    k3s = coredns_output(CorednsOptions("k3s", f"127.0.0.1:{DNS_PORT}", mode="sidecar"))
+    k3s = coredns_output(CorednsOptions("k3s", f"127.0.0.1:{SIDECAR_DNS_PORT}", mode="sidecar"))
     out["deploy/coredns/coredns-custom-configmap.yaml"] = (
         "# " + GENERATED.format(command="dnsside install coredns --flavor k3s --mode sidecar")
         + "\n" + k3s)

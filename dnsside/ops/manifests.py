@@ -3,12 +3,14 @@
 Two layouts (``--mode``):
 
 * **standalone**: Namespace, ServiceAccount, read-only ClusterRole(+Binding),
-  the ``dnsside`` ConfigMap, a Deployment (listening on both address families),
-  a ClusterIP Service (PreferDualStack) and a PodDisruptionBudget.
+  the ``dnsside`` ConfigMap, a Deployment (listening on both address families, on
+  port 53 so the zone's NS glue, the pod's IP, answers), a ClusterIP Service
+  (PreferDualStack, port 53) and a PodDisruptionBudget.
 * **sidecar**: the ConfigMap and RBAC in CoreDNS's namespace, bound to CoreDNS's
   ServiceAccount, and a *partial* ``coredns`` Deployment that only adds the
   ``dnsside`` container (apply it with ``kubectl apply --server-side
-  --field-manager=dnsside`` so dnsside owns that container and nothing else).
+  --field-manager=dnsside`` so dnsside owns that container and nothing else). It
+  listens on 127.0.0.1:5353: CoreDNS holds port 53 in that pod.
 
 The tricky part is the ConfigMap: every ``serve`` setting the layout does not fix is
 baked into it as ``DNSSIDE_<FLAG>`` (:mod:`dnsside.config`), the container reads it
@@ -35,7 +37,12 @@ IMAGE = f"ghcr.io/dnsside/dnsside:{__version__}"
 NAME = "dnsside"
 LABELS = {"app.kubernetes.io/name": NAME}
 MODES = ("standalone", "sidecar")
-DNS_PORT = 5353
+DNS_PORT = 53  # standalone: where a resolver following the NS glue (no port) asks
+SIDECAR_DNS_PORT = 5353  # CoreDNS holds 53 in its own pod
+# The lowest port a non-root process may bind in the pod's network namespace (kernel
+# default 1024). A "safe" sysctl since Kubernetes 1.22: the kubelet allows it without
+# --allowed-unsafe-sysctls, and the "restricted" Pod Security Standard admits it.
+UNPRIVILEGED_PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
 HTTP_PORT = 9153
 SIDECAR_HTTP_PORT = 9154  # CoreDNS owns 9153 in its pod
 TCP_CLOSE_GRACE = 3  # seconds App.shutdown gives open TCP connections after the lame duck
@@ -71,6 +78,17 @@ class InstallOptions:
     memory_request: str = "128Mi"
     coredns_deployment: str = "coredns"
     coredns_service_account: str = "coredns"
+    # Standalone DNS port (--dns-port); None = DNS_PORT. Below 1024 the pod sets
+    # UNPRIVILEGED_PORT_SYSCTL; 5353 is for clusters that do not allow that sysctl
+    # (Kubernetes < 1.22), and then no resolver that follows the NS reaches dnsside.
+    dns_port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The DNS port the layout listens on and (standalone) the Service exposes."""
+        if self.mode == "sidecar":
+            return SIDECAR_DNS_PORT
+        return DNS_PORT if self.dns_port is None else self.dns_port
 
     @property
     def ns(self) -> str:
@@ -92,6 +110,13 @@ class InstallOptions:
                                "(lower-case letters, digits and '-', at most 63)")
         if not is_dns_label(self.ns):
             raise InstallError(f"--namespace {self.ns!r} is not a valid namespace name")
+        if self.dns_port is not None:
+            if self.mode == "sidecar":
+                raise InstallError(f"--dns-port: the sidecar listens on 127.0.0.1:"
+                                   f"{SIDECAR_DNS_PORT} (CoreDNS holds 53 in its pod)")
+            if not 1 <= self.dns_port <= 65535 or self.dns_port == HTTP_PORT:
+                raise InstallError(f"--dns-port {self.dns_port}: a port from 1 to 65535, "
+                                   f"not the metrics port {HTTP_PORT}")
         if self.replicas < 1:
             raise InstallError(f"--replicas {self.replicas}: at least 1")
         if not re.fullmatch(r"\d+(Ki|Mi|Gi)", self.memory_limit):
@@ -166,8 +191,8 @@ def _container(opts: InstallOptions, listen: str, http_listen: str, http_port: i
     ports = [{"name": port_name, "containerPort": http_port, "protocol": "TCP"}]
     if opts.mode == "standalone":
         ports = [
-            {"name": "dns", "containerPort": DNS_PORT, "protocol": "UDP"},
-            {"name": "dns-tcp", "containerPort": DNS_PORT, "protocol": "TCP"},
+            {"name": "dns", "containerPort": opts.port, "protocol": "UDP"},
+            {"name": "dns-tcp", "containerPort": opts.port, "protocol": "TCP"},
             *ports,
         ]
     container: dict[str, Any] = {
@@ -242,13 +267,19 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
          "labelSelector": {"matchLabels": dict(LABELS)}}
         for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
     ]
+    pod_security: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": 65532,
+                                    "runAsGroup": 65532,
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
+    if opts.port < 1024:
+        # Port 53 as non-root with no capability: ports from opts.port up become
+        # unprivileged in the pod's network namespace (and in it only).
+        pod_security["sysctls"] = [{"name": UNPRIVILEGED_PORT_SYSCTL, "value": str(opts.port)}]
     pod_spec = {
         "serviceAccountName": NAME,
         "automountServiceAccountToken": True,  # dnsside watches the API server with it
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": termination_grace(opts.lameduck),
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security,
         # One replica per node (and per zone where there are zones); "ScheduleAnyway" so a
         # single-node cluster (k3d, kind) still runs them all.
         "topologySpreadConstraints": spread,
@@ -257,7 +288,7 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
                 "topologyKey": "kubernetes.io/hostname",
                 "labelSelector": {"matchLabels": dict(LABELS)}}},
         ]}},
-        "containers": [_container(opts, f"[::]:{DNS_PORT}", f"[::]:{HTTP_PORT}", HTTP_PORT,
+        "containers": [_container(opts, f"[::]:{opts.port}", f"[::]:{HTTP_PORT}", HTTP_PORT,
                                   "metrics", "tmp")],
         "volumes": [_tmp_volume("tmp")],
     }
@@ -294,8 +325,8 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
             "ipFamilyPolicy": "PreferDualStack",
             "selector": dict(LABELS),
             "ports": [
-                {"name": "dns", "port": DNS_PORT, "targetPort": "dns", "protocol": "UDP"},
-                {"name": "dns-tcp", "port": DNS_PORT, "targetPort": "dns-tcp",
+                {"name": "dns", "port": opts.port, "targetPort": "dns", "protocol": "UDP"},
+                {"name": "dns-tcp", "port": opts.port, "targetPort": "dns-tcp",
                  "protocol": "TCP"},
                 {"name": "metrics", "port": HTTP_PORT, "targetPort": "metrics",
                  "protocol": "TCP"},
@@ -321,8 +352,9 @@ def _sidecar(opts: InstallOptions) -> list[dict[str, Any]]:
     role = f"{NAME}-{opts.coredns_deployment}"
     cm = _config_map(opts)
     pod_spec: dict[str, Any] = {
-        "containers": [_container(opts, f"127.0.0.1:{DNS_PORT}", f"[::]:{SIDECAR_HTTP_PORT}",
-                                  SIDECAR_HTTP_PORT, "dnsside-http", "dnsside-tmp")],
+        "containers": [_container(opts, f"127.0.0.1:{SIDECAR_DNS_PORT}",
+                                  f"[::]:{SIDECAR_HTTP_PORT}", SIDECAR_HTTP_PORT,
+                                  "dnsside-http", "dnsside-tmp")],
         "volumes": [_tmp_volume("dnsside-tmp")],
     }
     grace = termination_grace(opts.lameduck)
