@@ -24,8 +24,9 @@ ADDRESS = "10.96.0.53:53"  # given with its port: independent of install's defau
 
 # The EKS CoreDNS add-on's configuration schema, from `aws eks describe-addon-configuration
 # --addon-name coredns --addon-version v1.11.1-eksbuild.8 --query configurationSchema`, as
-# terraform-aws-modules/terraform-aws-eks docs/compute_resources... (docs "Amazon EKS add-ons")
-# quote it; defaults and descriptions left out. additionalProperties is false at every level.
+# terraform-aws-modules/terraform-aws-eks's docs ("Amazon EKS add-ons") print it; defaults and
+# descriptions left out, additionalProperties false where the schema has it. (Later add-on
+# versions add keys, e.g. autoScaling; v1.11.1's set is the strictest check.)
 EKS_LIMITS = {"type": "object", "additionalProperties": False,
               "properties": {"cpu": {"type": "string"}, "memory": {"type": "string"}}}
 EKS_COREDNS_SCHEMA = {
@@ -177,6 +178,12 @@ def test_eks_without_from_warns_that_the_values_replace_the_whole_configuration(
     assert empty[0] == 0 and set(json.loads(empty[1])) == {"corefile"}
 
 
+def test_eks_from_refuses_a_kubernetes_object() -> None:
+    cm = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "data": {"Corefile": ""}})
+    code, out, err = run("--flavor", "eks", "--address", ADDRESS, "--from", "-", stdin=cm)
+    assert code == 2 and out == "" and "configuration values" in err
+
+
 def test_eks_schema_catches_an_unknown_key() -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"corefile": "", "replicas": 2}, EKS_COREDNS_SCHEMA)
@@ -206,6 +213,8 @@ def test_openshift_keeps_every_other_server_and_says_how_to_apply_the_list() -> 
                          stdin=yaml.safe_dump(OPENSHIFT_LIVE))
     assert code == 0, err
     (dns,) = docs(out)
+    # OPENSHIFT_DNS_SCHEMA: openshift/api operator/v1 dnses CRD's spec.servers (policy enum,
+    # upstreams maxItems 15), with name/zone patterns from types_dns.go's rfc6335/rfc1123.
     jsonschema.validate(dns, OPENSHIFT_DNS_SCHEMA)
     servers = dns["spec"]["servers"]
     assert servers[:2] == [OPENSHIFT_LIVE["spec"]["servers"][0],  # type: ignore[index]
@@ -308,6 +317,9 @@ def test_gardener_block_listens_on_8053() -> None:
     (block,) = parse(cm["data"]["dnsside.server"])
     assert block.zones == [("svc-global.", 8053)]
     assert forward_to(block) == [ADDRESS]
+    code, out, err = run("--flavor", "gardener", "--address", ADDRESS, "--block-only")
+    assert code == 0, err
+    assert parse(out)[0].zones == [("svc-global.", 8053)]
 
 
 # --------------------------------------------------------------------------- kubespray

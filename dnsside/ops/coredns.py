@@ -107,7 +107,7 @@ def coredns_output(opts: CorednsOptions, warn: Warn = _ignore) -> str:
     if opts.block_only:
         if opts.flavor in ("gke", "openshift", "rke2", "kubespray"):
             raise InstallError(f"--block-only: --flavor {opts.flavor} has no Corefile")
-        return opts.block()
+        return opts.block(port=GARDENER_PORT if opts.flavor == "gardener" else 53)
     if opts.flavor in NEEDS_FROM and opts.existing is None:
         raise InstallError(
             f"--flavor {opts.flavor} needs --from, the live object: {NEEDS_FROM[opts.flavor]} "
@@ -241,6 +241,9 @@ def eks(opts: CorednsOptions, warn: Warn) -> str:
     """The managed add-on owns the ConfigMap: the Corefile goes in its configuration values,
     which EKS replaces as a whole, so --from starts from the current values and keeps them."""
     values: dict[str, Any] = dict(opts.existing or {})
+    if "apiVersion" in values or "kind" in values:
+        raise InstallError(f"--from: --flavor eks takes the add-on's configuration values, "
+                           f"not a Kubernetes object: {EKS_VALUES_HINT}")
     live = values.get("corefile")
     if live is not None and not isinstance(live, str):
         raise InstallError("--from: configuration value corefile is not a string")
