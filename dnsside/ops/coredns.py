@@ -122,7 +122,8 @@ _RELOAD_NOTE = (
     "  kubectl -n kube-system rollout restart deployment coredns")
 
 
-def _custom(opts: CorednsOptions, where: str, warn: Warn, port: int = 53) -> str:
+def _custom(opts: CorednsOptions, where: str, warn: Warn, port: int = 53,
+            reload_note: str = _RELOAD_NOTE) -> str:
     """k3s, AKS and Gardener: a ``coredns-custom`` ConfigMap whose ``*.server`` keys CoreDNS
     imports at the top level of its Corefile."""
     if opts.existing is not None:
@@ -140,7 +141,7 @@ def _custom(opts: CorednsOptions, where: str, warn: Warn, port: int = 53) -> str
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
           "metadata": _kept_meta(opts, "coredns-custom", "kube-system"), "data": custom}
     return to_yaml([cm], f"{where}.\n  kubectl apply --server-side --field-manager=dnsside "
-                   f"-f -\n{_RELOAD_NOTE}")
+                   f"-f -\n{reload_note}")
 
 
 def _served_zones(text: str, zones: Sequence[str]) -> list[str]:
@@ -159,7 +160,8 @@ def k3s(opts: CorednsOptions, warn: Warn) -> str:
 
 def aks(opts: CorednsOptions, warn: Warn) -> str:
     return _custom(opts, "AKS imports every *.server key of coredns-custom and keeps it on "
-                   "upgrades", warn)
+                   "upgrades", warn, reload_note="AKS's documentation restarts CoreDNS after "
+                   "each change:\n  kubectl -n kube-system rollout restart deployment coredns")
 
 
 GARDENER_PORT = 8053  # Gardener's CoreDNS listens there; Service kube-dns maps 53 to it
