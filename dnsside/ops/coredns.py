@@ -177,9 +177,10 @@ def gardener(opts: CorednsOptions, warn: Warn) -> str:
                    "the Shoot", warn, port=GARDENER_PORT)
 
 
-GKE_SCOPE = ("GKE Standard with kube-dns only. Autopilot runs Cloud DNS and its kube-dns "
-             "configuration cannot be changed; with Cloud DNS for GKE this ConfigMap is not "
-             "read. Neither has a dnsside flavour yet (deploy/README.md)")
+GKE_SCOPE = ("GKE Standard with kube-dns only. Autopilot uses Cloud DNS for GKE (and "
+             "its kube-dns configuration cannot be changed), and a Standard cluster switched to "
+             "Cloud DNS resolves through it, not kube-dns: neither has a dnsside flavour yet "
+             "(deploy/README.md)")
 
 
 def gke(opts: CorednsOptions, warn: Warn) -> str:
