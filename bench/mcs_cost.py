@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from run import (  # noqa: E402  (bench/ is not a package)
+from run import (
     BENCH,
     OUT,
     PY,
@@ -100,7 +100,8 @@ def processes(topology: Path, queries: Path, repeats: int, rate: int,
                     + (f", MCS names {row['mcs_us_per_query']:.1f} us/q" if extra else ""))
             finally:
                 server.stop()
-    keys = ("sync_seconds", "sync_cpu_seconds", "rss_mb", "peak_mb", "us_per_query", "mcs_us_per_query", "mcs_lost")
+    keys = ("sync_seconds", "sync_cpu_seconds", "rss_mb", "peak_mb", "us_per_query",
+            "mcs_us_per_query", "mcs_lost")
     return {name: {**{k: med([r[k] for r in rows if k in r]) for k in keys}, "raw": rows}
             for name, rows in runs.items()}
 
@@ -150,7 +151,8 @@ def report(res: dict[str, Any]) -> str:
         "",
         f"Produced by `.venv/bin/python bench/mcs_cost.py{' --quick' if res['quick'] else ''}` "
         f"on {res['date']} in {res['elapsed_s'] / 60:.1f} min (raw numbers in "
-        f"`bench/out/mcs-results{'-quick' if res['quick'] else ''}.json`). Topology: `bench/topology.py` at "
+        f"`bench/out/mcs-results{'-quick' if res['quick'] else ''}.json`). "
+        "Topology: `bench/topology.py` at "
         f"{members:,} members ({res['global_services']:,} global services, "
         f"{res['objects']:,} objects, the scale section's file). Machine: {m['cpu']}, "
         f"{m['cores']} cores, Linux {m['kernel']}, Python {m['python']}; load average at "

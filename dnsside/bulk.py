@@ -8,9 +8,19 @@ the whole index and holds the GIL for about 0.3 s, a stall the query path
 feels. So :func:`bulk` pauses the collector for the bulk step and then *freezes*
 what survived (``gc.freeze``): later collections skip those objects; freed ones
 still go by reference counting. A full collection on the way in clears any
-cyclic garbage left since the last bulk step (cheap: frozen objects are not
-scanned), and nothing in a bulk step creates reference cycles, so freezing
-keeps no garbage alive.
+cyclic garbage left since the last bulk step, and nothing in a bulk step
+creates reference cycles.
+
+But a freeze takes *everything* alive at that moment, not only the index: the
+HTTP client's open watch connections, their readers and buffers, pending tasks.
+When those die later in a reference cycle (a dropped connection leaves its
+exception, traceback, frames, protocol and transport pointing at each other),
+no collection ever looks at them again: every relist left such garbage behind
+for good (bench/MEMORY_CHURN.md). So each bulk step *unfreezes* before its full
+collection, which then also finds the garbage the previous freeze held, and
+freezes again after: what a freeze keeps is gone at the next relist at the
+latest. The price: that one collection walks the whole index (the stall above)
+once per relist or reload, which itself takes seconds.
 
 A source that *lists* a cluster builds those records over seconds of awaiting
 the API server, among short-lived garbage of its HTTP client (which may hold
@@ -32,11 +42,12 @@ _depth = 0
 @contextlib.contextmanager
 def bulk() -> Iterator[None]:
     """Pause the cyclic GC for a bulk load; freeze the result. Nests; only the
-    outermost level collects, pauses, freezes and resumes."""
+    outermost level unfreezes, collects, pauses, freezes and resumes."""
     global _depth
     outer = _depth == 0
     enabled = gc.isenabled()
     if outer:
+        gc.unfreeze()  # what the last freeze kept is looked at again (see above)
         gc.collect()
         gc.disable()
     _depth += 1

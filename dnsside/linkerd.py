@@ -52,9 +52,13 @@ LINK_VERSIONS = ("v1alpha3", "v1alpha2", "v1alpha1")
 
 # Values that repeat across thousands of objects (port lists, the gateway endpoint
 # of every per-pod mirror slice) are shared rather than copied: at 100k members
-# that halves the memory records take. Bounded so churn cannot grow it for ever.
+# that halves the memory records take. The values that repeat are few (a few dozen
+# port lists, one gateway endpoint per link and readiness), so this and the other
+# parse caches below are small and emptied when full: objects churned under ever-new
+# names (pod IPs, service names) must not keep tens of thousands of entries alive long
+# after the objects went (issue 17, bench/MEMORY_CHURN.md).
 _SHARED: dict[object, object] = {}
-_SHARED_MAX = 50_000
+_SHARED_MAX = 4096
 T = TypeVar("T")
 
 
@@ -299,7 +303,8 @@ def _ident(kind: str, namespace: str, name: str, where: str) -> str:
 
 
 # Labels already found to be DNS labels (namespaces, clusters, services repeat thousands
-# of times); bounded like _SHARED. Hostnames (one per pod) are checked every time.
+# of times; the services of a cluster fit); bounded like _SHARED. Hostnames (one per pod)
+# are checked every time.
 _GOOD_LABELS: set[str] = set()
 
 

@@ -174,6 +174,8 @@ class GatewayProber:
                 self.live.pop(cluster, None)
                 self.tracker.stop(cluster)
                 _set_state(cluster, None)
+                if cluster not in wanted:  # no longer probed at all: its counters go too
+                    _forget_probes(cluster)
                 log.info("gateway probe of cluster %s stopped (%s)", cluster, url)
         for cluster, url in wanted.items():
             if cluster not in tasks:
@@ -238,6 +240,12 @@ def _set_state(cluster: str, state: Gateway | None) -> None:
         else:
             metrics.GATEWAY_STATE.labels(cluster=cluster, state=_label(s)).set(
                 1 if s is state else 0)
+
+
+def _forget_probes(cluster: str) -> None:
+    for result in ("success", "failure"):
+        with contextlib.suppress(KeyError):
+            metrics.GATEWAY_PROBES.remove(cluster, result)
 
 
 def _label(state: Gateway) -> str:

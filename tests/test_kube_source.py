@@ -18,7 +18,7 @@ from fakekube import FakeKube
 
 from dnsside import metrics
 from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
-from dnsside.linkerd import Record, parse_object
+from dnsside.linkerd import Record, ServiceRecord, parse_object
 from dnsside.sources.kube import KubeSource
 from dnsside.sources.kubeapi import Backoff, KubeConfigError
 
@@ -564,3 +564,83 @@ async def _poll(pred: Callable[[], bool], timeout: float = DEADLINE) -> None:
     async with asyncio.timeout(timeout):
         while not pred():
             await asyncio.sleep(0.01)
+
+
+def test_watch_lines_whatever_the_chunks() -> None:
+    """The watch stream's line splitter (issue 17: no growing buffer, no copy of a chunk
+    that is one whole event) yields the same lines however the stream is cut."""
+    from dnsside.sources.kube import _Lines
+
+    events = [b'{"type":"ADDED","n":%d,"pad":"%s"}' % (i, b"x" * (i * 7 % 50))
+              for i in range(40)]
+    stream = b"".join(e + b"\n" for e in events) + b'{"type":"BOOKMARK"}'
+    for size in (1, 2, 7, 33, 64, 1000, len(stream)):
+        lines = _Lines()
+        got: list[bytes] = []
+        for i in range(0, len(stream), size):
+            got.extend(line.rstrip(b"\n") for line in lines.feed(stream[i : i + size]))
+        assert [g for g in got if g] == events, size
+        assert lines.rest() == b'{"type":"BOOKMARK"}'
+    one = events[0] + b"\n"
+    lines = _Lines()
+    assert lines.feed(one)[0] is one  # a chunk that is one event goes on as is
+    assert lines.feed(b"") == [] and lines.rest() == b""
+
+
+async def test_records_replaced_since_a_list_are_not_kept(fake_kube_demo: FakeKube) -> None:
+    """Issue 17: the source keeps no list of what it listed once it handed it on. Its
+    frames live as long as the watches: the initial list (or a relist's) kept there held
+    every record that churn replaced since alive next to its successor, up to twice the
+    index."""
+    import gc
+
+    def alive() -> int:
+        gc.unfreeze()  # what an index froze is counted too
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is ServiceRecord)
+
+    before = alive()
+    kube = fake_kube_demo
+    model: dict[tuple[str, str], Record] = {}
+    synced = asyncio.Event()
+
+    async def consume() -> None:
+        async for batch in KubeSource(kubeconfig=kube.kubeconfig, backoff_base=0.01,
+                                      backoff_cap=0.1).events():
+            for event in batch:
+                if isinstance(event, Replace):
+                    model.update(((r.namespace, r.name), r) for r in event.records
+                                 if isinstance(r, ServiceRecord))
+                elif isinstance(event, Upsert) and isinstance(event.record, ServiceRecord):
+                    model[(event.record.namespace, event.record.name)] = event.record
+                elif isinstance(event, Synced):
+                    synced.set()
+            del batch, event  # the model, like the index, is all that holds records
+
+    task = asyncio.create_task(consume())
+    try:
+        await asyncio.wait_for(synced.wait(), DEADLINE)
+        for relist in (False, True):
+            changed = []
+            for obj in kube.objects("Service"):
+                if obj["spec"].get("clusterIP") not in (None, "None"):
+                    obj["metadata"].setdefault("labels", {})["churned"] = str(relist)
+                    obj["spec"]["clusterIP"] = obj["spec"]["clusterIPs"][0] = (
+                        "10.99.0.1" if relist else "10.99.0.2")
+                    kube.apply(obj)
+                    changed.append((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+            assert changed
+            async with asyncio.timeout(DEADLINE):
+                while any(isinstance(model.get(k), ServiceRecord)
+                          and model[k].cluster_ips != (("10.99.0.1",) if relist else
+                                                       ("10.99.0.2",)) for k in changed):
+                    await asyncio.sleep(0.02)
+            if not relist:  # then a relist: its list must not stay behind either
+                kube.compact()
+                kube.drop_streams()
+                await asyncio.sleep(0.5)
+        assert alive() - before == len(model)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -330,3 +330,26 @@ def test_mirrors_without_any_slice_warn() -> None:
     # Every gateway-routed member is then not ready: only local, remote-discovery and
     # federated members answer.
     assert addrs(idx, "web.default.svc-global") == {"10.43.0.50", "10.43.100.8", "10.43.100.9"}
+
+
+def test_a_gone_cluster_leaves_no_counts_or_label_sets(index: Index) -> None:
+    """Issue 17: a cluster that comes and goes (Link deleted, then its mirrors) leaves no
+    key in the index's counters and no series in the per-cluster gauges, so clusters and
+    Links churned for weeks cost nothing once gone; a cluster still known keeps its series
+    (test_link_deleted_then_recreated)."""
+    west = link("west")
+    assert gauge("dnsside_members", cluster="west", ready="true")
+    index.apply([Delete(Kind.LINK, west.namespace, west.name)])
+    assert gauge("dnsside_orphaned_mirrors", cluster="west") == 7
+    assert not gauge("dnsside_members", cluster="west", ready="true")
+    mirrors = [r for r in records() if isinstance(r, ServiceRecord) and r.cluster == "west"]
+    assert mirrors
+    index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in mirrors])
+    assert gauge("dnsside_orphaned_mirrors", cluster="west") is None
+    assert gauge("dnsside_members", cluster="west", ready="true") is None
+    assert "west" not in {c for c, _ in index._members}
+    assert "west" not in index._orphans and "west" not in index._clashes
+    assert gauge("dnsside_members", cluster="north", ready="false") == 5  # others untouched
+    index.apply([Upsert(west), *(Upsert(r) for r in mirrors)])
+    assert gauge("dnsside_members", cluster="west", ready="true")
+    assert not gauge("dnsside_orphaned_mirrors", cluster="west")

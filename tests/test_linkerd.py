@@ -403,3 +403,24 @@ def test_probe_url() -> None:
     assert probe_url(v6, None) == "http://[fd00::42]:4191/ready"
     not_a_probe = next(r for r in records() if isinstance(r, ServiceRecord) and r.name == "web")
     assert probe_url(not_a_probe, None) is None
+
+
+def test_parse_caches_stay_small_under_churn() -> None:
+    """Issue 17: objects churned under ever-new names (services, namespaces, ports, lone
+    endpoints without a pod) leave at most a few thousand entries in the parse caches, not
+    one each for the life of the process."""
+    from dnsside import linkerd
+
+    for i in range(3 * linkerd._SHARED_MAX):
+        ns, name = f"churn-{i // 20}", f"app-{i}"
+        parse_object({"kind": "Service", "metadata": {"name": name, "namespace": ns,
+                                                      "labels": {"app": name}},
+                      "spec": {"clusterIP": "10.1.0.1",
+                               "ports": [{"name": "http", "port": 1024 + i % 60000}]}})
+        parse_object({"kind": "EndpointSlice", "metadata": {
+            "name": f"{name}-x", "namespace": ns, "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": 1024 + i % 60000}],
+            "endpoints": [{"addresses": [f"10.9.{i // 256 % 256}.{i % 256}"]}]})
+        for cache in (linkerd._SHARED, linkerd._GOOD_LABELS, linkerd._PORT_LISTS):
+            assert len(cache) <= linkerd._SHARED_MAX
+    assert linkerd._SHARED_MAX <= 4096

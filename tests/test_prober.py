@@ -3,6 +3,8 @@ that answer 200, 503, hang or stop, watched through DNS answers (dig and dnspyth
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import http.server
 import re
@@ -18,8 +20,9 @@ import pytest
 import yaml
 from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
 
+from dnsside import metrics
 from dnsside.events import Gateway
-from dnsside.prober import GatewayTracker
+from dnsside.prober import GatewayProber, GatewayTracker
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
@@ -89,6 +92,45 @@ def test_tracker_history_is_bounded() -> None:
         t.record("west", f"http://127.0.0.{i}:4191/ready", True)
     assert len(t.history) == 4
     assert ("west", "http://127.0.0.9:4191/ready") in t.history
+
+
+async def test_a_cluster_no_longer_probed_leaves_no_series() -> None:
+    """Issue 17: the probe counters and state of a cluster that is no longer probed (its
+    Link or probe Service gone) are removed, so clusters that come and go leave no label
+    sets behind."""
+    with socket.socket() as s:  # a port nothing listens on: every probe fails at once
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/ready"
+    targets = {"tmp-1": url}
+    prober = GatewayProber(lambda: targets, period=0.05, timeout=0.5, failures=1)
+
+    def probes() -> float | None:
+        value: float | None = metrics.REGISTRY.get_sample_value(
+            "dnsside_gateway_probes_total", {"cluster": "tmp-1", "result": "failure"})
+        return value
+
+    async def until(check: Any) -> None:
+        for _ in range(100):
+            if check():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("timed out")
+
+    async def consume() -> None:
+        async for _ in prober.events():
+            pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await until(probes)
+        targets = {}
+        await until(lambda: probes() is None)
+        assert metrics.REGISTRY.get_sample_value(
+            "dnsside_gateway_probe_state", {"cluster": "tmp-1", "state": "never-answered"}) is None
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 # --------------------------------------------------------------------------- real gateways

@@ -223,8 +223,13 @@ class KubeSource:
         pairs = list(zip(RESOURCES, results, strict=True))
         log.info("initial sync: %s, %s", ", ".join(f"{len(r[1][0])} {r[0].plural}" for r in pairs),
                  f"{len(links.records)} links" if links.resource else "links unreadable")
+        follow = [(res, versions) for res, (_, versions) in pairs]
+        # The index holds the records now. This frame lives as long as the watches: were it
+        # to keep the list (the tasks keep their results), every record churn replaced
+        # since would stay alive next to its successor (issue 17).
+        del listings, results, records, batch, pairs
         async with asyncio.TaskGroup() as tg:
-            for res, (_, versions) in pairs:
+            for res, versions in follow:
                 tg.create_task(self._follow(api, res, versions, queue))
             tg.create_task(self._follow_links(api, links, queue))
 
@@ -340,6 +345,7 @@ class KubeSource:
                 records, versions = await self._list_resource(api, res, queue)
             log.info("relisted %s: %d objects", res.plural, len(records))
             await queue.put([Replace(frozenset({res.kind}), tuple(records))])
+            del records  # not kept through the watches that follow (see _run)
 
     # ------------------------------------------------------------------ lists
 
@@ -576,18 +582,14 @@ class KubeSource:
                 raise await read_error(resp)
             if opened is not None:
                 await opened()
-            buffer = bytearray()
+            lines = _Lines()
             async for chunk in resp.content.iter_any():
-                buffer += chunk
-                end = buffer.rfind(b"\n")
-                if end < 0:
-                    continue
-                lines = bytes(buffer[:end]).split(b"\n")
-                del buffer[: end + 1]
-                await self._deliver(self._decode(res, namespace, lines, cursor, where), queue)
-            if buffer.strip():
-                tail = [bytes(buffer)]
-                await self._deliver(self._decode(res, namespace, tail, cursor, where), queue)
+                found = lines.feed(chunk)
+                if found:
+                    await self._deliver(self._decode(res, namespace, found, cursor, where), queue)
+            tail = lines.rest()
+            if tail.strip():
+                await self._deliver(self._decode(res, namespace, [tail], cursor, where), queue)
             complete = True
         finally:
             if complete:
@@ -665,6 +667,46 @@ class KubeSource:
         if isinstance(version, str) and version:
             cursor.resource_version = version
         cursor.progressed = True
+
+
+class _Lines:
+    """Complete lines out of a watch stream's chunks, copying as little as possible.
+
+    The API server flushes each event as it is written, so a chunk nearly always ends
+    on a line: it is handed on as is when it holds one event (``json.loads`` ignores the
+    newline) and split once when it holds several. Only a line cut by a chunk boundary
+    is kept, as its pieces, joined once when its end arrives. (A growing bytearray with
+    two copies of every chunk was transient garbage in odd sizes at every event: heap
+    fragmentation under churn, issue 17.)
+    """
+
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            if chunk:
+                self._parts.append(chunk)
+            return []
+        if self._parts:
+            self._parts.append(chunk)
+            chunk = b"".join(self._parts)
+            self._parts.clear()
+            end = chunk.rfind(b"\n")
+        if end == len(chunk) - 1 and chunk.find(b"\n") == end:
+            return [chunk]
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        if rest:
+            self._parts.append(rest)
+        return lines
+
+    def rest(self) -> bytes:
+        """What is left without a newline (a stream that ended mid-line)."""
+        return b"".join(self._parts)
 
 
 _PARSE_BATCH = 50  # items parsed between two turns of the event loop while listing

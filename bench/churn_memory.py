@@ -1,0 +1,527 @@
+"""Resident memory of `dnsside serve` under steady object churn: does it level off?
+
+    .venv/bin/python bench/churn_memory.py [--minutes 8] [--rate 100] [--members 3000]
+                                          [--trace] [--env MALLOC_ARENA_MAX=2] [--label NAME]
+
+Loads `bench/topology.py`'s topology into the fake API server of tests/ (in this
+process, on its own thread), plus a pool of per-pod mirrors and local services
+that will be churned, then starts `dnsside serve --kubeconfig … --cluster-name
+east --gateway-probe off` as a subprocess, so only dnsside's own memory is
+measured (the fake's event history and stored versions live here). It then
+changes objects at ``--rate`` changes a second, the number of live objects
+staying the same:
+
+* turnover: the oldest churn per-pod mirror (Service and slice) is deleted and a
+  new one with a fresh pod name is created (a new DNS name, a new hostname);
+* a per-pod mirror slice's readiness flipped; a per-pod mirror's ClusterIP changed;
+* a local exported Service and its slice created under a fresh name, in a
+  namespace that itself comes and goes (20 services each), the oldest deleted;
+* every 30 s Link `north` deleted and re-created 3 s later;
+* every 60 s a short-lived linked cluster `tmp-<n>` (a Link and 20 per-pod
+  mirrors with their root) appears and the previous one goes, Link, mirrors and
+  all (metric label sets of gone clusters);
+* every ``--relist-every`` s the fake compacts its history and drops every watch,
+  so dnsside gets 410 Expired and relists (it also bounds the fake's memory).
+
+Every 10 s it samples dnsside's VmRSS (and, with ``--trace``, in dnsside itself:
+tracemalloc's traced bytes, pymalloc's allocated blocks, glibc's mallinfo2 in-use
+and free bytes, through a wrapper that starts the probe thread then runs the CLI:
+nothing in dnsside changes). It prints the curve, the growth over the last half
+(MB and MB/min by least squares) and writes bench/out/churn_memory-<label>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SAMPLE_S = 10.0
+GATEWAY = "172.18.0.4"
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def _meta(ns: str, name: str, labels: dict[str, str],
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def _service(ns: str, name: str, labels: dict[str, str], annotations: dict[str, str] | None,
+             ip: str | None, ports: list[tuple[str, int]]) -> dict[str, Any]:
+    clip = ip or "None"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(ns, name, labels, annotations),
+            "spec": {"ports": [{"name": n, "port": p, "protocol": "TCP", "targetPort": p}
+                               for n, p in ports],
+                     "type": "ClusterIP", "clusterIP": clip, "clusterIPs": [clip],
+                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}}
+
+
+def _slice(ns: str, name: str, service: str, labels: dict[str, str],
+           endpoints: list[dict[str, Any]], ports: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": _meta(ns, name, {**labels, "kubernetes.io/service-name": service}),
+            "addressType": "IPv4", "endpoints": endpoints,
+            "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports]}
+
+
+def _endpoint(ip: str, ready: bool, hostname: str | None = None,
+              pod: str | None = None, ns: str = "") -> dict[str, Any]:
+    e: dict[str, Any] = {"addresses": [ip], "conditions": {"ready": ready, "serving": ready,
+                                                           "terminating": False}}
+    if hostname:
+        e["hostname"] = hostname
+    if pod:
+        e["targetRef"] = {"kind": "Pod", "name": pod, "namespace": ns}
+    return e
+
+
+def _link(name: str) -> dict[str, Any]:
+    return {"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
+            "metadata": {"name": name, "namespace": "linkerd-multicluster"},
+            "spec": {"targetClusterName": name, "gatewayAddress": GATEWAY, "gatewayPort": "4143",
+                     "probeSpec": {"path": "/ready", "port": "4191", "period": "3s"}}}
+
+
+class Churn:
+    """The churn's own state: which objects exist, and how to make the next change."""
+
+    def __init__(self, kube: Any, items: list[dict[str, Any]], seed: int, pods: int,
+                 locals_: int) -> None:
+        self.kube = kube
+        self.rng = random.Random(seed)
+        self.n = 0  # fresh-name counter
+        self.changes = 0
+        self.ip = 0
+        # Global headless services with a root mirror: (ns, svc, cluster, app, ports).
+        self.roots: list[tuple[str, str, str, str, list[tuple[str, int]]]] = []
+        for o in items:
+            labels = o["metadata"].get("labels") or {}
+            if (o["kind"] == "Service" and labels.get("mirror.linkerd.io/mirrored-service")
+                    and "mirror.linkerd.io/headless-mirror-svc-name" not in labels
+                    and o["spec"]["clusterIP"] == "None"
+                    and labels.get("mirror.linkerd.io/cluster-name")):
+                fq = o["metadata"]["annotations"]["mirror.linkerd.io/remote-svc-fq-name"]
+                self.roots.append((o["metadata"]["namespace"], fq.split(".")[0],
+                                   labels["mirror.linkerd.io/cluster-name"], labels["app"],
+                                   [(p["name"], p["port"]) for p in o["spec"]["ports"]]))
+        self.pods: collections.deque[tuple[dict[str, Any], dict[str, Any]]] = collections.deque()
+        self.locals: collections.deque[tuple[dict[str, Any], dict[str, Any]]] = (
+            collections.deque())
+        self.tmp: list[tuple[str, str, str]] = []  # (kind, ns, name) of the current tmp cluster
+        self.tmp_n = 0
+        self.initial: list[dict[str, Any]] = []
+        for _ in range(pods):
+            self.initial.extend(self._new_pod())
+        for _ in range(locals_):
+            self.initial.extend(self._new_local())
+        self.changes = 0
+
+    def next_ip(self) -> str:
+        self.ip = (self.ip + 1) % (1 << 20)
+        v = (10 << 24 | 200 << 16) + self.ip
+        return f"{v >> 24 & 255}.{v >> 16 & 255}.{v >> 8 & 255}.{v & 255}"
+
+    def _pod_objects(self, root: tuple[str, str, str, str, list[tuple[str, int]]],
+                     cluster: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        ns, svc, link, app, ports = root
+        link = cluster or link
+        self.n += 1
+        pod = f"{svc}-c{self.n}"
+        name = f"{pod}-{link}"
+        labels = {"mirror.linkerd.io/mirrored-service": "true",
+                  "mirror.linkerd.io/cluster-name": link, "app": app,
+                  "mirror.linkerd.io/headless-mirror-svc-name": f"{svc}-{link}"}
+        service = _service(ns, name, labels, {"mirror.linkerd.io/remote-svc-fq-name":
+                                              f"{pod}.{svc}.{ns}.svc.cluster.local"},
+                           self.next_ip(), ports)
+        sl = _slice(ns, f"{name}-{self.n:05x}", name, labels,
+                    [_endpoint(GATEWAY, self.rng.random() > 0.1)], [(ports[0][0], 4143)])
+        return service, sl
+
+    def _new_pod(self) -> list[dict[str, Any]]:
+        pair = self._pod_objects(self.rng.choice(self.roots))
+        self.pods.append(pair)
+        return list(pair)
+
+    def _new_local(self) -> list[dict[str, Any]]:
+        self.n += 1
+        ns = f"churn-{self.n // 20:05d}"
+        name = f"app-{self.n}"
+        ports = [("http", 8080), ("grpc", 9000 + self.n % 7)]
+        service = _service(ns, name, {"app": name, "mirror.linkerd.io/exported": "true"}, None,
+                           self.next_ip(), ports)
+        sl = _slice(ns, f"{name}-{self.n:05x}", name, {"app": name},
+                    [_endpoint(self.next_ip(), True, None, f"{name}-{i}", ns) for i in range(3)],
+                    ports)
+        self.locals.append((service, sl))
+        return [service, sl]
+
+    # Each returns the writes to make, as (apply obj) or (delete kind, ns, name).
+    def op(self) -> list[Any]:
+        r = self.rng.random()
+        if r < 0.25:  # turnover: a pod gone, another with a fresh name
+            svc, sl = self.pods.popleft()
+            return [_del(sl), _del(svc), *self._new_pod()]
+        if r < 0.60:  # readiness flip
+            i = self.rng.randrange(len(self.pods))
+            svc, sl = self.pods[i]
+            e = sl["endpoints"][0]
+            e["conditions"]["ready"] = e["conditions"]["serving"] = not e["conditions"]["ready"]
+            return [sl]
+        if r < 0.85:  # a pod mirror's ClusterIP changed
+            svc, _ = self.pods[self.rng.randrange(len(self.pods))]
+            ip = self.next_ip()
+            svc["spec"]["clusterIP"], svc["spec"]["clusterIPs"] = ip, [ip]
+            return [svc]
+        svc, sl = self.locals.popleft()  # a local service gone, a new one elsewhere
+        return [_del(sl), _del(svc), *self._new_local()]
+
+    def tmp_cluster(self) -> list[Any]:
+        """The previous short-lived cluster gone (Link and mirrors), a new one linked."""
+        writes: list[Any] = [("delete", *k) for k in self.tmp]
+        self.tmp_n += 1
+        cluster = f"tmp-{self.tmp_n}"
+        objs: list[dict[str, Any]] = [_link(cluster)]
+        for root in self.rng.sample(self.roots, 20):
+            objs.extend(self._pod_objects(root, cluster))
+        self.tmp = [(o["kind"], o["metadata"].get("namespace", "linkerd-multicluster"),
+                     o["metadata"]["name"]) for o in objs]
+        return writes + objs
+
+    def write(self, writes: list[Any]) -> None:
+        """On the fake's loop thread."""
+        for w in writes:
+            if isinstance(w, tuple):
+                with contextlib.suppress(KeyError):
+                    self.kube.delete(w[1], w[2], w[3])
+            else:
+                self.kube.apply(w)
+            self.changes += 1
+
+
+def _del(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    return ("delete", obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+# --------------------------------------------------------------------------- the probe
+
+# `--trace` runs dnsside as `python -X tracemalloc=1 bench/churn_memory.py --probe FILE --
+# serve ...`: this module's probe() starts a thread writing a sample line every 10 s, then
+# hands over to dnsside's CLI. The probe lives here, not in dnsside.
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo() -> dict[str, int]:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {"malloc_arena": m.arena, "malloc_mmap": m.hblkhd, "malloc_used": m.uordblks,
+            "malloc_free": m.fordblks}
+
+
+def _rss_kb(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+_PYMALLOC = {"# arenas allocated current": "py_arenas", "# bytes in allocated blocks": "py_used",
+             "# bytes in available blocks": "py_free_blocks", "unused pools": "py_free_pools"}
+
+
+def _pymalloc() -> dict[str, int]:
+    """pymalloc's arenas (1 MiB each, returned to the system only when empty) and how full
+    they are, from sys._debugmallocstats() (it writes to fd 2: borrowed for the moment, so
+    a log line dnsside writes meanwhile lands in the scratch file)."""
+    with tempfile.TemporaryFile("w+") as scratch:
+        saved = os.dup(2)
+        try:
+            sys.stderr.flush()
+            os.dup2(scratch.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        scratch.seek(0)
+        out: dict[str, int] = {}
+        for line in scratch:
+            for prefix, key in _PYMALLOC.items():
+                if prefix in line and key not in out:
+                    value = line.rsplit("=", 1)[-1].strip().replace(",", "")
+                    if value.isdigit():
+                        out[key] = int(value)
+        return out
+
+
+def probe(path: str, argv: list[str]) -> int:
+    import tracemalloc
+
+    out = open(path, "a", buffering=1)  # noqa: SIM115 (open for the process's life)
+    mine = [tracemalloc.Filter(False, tracemalloc.__file__)]  # the snapshots themselves
+    baseline: list[Any] = []
+
+    def sample() -> None:
+        n = 0
+        while True:
+            time.sleep(SAMPLE_S)
+            n += 1
+            row: dict[str, Any] = {"t": time.time(), "rss_kb": _rss_kb(),
+                                   "blocks": sys.getallocatedblocks(), **_mallinfo(),
+                                   **_pymalloc(),
+                                   "gc_frozen": gc.get_freeze_count(),
+                                   "gc_enabled": int(gc.isenabled()),
+                                   "gc_full": gc.get_stats()[2]["collections"]}
+            # (not len(gc.get_objects()): from another thread it can catch a tuple being
+            # built and make its resize fail with SystemError in dnsside's thread)
+            if tracemalloc.is_tracing():
+                row["traced"] = tracemalloc.get_traced_memory()[0]
+                if n == 6:  # past the first sync and the warm-up: the reference snapshot
+                    baseline.append(tracemalloc.take_snapshot().filter_traces(mine))
+                elif baseline and n % 6 == 0:
+                    snap = tracemalloc.take_snapshot().filter_traces(mine)
+                    top = snap.compare_to(baseline[0], "lineno")[:15]
+                    row["top"] = [str(s) for s in top]
+                    del snap
+            out.write(json.dumps(row) + "\n")
+
+    threading.Thread(target=sample, name="bench-probe", daemon=True).start()
+    from dnsside.cli import main
+
+    return main(argv)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class Server:
+    """`dnsside serve` as a subprocess; its log lines collected by a thread."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, env=env, cwd=ROOT)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_log(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(text in line for line in list(self.lines)):
+                return
+            if self.proc.poll() is not None:
+                raise SystemExit("dnsside exited:\n" + "\n".join(self.lines[-30:]))
+            time.sleep(0.1)
+        raise SystemExit(f"no {text!r} in {timeout}s:\n" + "\n".join(self.lines[-30:]))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (x, y)."""
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from support import ThreadedKube
+    from topology import generate
+
+    topo = generate(args.members, seed=1)
+    tmp = Path(tempfile.mkdtemp(prefix="churn-"))
+    kube = ThreadedKube(tmp, bookmark_interval=1.0)
+    churn = Churn(kube.kube, topo.items, seed=3, pods=args.pods, locals_=args.locals)
+    kube.call(kube.kube.load, [*topo.items, *churn.initial])
+    objects = len(topo.items) + len(churn.initial)
+    del topo
+    churn.initial = []
+    probe_file = OUT / f"churn_memory-{args.label}.probe.jsonl"
+    serve = ["serve", "--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
+             "--gateway-probe", "off", "--listen", "127.0.0.1:0", "--http-listen",
+             "127.0.0.1:0", *args.dnsside_args]
+    env = {k: v for k, v in os.environ.items() if k != "POD_IP"}
+    env.update(kv.split("=", 1) for kv in args.env)
+    if args.trace or args.probe:
+        probe_file.unlink(missing_ok=True)
+        cmd = [sys.executable, *(["-X", "tracemalloc=1"] if args.trace else []),
+               str(Path(__file__)), "--probe", str(probe_file), "--", *serve]
+    else:
+        cmd = [sys.executable, "-m", "dnsside", *serve]
+    started = time.monotonic()
+    server = Server(cmd, env)
+    server.wait_log("initial sync done", 120)
+    print(f"dnsside pid {server.proc.pid}: synced {objects} objects in "
+          f"{time.monotonic() - started:.1f}s; churning {args.rate}/s for {args.minutes} min",
+          flush=True)
+
+    samples: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    end = t0 + args.minutes * 60
+    next_sample = t0
+    next_flap, relink_at, next_tmp = t0 + 30, 0.0, t0 + 5
+    next_relist = t0 + args.relist_every if args.relist_every else float("inf")
+    relists = 0
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= next_sample:
+                rss = _rss_kb(server.proc.pid)
+                samples.append({"s": round(now - t0, 1), "rss_kb": rss,
+                                "changes": churn.changes})
+                print(f"  {now - t0:6.0f}s  {churn.changes:7d} changes  VmRSS "
+                      f"{rss / 1024:6.1f} MB", flush=True)
+                next_sample += SAMPLE_S
+            if now >= end:
+                break
+            writes: list[Any] = []
+            if now >= next_flap:
+                writes.append(("delete", "Link", "linkerd-multicluster", "north"))
+                relink_at, next_flap = now + 3, now + 30
+            if relink_at and now >= relink_at:
+                writes.append(_link("north"))
+                relink_at = 0.0
+            if now >= next_tmp:
+                writes.extend(churn.tmp_cluster())
+                next_tmp = now + 60
+            budget = int(args.rate * (now - t0)) - churn.changes - len(writes)
+            while budget > 0:
+                op = churn.op()
+                writes.extend(op)
+                budget -= len(op)
+            if writes:
+                kube.call(churn.write, writes)
+            if now >= next_relist:
+                kube.call(kube.kube.compact)
+                kube.call(kube.kube.drop_streams)
+                relists += 1
+                next_relist = now + args.relist_every
+            if server.proc.poll() is not None:
+                raise SystemExit("dnsside exited:\n" + "\n".join(server.lines[-30:]))
+            time.sleep(0.05)
+    finally:
+        server.stop()
+        kube.close()
+    errors = [line for line in server.lines if "Traceback" in line or "ERROR" in line]
+    half = samples[len(samples) // 2:]
+    rss = [s["rss_kb"] / 1024 for s in samples]
+    result = {
+        "label": args.label, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join(sys.argv), "members": args.members, "objects": objects,
+        "rate": args.rate, "minutes": args.minutes, "changes": churn.changes,
+        "relists": relists, "tmp_clusters": churn.tmp_n, "env": args.env,
+        "start_mb": rss[0], "peak_mb": max(rss), "end_mb": rss[-1],
+        "half_start_mb": half[0]["rss_kb"] / 1024,
+        "last_half_growth_mb": half[-1]["rss_kb"] / 1024 - half[0]["rss_kb"] / 1024,
+        "last_half_mb_per_min": slope([(s["s"] / 60, s["rss_kb"] / 1024) for s in half]),
+        "first_half_mb_per_min": slope([(s["s"] / 60, s["rss_kb"] / 1024)
+                                        for s in samples[: len(samples) // 2 + 1]]),
+        "samples": samples, "errors": errors[:20],
+    }
+    if (args.trace or args.probe) and probe_file.exists():
+        result["probe"] = [json.loads(line) for line in probe_file.read_text().splitlines()]
+    return result
+
+
+def report(r: dict[str, Any]) -> None:
+    print(f"\n{r['label']}: {r['changes']} changes in {r['minutes']} min "
+          f"({r['changes'] / (r['minutes'] * 60):.0f}/s), {r['relists']} relists, "
+          f"{r['tmp_clusters']} short-lived clusters, env {r['env'] or '-'}")
+    print(f"VmRSS start {r['start_mb']:.1f} MB, peak {r['peak_mb']:.1f}, end {r['end_mb']:.1f}; "
+          f"last half {r['half_start_mb']:.1f} → {r['end_mb']:.1f} MB "
+          f"({r['last_half_growth_mb']:+.2f} MB, {r['last_half_mb_per_min']:+.3f} MB/min; "
+          f"first half {r['first_half_mb_per_min']:+.3f} MB/min)")
+    for p in r.get("probe") or []:
+        print("  probe: " + ", ".join(
+            f"{k} {v / 1048576:.2f}M" if "malloc" in k or k in ("traced", "py_used",
+                                                               "py_free_blocks")
+            else f"{k} {v}" for k, v in p.items() if k not in ("t", "top", "rss_kb")),
+            f"rss {p['rss_kb'] / 1024:.1f}M")
+    last_top = [p["top"] for p in r.get("probe") or [] if "top" in p]
+    if last_top:
+        print("  tracemalloc, growth since the reference snapshot (last one):")
+        for line in last_top[-1]:
+            print("    " + line)
+    if r["errors"]:
+        print("  errors:", *r["errors"][:5], sep="\n    ")
+
+
+def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--probe":
+        rest = sys.argv[3:]
+        return probe(sys.argv[2], rest[1:] if rest[:1] == ["--"] else rest)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=8)
+    p.add_argument("--rate", type=float, default=100, help="object changes a second")
+    p.add_argument("--members", type=int, default=3000, help="bench/topology.py's size")
+    p.add_argument("--pods", type=int, default=600, help="churned per-pod mirrors alive")
+    p.add_argument("--locals", type=int, default=100, help="churned local services alive")
+    p.add_argument("--relist-every", type=float, default=120,
+                   help="seconds between 410 relists (0: none)")
+    p.add_argument("--trace", action="store_true",
+                   help="run dnsside under tracemalloc with a probe thread (slower)")
+    p.add_argument("--probe", action="store_true",
+                   help="the probe thread without tracemalloc (RSS stays representative)")
+    p.add_argument("--env", action="append", default=[], help="K=V for dnsside's environment")
+    p.add_argument("--label", default="run")
+    p.add_argument("--report", metavar="JSON", help="print a saved result and exit")
+    p.add_argument("dnsside_args", nargs="*", help="more `dnsside serve` arguments (after --)")
+    args = p.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()))
+        return 0
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = run(args)
+    (OUT / f"churn_memory-{args.label}.json").write_text(json.dumps(result, indent=1))
+    report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
