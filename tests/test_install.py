@@ -325,6 +325,16 @@ CASES = [
 ]
 
 
+def live_nodelocaldns(local: str = "169.254.20.10", server: str = "10.96.0.10") -> str:
+    """node-local-dns's ConfigMap as the upstream install leaves it: the template with
+    its install-time words replaced by sed (kubernetes.io's nodelocaldns task)."""
+    text = upstream("nodelocaldns", "cluster.local").replace(
+        "__PILLAR__LOCAL__DNS__", local).replace("__PILLAR__DNS__SERVER__", server)
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "node-local-dns", "namespace": "kube-system"},
+                           "data": {"Corefile": text}})
+
+
 def corefile_of(flavor: str, out: str) -> tuple[str, dict[str, Any] | None]:
     if flavor == "eks":
         values = json.loads(out)
@@ -348,7 +358,9 @@ def test_corefile_flavors_parse_and_forward(flavor: str, mode: str, address: str
     args = ["--flavor", flavor, "--mode", mode, "--mcs-zone", "clusterset.local."]
     if address:
         args += ["--address", address]
-    out = coredns(*args)
+    if flavor == "nodelocaldns":  # needs the live object
+        args += ["--from", "-"]
+    out = coredns(*args, stdin=live_nodelocaldns() if flavor == "nodelocaldns" else None)
     assert out.returncode == 0, out.stderr
     text, _ = corefile_of(flavor, out.stdout)
     blocks = parse(text)
@@ -366,8 +378,7 @@ def test_corefile_flavors_parse_and_forward(flavor: str, mode: str, address: str
         assert cluster.directive("forward")
     if flavor == "nodelocaldns":
         # Listens where node-local-dns's other blocks do.
-        assert ours.directive("bind")[0].args == ["__PILLAR__LOCAL__DNS__",
-                                                  "__PILLAR__DNS__SERVER__"]
+        assert ours.directive("bind")[0].args == ["169.254.20.10", "10.96.0.10"]
         if mode == "sidecar":
             (fwd,) = ours.directive("forward")
             assert [d.name for d in fwd.block] == ["force_tcp"]
@@ -438,7 +449,8 @@ def test_openshift_dns_operator_servers() -> None:
     assert out.returncode == 0, out.stderr
     (dns,) = docs(out.stdout)
     jsonschema.validate(dns, OPENSHIFT_DNS_SCHEMA)
-    assert dns["spec"]["logLevel"] == "Normal"
+    # Only the atomic list is applied: the rest of spec stays its owners'.
+    assert set(dns["spec"]) == {"servers"}
     names = [s["name"] for s in dns["spec"]["servers"]]
     assert names == ["corp", "dnsside"]
     ours = dns["spec"]["servers"][1]
@@ -477,13 +489,8 @@ def test_patching_a_live_corefile_keeps_it_and_is_idempotent() -> None:
 
 
 def test_nodelocaldns_copies_the_live_bind_line() -> None:
-    live = upstream("nodelocaldns", "cluster.local").replace(
-        "__PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__", "169.254.20.10 10.96.0.10")
-    cm = {"apiVersion": "v1", "kind": "ConfigMap",
-          "metadata": {"name": "node-local-dns", "namespace": "kube-system"},
-          "data": {"Corefile": live}}
     out = coredns("--flavor", "nodelocaldns", "--address", "10.96.0.53", "--from", "-",
-                  stdin=yaml.safe_dump(cm))
+                  stdin=live_nodelocaldns())
     assert out.returncode == 0, out.stderr
     (patched,) = docs(out.stdout)
     blocks = parse(patched["data"]["Corefile"])

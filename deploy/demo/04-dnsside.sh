@@ -40,8 +40,9 @@ fi
 
 # The k3s Corefile imports /etc/coredns/custom/*.server from the optional
 # ConfigMap kube-system/coredns-custom. These demo clusters have no other
-# keys in it, so it is simply replaced. The reload plugin does not watch
-# imported files: restart CoreDNS to load it.
+# keys in it, so it is simply replaced. CoreDNS's reload plugin would pick
+# the imported file up too (within about 1.5 min: kubelet's ConfigMap refresh
+# plus reload's interval); the demo restarts CoreDNS to have it at once.
 write_stanza() {
     local k="$1" stanza="$2"
     kubectl --context "$k" -n kube-system create configmap coredns-custom \

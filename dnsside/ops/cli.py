@@ -128,7 +128,12 @@ def add_admin_commands(sub: Any) -> None:
         "coredns", help="print what makes the cluster DNS forward the zones to dnsside",
         description="Print the object that makes the cluster DNS forward dnsside's zones to "
         "it. deploy/README.md says per flavor where it goes and what survives an upgrade.")
-    coredns.add_argument("--flavor", required=True, choices=tuple(dns.FLAVORS))
+    coredns.add_argument(
+        "--flavor", required=True, choices=tuple(dns.FLAVORS),
+        help="kubeadm (and plain CoreDNS; also " + ", ".join(dns.KUBEADM_ALIKE) + ": give "
+        "--from), k3s, aks, gardener (coredns-custom), eks (the add-on's configuration "
+        "values), rke2 (HelmChartConfig), kubespray (inventory variables), openshift (DNS "
+        "operator; needs --from), nodelocaldns (needs --from), gke: " + dns.GKE_SCOPE)
     coredns.add_argument("--mode", dest="coredns_mode", choices=inst.MODES,
                          default="standalone", help="how dnsside was installed")
     coredns.add_argument("--address", metavar="IP[:PORT]",
@@ -144,8 +149,9 @@ def add_admin_commands(sub: Any) -> None:
     coredns.add_argument("--kubeconfig", dest="coredns_kubeconfig")
     coredns.add_argument("--cluster-domain", default="cluster.local")
     coredns.add_argument("--from", dest="from_file", metavar="FILE",
-                         help="the live object to patch (`kubectl get ... -o yaml`; - = stdin): "
-                         "everything in it is kept")
+                         help="the live object to patch (`kubectl get ... -o yaml`; - = stdin; "
+                         "eks: the add-on's configuration values, JSON or YAML): everything "
+                         "in it is kept")
     coredns.add_argument("--block-only", action="store_true",
                          help="print only the Corefile server block")
 
@@ -235,10 +241,11 @@ def _coredns(args: argparse.Namespace) -> str:
         else:
             address = asyncio.run(_service_address(args.coredns_kubeconfig,
                                                    args.coredns_namespace))
-    existing = dns.read_existing(args.from_file) if args.from_file else None
+    existing = dns.read_existing(args.from_file, args.flavor) if args.from_file else None
     return dns.coredns_output(dns.CorednsOptions(
         flavor=args.flavor, address=address, zones=zones, mode=args.coredns_mode,
-        cluster_domain=args.cluster_domain, existing=existing, block_only=args.block_only))
+        cluster_domain=args.cluster_domain, existing=existing, block_only=args.block_only),
+        warn=lambda message: print(f"dnsside: warning: {message}", file=sys.stderr))
 
 
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:

@@ -23,8 +23,10 @@ UPSTREAM = {
     "kubeadm": "kubeadm.Corefile",
     # The EKS CoreDNS add-on's default.
     "eks": "eks.Corefile",
-    # kubernetes/kubernetes cluster/addons/dns/nodelocaldns/nodelocaldns.yaml: the template
-    # node-cache fills in at start (it replaces the __PILLAR__* words itself).
+    # kubernetes/kubernetes cluster/addons/dns/nodelocaldns/nodelocaldns.yaml: the template.
+    # Its install replaces __PILLAR__LOCAL__DNS__, __PILLAR__DNS__SERVER__ and the domain
+    # with sed before applying; node-cache fills only the rest at start. Never printed as
+    # is (--flavor nodelocaldns needs --from); tests build live ConfigMaps from it.
     "nodelocaldns": "nodelocaldns.Corefile",
 }
 
@@ -40,7 +42,8 @@ def upstream(flavor: str, domain: str) -> str:
 
 
 def server_block(zones: Sequence[str], address: str, mode: str, *,
-                 through_cluster_dns: bool = False, nodelocal: Sequence[str] = ()) -> str:
+                 through_cluster_dns: bool = False, nodelocal: Sequence[str] = (),
+                 port: int = 53) -> str:
     """The server block that forwards ``zones`` to dnsside at ``address``.
 
     ``prometheus`` so the zone's queries are counted with the rest of CoreDNS's,
@@ -48,9 +51,10 @@ def server_block(zones: Sequence[str], address: str, mode: str, *,
     ``cache 5`` = dnsside's TTL. ``nodelocal`` are node-local-dns's own ``bind`` and
     ``prometheus`` lines, copied so the block listens where the others do;
     ``through_cluster_dns`` forwards to the cluster DNS instead of ``address`` (dnsside
-    listening on loopback inside the CoreDNS pods, seen from node-local-dns).
+    listening on loopback inside the CoreDNS pods, seen from node-local-dns). ``port`` is
+    where CoreDNS listens (Gardener's: 8053).
     """
-    keys = " ".join(f"{z.rstrip('.')}:53" for z in zones)
+    keys = " ".join(f"{z.rstrip('.')}:{port}" for z in zones)
     lines = [f"{MARK} {', '.join(zones)} answered by dnsside ({mode} mode)",
              keys + " {", "    errors", "    cache 5"]
     if nodelocal:
