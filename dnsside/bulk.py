@@ -2,10 +2,10 @@
 
 A full list or a file load at 100k members builds about a million container
 objects (records, members, answers) that then live as long as the index. While
-they are being built, every generation-2 collection rescans all of them: a third
-of the sync time. Once built, they still cost: any later full collection walks
-the whole index and holds the GIL for about 0.3 s, a stall the query path
-feels. So :func:`bulk` pauses the collector for the bulk step and then *freezes*
+they are being built, every generation-2 collection rescans all of them: a good
+part of the sync time. Once built, they still cost: any later full collection
+walks the whole index and holds the GIL, a stall the query path feels
+(bench/memory-figures.md). So :func:`bulk` pauses the collector for the bulk step and then *freezes*
 what survived (``gc.freeze``): later collections skip those objects; freed ones
 still go by reference counting. A full collection on the way in clears any
 cyclic garbage left since the last bulk step, and nothing in a bulk step
@@ -26,8 +26,6 @@ A source that *lists* a cluster builds those records over seconds of awaiting
 the API server, among short-lived garbage of its HTTP client (which may hold
 cycles): :func:`paused` keeps the collector off meanwhile, without freezing
 (the index's own bulk step, which receives the list, collects then freezes).
-Measured at 100k members: the collector ran 3,200 times during the kube
-source's initial list, 25 of them full, for 3 s of a 10 s list.
 """
 
 from __future__ import annotations
