@@ -1354,14 +1354,14 @@ class Soak:
 
 
 def _git_head() -> str:
+    import subprocess
+
     try:
-        head = (ROOT / ".git").read_text().strip()
-        import subprocess
         out = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"],
                              capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or head
     except OSError:
         return "?"
+    return out.stdout.strip() or "?"
 
 
 # --------------------------------------------------------------------------- report
