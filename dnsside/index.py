@@ -285,10 +285,11 @@ class Index:
     def _link_watch(self, reason: str) -> None:
         """The Link watch went down (``reason``) or follows again (""); only once Links
         were listed does it mean anything, and it changes no Link either way."""
-        if not self.links_readable or bool(reason) == bool(self.links_watch_down):
-            if self.links_readable and reason:
-                self.links_watch_down = reason  # still down: keep the latest reason
+        if not self.links_readable:
             return
+        was_down, self.links_watch_down = self.links_watch_down, reason
+        if bool(was_down) == bool(reason):
+            return  # no change (while down, the latest reason is kept)
         now = time.time()
         if reason:
             self._told.append(diagnosis.link_watch_down(reason, len(self.links),
@@ -297,7 +298,6 @@ class Index:
             self._tell(Notice.LINK_WATCH_UP, "Link watch follows changes again after "
                        f"{now - self.links_complete_at:.0f} s down")
         self.links_complete_at = now
-        self.links_watch_down = reason
 
     def _gateway(self, event: GatewayState) -> None:
         if event.state is None:

@@ -30,6 +30,9 @@ class IndexReporter:
     def __init__(self) -> None:
         self._member_series: set[tuple[str, str]] = set()
         self._excluded_series: dict[Exclusion, set[str]] = {e: set() for e in Exclusion}
+        # What the Link and warning gauges last showed: most batches change neither.
+        self._links_shown: tuple[object, ...] | None = None
+        self._warnings_shown: object = None
 
     def __call__(self, index: Index, report: IndexReport) -> None:
         for told in report.told:
@@ -42,15 +45,17 @@ class IndexReporter:
             metrics.GLOBAL_SERVICES.set(len(index.global_services))
             self._members(index)
             self._exclusions(index)
-        if index.synced:
+        if index.synced and index.warnings is not self._warnings_shown:
+            self._warnings_shown = index.warnings  # a new dict after every (re)sync
             for warning in ConfigWarning:
                 metrics.CONFIG_WARNINGS.labels(warning=warning.value).set(
                     1 if warning in index.warnings else 0)
 
-    @staticmethod
-    def _links(index: Index) -> None:
-        if index.links_readable is None:
+    def _links(self, index: Index) -> None:
+        state = (index.links_readable, index.links_watch_down, index.links_complete_at)
+        if index.links_readable is None or state == self._links_shown:
             return
+        self._links_shown = state
         metrics.LINKS_READABLE.set(1 if index.links_readable else 0)
         metrics.LINKS_WATCH_UP.set(1 if index.links_readable and not index.links_watch_down
                                    else 0)
