@@ -102,6 +102,9 @@ FLAGS: tuple[Flag, ...] = (
          "(Links are always read cluster-wide)", _SOURCE, repeatable=True),
     Flag("--no-federated", bool, False,
          "leave out the members of Linkerd federated services (<svc>-federated)", _SOURCE),
+    Flag("--flat-network", bool, False,
+         "also watch each linked cluster with its Link's credentials and answer its pods' "
+         "own IPs for headless services exported for remote discovery", _SOURCE),
     Flag("--kube-backoff-cap", float, 30.0,
          "longest wait, in seconds, between retries against the API server", _SOURCE),
     Flag("--reload-interval", float, 1.0,
@@ -279,6 +282,7 @@ class Config:
     kube_backoff_cap: float = default("--kube-backoff-cap")
     ns_addresses: tuple[str, ...] = ("127.0.0.1",)
     no_federated: bool = default("--no-federated")
+    flat_network: bool = default("--flat-network")  # watch linked clusters directly
     gateway_probe: str = default("--gateway-probe")  # on, off, or auto: on for kube only
     gateway_probe_period: float = default("--gateway-probe-period")
     gateway_probe_timeout: float = default("--gateway-probe-timeout")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from dnsside import __version__
 from dnsside.sources.kubeclient import load as load_client
@@ -38,6 +39,7 @@ ApiClient: Any = _client["ApiClient"]
 Configuration: Any = _client["Configuration"]
 ConfigException: type[Exception] = _client["ConfigException"]
 load_kube_config: Any = _client["load_kube_config"]
+load_kube_config_from_dict: Any = _client["load_kube_config_from_dict"]
 load_incluster_config: Any = _client["load_incluster_config"]
 refresh_token: Any = _client["refresh_token"]
 
@@ -180,6 +182,33 @@ class KubeApi:
                 )
         except (ConfigException, OSError, ValueError, KeyError) as exc:
             raise KubeConfigError(f"{path or 'in-cluster config'}: {exc}") from exc
+        client = ApiClient(configuration=config)
+        client.user_agent = f"dnsside/{__version__}"
+        refresher = None
+        user = getattr(loader, "_user", None) or {}
+        if getattr(loader, "provider", None) == "gcp" or "exec" in user:
+            refresher = asyncio.create_task(_keep_token_fresh(loader, config))
+        return cls(client, refresher, request_timeout)
+
+    @classmethod
+    async def from_kubeconfig_text(cls, text: str | bytes, where: str,
+                                   request_timeout: float = 60.0) -> KubeApi:
+        """A client for a kubeconfig held in memory (a Link's credentials Secret); its
+        current context is used. KubeConfigError names ``where`` and what is wrong."""
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise KubeConfigError(f"{where}: not YAML: {exc}") from exc
+        if not isinstance(parsed, dict):
+            raise KubeConfigError(f"{where}: not a kubeconfig (expected a mapping)")
+        config = Configuration()
+        try:
+            loader = await load_kube_config_from_dict(parsed, client_configuration=config)
+        except (ConfigException, OSError, ValueError, KeyError, TypeError,
+                AttributeError) as exc:
+            raise KubeConfigError(f"{where}: {exc}") from exc
+        if not str(config.host or "").startswith(("https://", "http://")):
+            raise KubeConfigError(f"{where}: the current context has no server URL")
         client = ApiClient(configuration=config)
         client.user_agent = f"dnsside/{__version__}"
         refresher = None

@@ -63,7 +63,7 @@ def _register_lazy() -> None:
 
 def load() -> dict[str, Any]:
     """ApiClient, Configuration, ConfigException, load_kube_config,
-    load_incluster_config and refresh_token, by name."""
+    load_kube_config_from_dict, load_incluster_config and refresh_token, by name."""
     if "kubernetes_asyncio" not in sys.modules:
         try:
             _register_lazy()
@@ -88,9 +88,11 @@ def _names() -> dict[str, Any]:
         ConfigException,
         load_incluster_config,
         load_kube_config,
+        load_kube_config_from_dict,
         refresh_token,
     )
 
     return {"ApiClient": ApiClient, "Configuration": Configuration,
             "ConfigException": ConfigException, "load_kube_config": load_kube_config,
+            "load_kube_config_from_dict": load_kube_config_from_dict,
             "load_incluster_config": load_incluster_config, "refresh_token": refresh_token}
