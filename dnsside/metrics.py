@@ -145,6 +145,20 @@ LINKS_LISTED = Gauge(
     "watch went down (0: never listed).",
     registry=REGISTRY,
 )
+REMOTE_SYNCED = Gauge(
+    "dnsside_remote_synced",
+    "--flat-network: 1 while the linked cluster's API is watched and followed, 0 before its "
+    "first sync, while it is lost (its last-known members stand) or its credentials fail.",
+    ["cluster"],
+    registry=REGISTRY,
+)
+REMOTE_CREDENTIALS_VALID = Gauge(
+    "dnsside_remote_credentials_valid",
+    "--flat-network: 0 while the Link's credentials Secret is missing or unreadable, its "
+    "kubeconfig does not load, or the linked cluster rejects it; 1 otherwise.",
+    ["cluster"],
+    registry=REGISTRY,
+)
 ORPHANED_MIRRORS = Gauge(
     "dnsside_orphaned_mirrors",
     "Mirrors of a cluster no Link targets (left behind by a deleted Link), by cluster.",
