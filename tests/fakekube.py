@@ -1,6 +1,6 @@
 """An in-process fake Kubernetes API server (aiohttp) for tests.
 
-It serves core/v1 Services, ConfigMaps and Pods, discovery.k8s.io/v1
+It serves core/v1 Services, Endpoints, ConfigMaps, Secrets and Pods, discovery.k8s.io/v1
 EndpointSlices, apps/v1 Deployments and Linkerd's ``links.multicluster.linkerd.io``
 (a CRD served at v1alpha1-3, or not installed: :meth:`FakeKube.set_link_crd`) the
 way a real API server does, as far as a list/watch client can tell:
@@ -94,10 +94,15 @@ LINKS = LINK_ROUTES[LINK_VERSIONS[0]]
 CONFIGMAPS = Resource("configmaps", "ConfigMap", "v1", "/api/v1")
 PODS = Resource("pods", "Pod", "v1", "/api/v1")
 DEPLOYMENTS = Resource("deployments", "Deployment", "apps/v1", "/apis/apps/v1")
-_STORED = (SERVICES, ENDPOINTSLICES, LINKS, CONFIGMAPS, PODS, DEPLOYMENTS)
+# What --flat-network reads: a Link's credentials Secret (local cluster) and, on a remote
+# older than Linkerd 2.14 (whose service account may not read EndpointSlices), v1 Endpoints.
+SECRETS = Resource("secrets", "Secret", "v1", "/api/v1")
+ENDPOINTS = Resource("endpoints", "Endpoints", "v1", "/api/v1")
+_STORED = (SERVICES, ENDPOINTSLICES, LINKS, CONFIGMAPS, PODS, DEPLOYMENTS, SECRETS, ENDPOINTS)
 RESOURCES = {r.plural: r for r in _STORED}
 BY_KIND = {r.kind: r for r in _STORED}
-ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTSLICES, DEPLOYMENTS, *LINK_ROUTES.values())
+ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTS, SECRETS, ENDPOINTSLICES, DEPLOYMENTS,
+          *LINK_ROUTES.values())
 # Built-in API groups (discovery): name -> version.
 _GROUPS = {"discovery.k8s.io": "v1", "apps": "v1"}
 
@@ -430,6 +435,11 @@ class FakeKube:
             raise ValueError(f"the fake serves {', '.join(BY_KIND)}, not {kind!r}")
         new = copy.deepcopy(dict(obj))
         new["apiVersion"] = res.api_version
+        if res is SECRETS and "stringData" in new:
+            # The API server merges write-only stringData into data (base64) on write.
+            data = new.setdefault("data", {})
+            for k, v in (new.pop("stringData") or {}).items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
         meta = new.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
         if not meta.get("name"):
