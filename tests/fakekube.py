@@ -32,6 +32,10 @@ way a real API server does, as far as a list/watch client can tell:
 * discovery (``/version``, ``/api``, ``/apis``, ``/apis/<group>``, ...), open to
   every authenticated user.
 
+Two fakes make a local and a remote (linked) cluster: :meth:`FakeKube.link_credentials`
+builds the Secret ``linkerd multicluster link`` writes into the local cluster, holding a
+kubeconfig for the remote one.
+
 Writes happen through Python methods, never HTTP (the fake answers 405 to
 anything but GET): :meth:`FakeKube.load`, :meth:`~FakeKube.apply`,
 :meth:`~FakeKube.delete`, and fault injection with :meth:`~FakeKube.drop_streams`,
@@ -112,6 +116,10 @@ RESOURCES = {r.plural: r for r in _STORED}
 BY_KIND = {r.kind: r for r in _STORED}
 ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTS, SECRETS, ENDPOINTSLICES, DEPLOYMENTS,
           *LINK_ROUTES.values())
+# The type and data key of the Secret `linkerd multicluster link` writes (k8s.MirrorSecretType,
+# k8s.ConfigKeyName in linkerd2).
+LINK_SECRET_TYPE = "mirror.linkerd.io/remote-kubeconfig"
+LINK_SECRET_KEY = "kubeconfig"
 # Built-in API groups (discovery): name -> version.
 _GROUPS = {"discovery.k8s.io": "v1", "apps": "v1"}
 
@@ -408,17 +416,40 @@ class FakeKube:
         await self._site.start()
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
-        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        Path(path).write_text(self.kubeconfig_text())
+        return str(path)
+
+    def kubeconfig_text(self, token: str | None = None, name: str = "fake") -> str:
+        """A kubeconfig (YAML) for this server with one cluster, user and context, all
+        called ``name``, the current one; its user sends ``token`` (default :attr:`token`;
+        none at all when both are None)."""
+        token = token if token is not None else self.token
+        user: dict[str, Any] = {"token": token} if token else {}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": user}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            "current-context": "fake",
+            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
         }
-        Path(path).write_text(yaml.safe_dump(config))
-        return str(path)
+        return yaml.safe_dump(config)
+
+    def link_credentials(self, name: str, namespace: str = "linkerd-multicluster",
+                         token: str | None = None) -> dict[str, Any]:
+        """The Secret ``linkerd multicluster link --cluster-name <name>`` writes into the
+        *local* cluster for this (remote) fake: ``cluster-credentials-<name>`` of type
+        ``mirror.linkerd.io/remote-kubeconfig``, data ``kubeconfig`` = a kubeconfig for
+        this server authenticating with ``token`` (default :attr:`token`). Pass it to the
+        local fake's :meth:`apply`; a Link's ``spec.clusterCredentialsSecret`` names it."""
+        text = self.kubeconfig_text(token, name)
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": LINK_SECRET_TYPE,
+            "metadata": {"name": f"cluster-credentials-{name}", "namespace": namespace},
+            "data": {LINK_SECRET_KEY: base64.b64encode(text.encode()).decode()},
+        }
 
     # ------------------------------------------------------------------ test control
 

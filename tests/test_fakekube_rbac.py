@@ -1,6 +1,6 @@
 """The fake API server as a local and a remote (linked) cluster for --flat-network: Secrets
 and v1 Endpoints served like the rest, several users by bearer token, RBAC allow-lists
-with the real 403 messages, and what a Link's credentials may read.
+with the real 403 messages, and the credentials Secret `linkerd multicluster link` writes.
 
 If these drift from the real API server, --flat-network's tests would pass against a
 cluster that does not exist, so each check below is made over HTTP, as a client sees it.
@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from fakekube import (
     REMOTE_ACCESS_RULES,
     REMOTE_ACCESS_RULES_PRE_214,
@@ -24,6 +25,8 @@ from fakekube import (
     Rule,
     running_fake_kube,
 )
+
+from dnsside.sources.kubeapi import Forbidden, KubeApi, NotFound, Unauthorized
 
 # The service account `linkerd multicluster link` uses on the remote cluster.
 MIRROR = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-default"
@@ -235,3 +238,47 @@ async def test_restrict_ends_the_watches_the_rules_no_longer_allow(remote: FakeK
         assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "a")
         svc.close()
         sec.close()
+
+
+async def test_link_credentials_authenticate_as_their_user(tmp_path: Path,
+                                                           remote: FakeKube) -> None:
+    (tmp_path / "local").mkdir()
+    async with running_fake_kube(tmp_path / "local") as local:
+        remote.apply({"kind": "Service", "metadata": {"name": "web", "namespace": "default"}})
+        creds = remote.link_credentials("east", token=MIRROR_TOKEN)
+        assert (creds["kind"], creds["type"]) == ("Secret", "mirror.linkerd.io/remote-kubeconfig")
+        assert creds["metadata"] == {"name": "cluster-credentials-east", "namespace": MC}
+        local.apply(creds)
+
+        admin = await KubeApi.connect(local.kubeconfig)
+        try:
+            stored = await admin.get_json(f"/api/v1/namespaces/{MC}/secrets/"
+                                          "cluster-credentials-east")
+        finally:
+            await admin.close()
+        text = base64.b64decode(stored["data"]["kubeconfig"])
+        config = yaml.safe_load(text)
+        assert config["current-context"] == "east"
+        assert [c["cluster"]["server"] for c in config["clusters"]] == [remote.url]
+        assert config["users"][0]["user"] == {"token": MIRROR_TOKEN}
+
+        api = await KubeApi.from_kubeconfig_text(text, "secret cluster-credentials-east")
+        try:
+            services = await api.list_all("/api/v1/services")
+            assert [s["metadata"]["name"] for s in services] == ["web"]
+            with pytest.raises(Forbidden) as denied:
+                await api.get_json(f"/api/v1/namespaces/{MC}/secrets")
+            assert f'User "{MIRROR}" cannot list resource "secrets"' in denied.value.message
+            with pytest.raises(NotFound):  # authorized (linkerd-config), just absent
+                await api.get_json("/api/v1/namespaces/linkerd/configmaps/linkerd-config")
+        finally:
+            await api.close()
+
+        # The same kubeconfig against the local cluster, which does not know the token.
+        wrong = text.decode().replace(remote.url, local.url)
+        api = await KubeApi.from_kubeconfig_text(wrong, "rewritten")
+        try:
+            with pytest.raises(Unauthorized):
+                await api.get_json("/api/v1/services")
+        finally:
+            await api.close()
