@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -114,6 +115,8 @@ async def _explain(config: Config, name: str, qtype: str, output: str = "text") 
         app.index.apply(batch)
         if app.index.synced:
             break
+    if config.flat_network:
+        await _sync_linked_clusters(app)
     report = Explainer(app.index).explain(name, qtype)
     if output == "json":
         print(json.dumps(report, indent=2))
@@ -124,6 +127,29 @@ async def _explain(config: Config, name: str, qtype: str, output: str = "text") 
     else:
         print(render(report), end="")
     return 0
+
+
+async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
+    """``explain --flat-network``: list every linked cluster once too, until each has
+    synced or failed on its credentials (or ``timeout``: then what is known is shown,
+    and the report says which cluster was still connecting)."""
+    from dnsside.events import RemoteState
+    from dnsside.sources.remote import FlatNetworkSource, Target
+
+    index = app.index
+    flat = FlatNetworkSource(lambda: index.links.values(), kubeconfig=app.config.kubeconfig,
+                             namespaces=app.config.namespaces,
+                             backoff_cap=app.config.kube_backoff_cap)
+    clusters = set(Target.of(index.links.values()))
+    settled = (RemoteState.SYNCED, RemoteState.CREDENTIALS)
+    flat.links_changed()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            async for batch in flat.events():
+                index.apply(batch)
+                states = [index.remote_status.get(c) for c in clusters]
+                if all(s is not None and s.state in settled for s in states):
+                    break
 
 
 def main(argv: Sequence[str] | None = None) -> int:

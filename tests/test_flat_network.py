@@ -25,7 +25,7 @@ from flatnet import (
     v1_endpoints,
     west_objects,
 )
-from support import Dnsside, ThreadedKube, answers, wait_for
+from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
@@ -230,3 +230,14 @@ def test_a_link_without_a_remote_discovery_selector_serves_nothing_directly(
     with serve(east) as srv:
         wait_for(lambda: metric(srv, "dnsside_remote_synced") == 1, 10, "west synced")
         assert addresses(srv) == EAST_DB | {MIRROR}
+
+
+def test_explain_lists_the_linked_clusters_too(east: ThreadedKube, west: ThreadedKube) -> None:
+    done = run_cli(["explain", DB, "--source", "kube",
+                    "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
+                    "--flat-network"])
+    assert done.returncode == 0, done.stderr
+    assert "10.244.1.5" in done.stdout
+    assert "flat network (pod IP)" in done.stdout
+    assert "Flat network:    cluster west: synced (Secret " + SECRET in done.stdout
+    assert "served by their own addresses on the flat network" in done.stdout  # the mirror
