@@ -68,6 +68,7 @@ class Target:
     link: str
     secret: str  # spec.clusterCredentialsSecret
     selector: LabelSelector
+    selector_error: str = ""  # why the Link's remoteDiscoverySelector selects nothing
 
     @property
     def secret_ref(self) -> str:
@@ -81,7 +82,7 @@ class Target:
         for link in sorted(links, key=lambda lk: (lk.namespace, lk.name)):
             targets.setdefault(link.target_cluster, Target(
                 link.target_cluster, link.namespace, link.name, link.credentials_secret,
-                link.remote_selector))
+                link.remote_selector, link.selector_error))
         return targets
 
 
@@ -204,6 +205,9 @@ class FlatNetworkSource:
             return RemoteStatus(target.cluster, state, detail, target.secret_ref)
 
         await queue.put([status(RemoteState.CONNECTING)])
+        if target.selector_error:
+            log.warning("cluster %s: %s: it selects nothing, so no Service of %s is served "
+                        "directly", target.cluster, target.selector_error, target.cluster)
         backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
         synced = False
         while True:
