@@ -241,3 +241,58 @@ def test_explain_lists_the_linked_clusters_too(east: ThreadedKube, west: Threade
     assert "flat network (pod IP)" in done.stdout
     assert "Flat network:    cluster west: synced (Secret " + SECRET in done.stdout
     assert "served by their own addresses on the flat network" in done.stdout  # the mirror
+
+
+def test_revoked_credentials_after_a_sync_keep_the_members_until_a_rotated_secret(
+        east: ThreadedKube, west: ThreadedKube) -> None:
+    with serve(east) as srv:
+        wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
+        west.call(west.kube.users.tokens.pop, REMOTE_TOKEN)  # the account's token revoked
+        west.call(west.kube.drop_streams)
+        wait_for(lambda: metric(srv, "dnsside_remote_credentials_valid") == 0, 10,
+                 "credentials_valid 0")
+        assert "rejected the credentials" in srv.wait_log("cannot use Secret")
+        assert addresses(srv) == EAST_DB | {"10.244.1.5"}  # what was learnt stands
+        west.call(west.kube.add_token, "rotated-token", REMOTE_USER)
+        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
+                                             token="rotated-token"))
+        wait_for(lambda: metric(srv, "dnsside_remote_synced") == 1, 15, "synced again")
+        west.call(west.kube.apply, endpoint_slice("db-x1y2z", "db", [
+            endpoint("10.244.1.5", "db-0"), endpoint("10.244.1.8", "db-3")]))
+        wait_for(lambda: "10.244.1.8" in addresses(srv), 10, "a change after the rotation")
+
+
+def test_a_link_whose_selector_changes_is_watched_afresh(east: ThreadedKube,
+                                                         west: ThreadedKube) -> None:
+    with serve(east) as srv:
+        wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
+        east.call(east.kube.apply, link("west", selector={"matchLabels": {"tier": "none"}}))
+        wait_for(lambda: addresses(srv) == EAST_DB | {MIRROR}, 10, "nothing selected")
+        srv.wait_log("cluster west: Link changed: watching it afresh")
+        east.call(east.kube.apply, link("west", selector={"matchExpressions": [
+            {"key": "mirror.linkerd.io/exported", "operator": "In",
+             "values": ["remote-discovery"]}]}))
+        wait_for(lambda: addresses(srv) == EAST_DB | {"10.244.1.5"}, 10, "selected again")
+
+
+def test_namespaces_and_mcs_names_apply_to_linked_clusters(east: ThreadedKube,
+                                                           west: ThreadedKube) -> None:
+    west.call(west.kube.load, {"kind": "List", "items": [
+        service("cache", "other", labels=dict(REMOTE_DISCOVERY_LABELS)),
+        endpoint_slice("cache-1", "cache", [endpoint("10.244.3.1", "cache-0")],
+                       namespace="other")]})
+    with serve(east, "--namespace", "data", "--namespace", "linkerd-multicluster",
+               "--mcs-zone", "clusterset.local.", "--publish-not-ready") as srv:
+        wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
+        assert addresses(srv) == EAST_DB | {"10.244.1.5", "10.244.1.6"}
+        assert addresses(srv, "db-1.west.db.data.svc.clusterset.local") == {"10.244.1.6"}
+        assert srv.query("cache.other.svc-global").rcode() == 3  # NXDOMAIN: not watched
+        asked = west.call(lambda: {p for _, p in west.kube.requests})
+        assert "/api/v1/namespaces/data/services" in asked
+        assert "/api/v1/services" not in asked
+
+
+def test_flat_network_needs_the_kube_source() -> None:
+    done = run_cli(["explain", DB, "--source", "examples/demo-east.yaml", "--flat-network"])
+    assert done.returncode == 2
+    assert "--flat-network" in done.stderr and "--source kube" in done.stderr
