@@ -121,6 +121,10 @@ def add_admin_commands(sub: Any) -> None:
                          help="sidecar mode: CoreDNS's Deployment")
     install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's ServiceAccount")
+    install.add_argument("--links-namespace", metavar="NS",
+                         help="with --flat-network: the namespace of the Links and their "
+                         "credentials Secrets, where dnsside may read Secrets (default "
+                         f"{inst.LINKS_NAMESPACE})")
     install.set_defaults(**{_BAKEABLE: add_bakeable_flags(install)})
     targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
 
@@ -221,6 +225,7 @@ def _install(args: argparse.Namespace, command: str) -> str:
         coredns_deployment=args.coredns_deployment,
         coredns_service_account=args.coredns_service_account,
         dns_port=args.dns_port,
+        links_namespace=args.links_namespace,
     )
     objs = inst.manifests(opts)
     if opts.cluster_name == "local":
