@@ -151,11 +151,11 @@ def main() -> int:
         ("index.slices", index.slices),
         # Before issue 13 the index held GlobalService objects; now their tallies.
         ("index.global_services", getattr(index, "_tallies", index.global_services)),
-        ("index._published", index._published),
+        ("index's published keys", index._publisher._published),
         ("index.slices_by_service", index.slices_by_service),
         ("index.mirrors_by_key", index.mirrors_by_key),
         ("index (the rest)", {k: v for k, v in vars(index).items()
-                              if k not in {"services", "slices", "global_services", "_published",
+                              if k not in {"services", "slices", "global_services", "_publisher",
                                            "_tallies",
                                            "slices_by_service", "mirrors_by_key", "responder"}}),
     ]

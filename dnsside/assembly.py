@@ -87,14 +87,22 @@ def _local_members(
                 why_not_ready="" if ready else "its EndpointSlices have no ready endpoint",
             )
         ]
-    # Headless: one member per endpoint hostname. A dual-stack pod shows up once per
-    # address family, in two slices, under the same hostname: merge those.
+    return endpoint_members(slices, cluster_name, Via.LOCAL_ENDPOINT)
+
+
+def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via) -> list[Member]:
+    """One member per endpoint hostname of a headless Service's slices: the endpoint's
+    hostname, else (local only, as dnsside always did) its Pod's name, else its dashed
+    address as Kubernetes DNS names it. A dual-stack pod shows up once per address
+    family, in two slices, under the same hostname: merge those."""
+    pod_names = via is Via.LOCAL_ENDPOINT
     merged: dict[str, tuple[list[str], list[Port], bool, str]] = {}
     for s in sorted(slices, key=lambda s: s.name):
         for e in s.endpoints:
             if not e.addresses:
                 continue
-            host = (e.hostname or e.pod_name or dashed_ip(e.addresses[0])).lower()
+            host = (e.hostname or (e.pod_name if pod_names else None)
+                    or dashed_ip(e.addresses[0])).lower()
             if not is_dns_label(host):
                 continue
             addrs, ports, ready, first_slice = merged.setdefault(host, ([], [], False, s.name))
@@ -106,12 +114,12 @@ def _local_members(
     for host, (addrs, ports, ready, first_slice) in sorted(merged.items()):
         members.append(
             Member(
-                cluster=cluster_name,
+                cluster=cluster,
                 hostname=host,
                 addresses=tuple(addrs),
                 ports=tuple(ports),
                 ready=ready,
-                via=Via.LOCAL_ENDPOINT,
+                via=via,
                 source=first_slice,
                 why_not_ready="" if ready else "endpoint condition ready is false",
             )
@@ -174,6 +182,7 @@ def assemble(
     include_federated: bool = True,
     linked_clusters: Collection[str] | None = None,
     failing_gateways: Collection[str] = (),
+    flat: Sequence[tuple[ServiceRecord, Sequence[SliceRecord]]] = (),
 ) -> GlobalService | None:
     """Build the global service ``(namespace, name)``, or None when it does not exist.
 
@@ -183,6 +192,11 @@ def assemble(
     cluster are orphans: excluded, and on their own they make a service with no members
     (so ``explain`` can still say why). Root headless mirrors make the service exist but
     contribute no member themselves: their pods arrive as per-pod mirrors.
+
+    ``flat`` are the linked clusters' own headless Services of this name, watched
+    directly (``--flat-network``): each makes the service exist and adds its pods by
+    their own addresses, and that cluster's mirrors of it are left out (one cluster's
+    pods appear once).
     """
     live: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
     orphans: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
@@ -197,26 +211,36 @@ def assemble(
             continue
         live.append((svc, slices))
     exported = local is not None and local.exported
-    if not live and not exported and not orphans:
+    if not live and not exported and not orphans and not flat:
         return None
+    headless = headless or bool(flat)
+    flat_clusters = {svc.cluster for svc, _ in flat}
     excluded = [
         _excluded(_mirror_member(svc, slices, ()), Exclusion.ORPHANED)
         for svc, slices in sorted(orphans, key=lambda ms: (ms[0].cluster, ms[0].hostname,
                                                            ms[0].name))
         if svc.role is not Role.HEADLESS_ROOT and svc.cluster_ips
     ]
-    if not live and not exported:
+    if not live and not exported and not flat:
         return GlobalService(namespace, name, (), tuple(excluded), headless)
     members: list[Member] = []
     if include_local and local is not None and local.role is Role.LOCAL:
         members.extend(_local_members(local, local_slices, cluster_name))
-    taken = {(m.cluster, m.hostname) for m in members}
+    candidates: list[Member] = []
+    for svc, slices in sorted(flat, key=lambda ms: ms[0].cluster):
+        candidates.extend(endpoint_members(slices, svc.cluster, Via.FLAT_NETWORK))
     for svc, slices in sorted(live, key=lambda ms: (ms[0].cluster, ms[0].hostname, ms[0].name)):
         if svc.role not in _MEMBER_ROLES or not svc.cluster_ips:
             continue
         if svc.role is Role.FEDERATED and not include_federated:
             continue
         member = _mirror_member(svc, slices, failing_gateways)
+        if svc.cluster in flat_clusters:
+            excluded.append(_excluded(member, Exclusion.SERVED_FLAT))
+            continue
+        candidates.append(member)
+    taken = {(m.cluster, m.hostname) for m in members}
+    for member in candidates:
         if (member.cluster, member.hostname) in taken:
             # Never two records for one name: the local member (or the first mirror, by
             # name) wins, everywhere at once since every RRset is built from `members`.

@@ -21,6 +21,7 @@ import enum
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dnsside.events import RemoteState
 from dnsside.linkerd import LinkRecord, Role, ServiceRecord
 
 # --------------------------------------------------------------------------- left out
@@ -31,6 +32,7 @@ class Exclusion(enum.Enum):
 
     ORPHANED = "orphaned"  # no Link targets its cluster
     NAME_CLASH = "name-clash"  # a local member has its name
+    SERVED_FLAT = "served-flat"  # its cluster's pods are served by their own IPs
 
     def why(self, cluster: str) -> str:
         return _EXCLUSION_TEXT[self].format(cluster=cluster)
@@ -42,6 +44,9 @@ _EXCLUSION_TEXT = {
     Exclusion.NAME_CLASH: ("name clash: the local cluster is also named {cluster} "
                            "(--cluster-name equals a linked cluster's name); the local member "
                            "with this name wins"),
+    Exclusion.SERVED_FLAT: ("cluster {cluster}'s pods of this service are served by their own "
+                            "addresses on the flat network (--flat-network): this mirror "
+                            "would list them twice"),
 }
 
 # What to do, written once: the log, `dnsside check` and the alert runbooks all say it.
@@ -174,6 +179,9 @@ class Notice(enum.Enum):
     LINKS_RELISTED = "links-relisted"
     LINK_WATCH_DOWN = "link-watch-down"
     LINK_WATCH_UP = "link-watch-up"
+    REMOTE_SYNCED = "remote-synced"
+    REMOTE_LOST = "remote-lost"
+    REMOTE_CREDENTIALS = "remote-credentials"
     CONFIG_WARNING = "config-warning"
 
     @property
@@ -182,7 +190,8 @@ class Notice(enum.Enum):
         return self in _WARNINGS
 
 
-_WARNINGS = frozenset({Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
+_WARNINGS = frozenset({Notice.REMOTE_LOST, Notice.REMOTE_CREDENTIALS,
+                       Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
                        Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING})
 
 
@@ -253,3 +262,34 @@ __all__ = [
     "name_clash",
     "orphaned",
 ]
+
+
+# --------------------------------------------------------------------------- --flat-network
+
+CREDENTIALS_FIX = (
+    "dnsside reads the Secret named by the Link's spec.clusterCredentialsSecret (key "
+    "kubeconfig) with the Role `dnsside install --flat-network` adds; `linkerd multicluster "
+    "link --cluster-name {cluster} ... | kubectl apply -f -` writes a fresh one")
+
+
+def remote_state(cluster: str, state: RemoteState, detail: str, secret: str, services: int,
+                 before: RemoteState | None) -> Told:
+    """What an operator hears when the direct watch of a linked cluster changes state."""
+    if state is RemoteState.SYNCED:
+        again = " again" if before in (RemoteState.LOST, RemoteState.CREDENTIALS) else ""
+        return Told(Notice.REMOTE_SYNCED, (
+            f"cluster {cluster}: flat network: its API is watched directly{again} with Secret "
+            f"{secret}: {services} headless services served by their pods' own addresses"))
+    if state is RemoteState.CREDENTIALS:
+        return Told(Notice.REMOTE_CREDENTIALS, (
+            f"cluster {cluster}: flat network: cannot use Secret {secret}: {detail}; "
+            + ("its last-known members stand" if services else "its pods are not served "
+               "directly (its mirrors still are)") + "; " + CREDENTIALS_FIX.format(
+                cluster=cluster)))
+    if state is RemoteState.LOST:
+        return Told(Notice.REMOTE_LOST, (
+            f"cluster {cluster}: flat network: its API is lost ({detail}): the last-known "
+            f"members of its {services} services stand until it answers again"))
+    return Told(Notice.REMOTE_SYNCED, (
+        f"cluster {cluster}: flat network: connecting again with Secret {secret}"
+        + (f" ({detail})" if detail else "")))

@@ -15,7 +15,9 @@ because an unreadable Link list must never empty the answers; after one, the
 last complete list stands, because a fault must never bring an unlinked cluster
 back. ``LinkWatch`` says whether the Link watch is following changes or is down
 (the list stands either way; it is what the operator is told). ``GatewayState``
-comes from the gateway prober, which is one more source.
+comes from the gateway prober, which is one more source. ``Remote`` and
+``RemoteStatus`` come from the flat-network source: the objects of a linked
+cluster watched directly, kept apart from the local ones, and how that watch fares.
 """
 
 from __future__ import annotations
@@ -99,6 +101,37 @@ class GatewayState:
 
 
 @dataclass(frozen=True, slots=True)
+class Remote:
+    """``event`` (an Upsert, Delete or Replace of Services and EndpointSlices) happened in
+    linked ``cluster``, watched directly with its Link's credentials (``--flat-network``).
+    Its records live apart from the local ones: the same namespace and name exist in
+    both clusters."""
+
+    cluster: str
+    event: Upsert | Delete | Replace
+
+
+class RemoteState(enum.Enum):
+    """How dnsside follows a linked cluster's API under ``--flat-network``."""
+
+    CONNECTING = "connecting"  # no complete list yet: the cluster adds no member
+    SYNCED = "synced"  # listed and watched: its members follow it
+    LOST = "lost"  # the API went away after a sync: the last-known members stand
+    CREDENTIALS = "credentials"  # the Secret, its kubeconfig or the remote's verdict on it
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteStatus:
+    """The watch of linked ``cluster`` changed state; ``detail`` says why (it is logged
+    when it changes, so it holds no retry delay), ``secret`` names the credentials."""
+
+    cluster: str
+    state: RemoteState
+    detail: str = ""
+    secret: str = ""  # namespace/name
+
+
+@dataclass(frozen=True, slots=True)
 class Synced:
     """The source has delivered its initial state: the index may start answering."""
 
@@ -111,4 +144,4 @@ class SourceError:
 
 
 Event = (Upsert | Delete | Replace | LinksUnavailable | LinkWatch | GatewayState | Synced
-         | SourceError)
+         | SourceError | Remote | RemoteStatus)

@@ -31,7 +31,7 @@ from dnsside import diagnosis
 from dnsside.assembly import GlobalService, assemble, probe_url
 from dnsside.bulk import bulk
 from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
-from dnsside.dns import McsZone, ServiceAnswers, Zone, ZoneOptions, encode_service
+from dnsside.dns import McsZone, Zone, ZoneOptions
 from dnsside.events import (
     Delete,
     Event,
@@ -40,10 +40,14 @@ from dnsside.events import (
     Kind,
     LinksUnavailable,
     LinkWatch,
+    Remote,
+    RemoteState,
+    RemoteStatus,
     Replace,
     Synced,
     Upsert,
 )
+from dnsside.flat import RemoteCluster
 from dnsside.linkerd import (
     LinkRecord,
     Record,
@@ -51,9 +55,9 @@ from dnsside.linkerd import (
     ServiceRecord,
     SliceRecord,
 )
+from dnsside.publishing import Publisher
 from dnsside.responder import Responder
 from dnsside.tables import Key, Names, Table, names_with, names_without
-from dnsside.wire import Answer, to_wire
 
 # A global service's contribution to the member, orphan and clash counts, flat:
 # (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the
@@ -73,11 +77,6 @@ def _tally(gs: GlobalService) -> Tally:
         elif m.exclusion is Exclusion.NAME_CLASH:
             counts[(_CLASH, m.cluster)] += 1
     return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
-
-
-def _same_answer(a: Answer | None, b: Answer) -> bool:
-    return a is b or (a is not None and a.body == b.body and a.counts == b.counts
-                      and a.stat == b.stat)
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -138,7 +137,6 @@ class Index:
         self.responder = responder
         self.options = options
         self.observer = observer
-        self.zone_wires = [z.wire for z in responder.zones]
         self.services: Table[ServiceRecord] = Table()
         self.slices: Table[SliceRecord] = Table()
         self.links: dict[Key, LinkRecord] = {}
@@ -147,10 +145,7 @@ class Index:
         # Every global service that exists, by the counts it adds to the metrics.
         self._tallies: dict[Key, Tally] = {}
         self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
-        # What each service put into the responder's tables, to take it out again.
-        # Tuples of the keys, not the dicts: the responder already holds the answers.
-        self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
-        self._namespace_refs: Counter[bytes] = Counter()
+        self._publisher = Publisher(responder, options.zone)
         self._members: Counter[tuple[str, bool]] = Counter()
         self._clusters: set[str] = set()  # clusters with members, for "link seen/gone" logs
         self._orphans: Counter[str] = Counter()  # orphaned mirrors (excluded members) by cluster
@@ -168,6 +163,9 @@ class Index:
         self._linked: frozenset[str] | None = None  # what the global services were built with
         self._failing: frozenset[str] = frozenset()
         self.warnings: dict[ConfigWarning, str] = {}  # active configuration warnings
+        # --flat-network: each linked cluster watched directly, and how that watch fares.
+        self.remotes: dict[str, RemoteCluster] = {}
+        self.remote_status: dict[str, RemoteStatus] = {}
         self.synced = False
         self.serial = int(time.time())
         for z in responder.zones:
@@ -208,9 +206,15 @@ class Index:
                 self._link_watch(event.reason)
             elif isinstance(event, GatewayState):
                 self._gateway(event)
+            elif isinstance(event, Remote):
+                self._remote(event, dirty)
+            elif isinstance(event, RemoteStatus):
+                self._remote_status(event)
             elif isinstance(event, Synced):
                 became_synced = not self.synced
         dirty |= self._cluster_inputs_changed()
+        if self.remotes or self.remote_status:
+            self._forget_unlinked_remotes(dirty)
         if became_synced:
             self.synced = True
             dirty = self._all_keys()
@@ -305,6 +309,52 @@ class Index:
         else:
             self.gateways[event.cluster] = (event.state, event.detail)
 
+    # ----------------------------------------------------------------- --flat-network
+
+    def _link_targets(self) -> set[str]:
+        return {link.target_cluster for link in self.links.values()}
+
+    def _remote(self, event: Remote, dirty: set[Key]) -> None:
+        """A linked cluster's own objects. Those of a cluster no Link targets (any more)
+        are late: its Link was deleted, and with it everything learnt from it."""
+        if event.cluster not in self._link_targets():
+            return
+        remote = self.remotes.get(event.cluster)
+        if remote is None:
+            remote = self.remotes[event.cluster] = RemoteCluster(event.cluster)
+        dirty |= remote.apply(event.event)
+
+    def _remote_status(self, event: RemoteStatus) -> None:
+        if event.cluster not in self._link_targets():
+            return
+        before = self.remote_status.get(event.cluster)
+        self.remote_status[event.cluster] = event
+        if before is not None and (before.state, before.detail) == (event.state, event.detail):
+            return
+        if before is None and event.state is RemoteState.CONNECTING:
+            return
+        remote = self.remotes.get(event.cluster)
+        services = len(remote.services) if remote is not None else 0
+        self._told.append(diagnosis.remote_state(event.cluster, event.state, event.detail,
+                                                 event.secret, services,
+                                                 before.state if before else None))
+
+    def _forget_unlinked_remotes(self, dirty: set[Key]) -> None:
+        """A deleted Link takes its cluster's directly watched members with it, at once."""
+        targets = self._link_targets()
+        for cluster in [c for c in self.remotes if c not in targets]:
+            dirty.update(self.remotes.pop(cluster).keys())
+        for cluster in [c for c in self.remote_status if c not in targets]:
+            del self.remote_status[cluster]
+
+    def _flat_services(self, key: Key) -> list[tuple[ServiceRecord, list[SliceRecord]]]:
+        found = []
+        for remote in self.remotes.values():
+            svc = remote.service(key) if remote.synced else None
+            if svc is not None:
+                found.append((svc, remote.slices_of(key)))
+        return found
+
     def _cluster_inputs_changed(self) -> set[Key]:
         """Global services to rebuild because the linked clusters or failing gateways moved."""
         linked = self.linked_clusters()
@@ -351,6 +401,8 @@ class Index:
         keys = {(s.namespace, s.name) for s in self.services.records()
                 if s.role is Role.LOCAL and s.exported}
         keys.update(self.mirrors_by_key)
+        for remote in self.remotes.values():
+            keys.update(remote.keys())
         return keys
 
     def _upsert(self, record: Record, dirty: set[Key]) -> None:
@@ -490,6 +542,7 @@ class Index:
             include_federated=self.options.include_federated,
             linked_clusters=self._linked,
             failing_gateways=self._failing,
+            flat=self._flat_services(key) if self.remotes else (),
         )
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
@@ -500,7 +553,7 @@ class Index:
             gs = self.assemble(key)
             tally = _tally(gs) if gs is not None else None
             old = self._tallies.get(key)
-            if not self._publish(key, gs) and tally == old:
+            if not self._publisher.publish(key, gs) and tally == old:
                 continue
             changed.add(key)
             self._count_members(old, -1)
@@ -568,68 +621,6 @@ class Index:
                 self._clashes[cluster] += sign * n
             else:
                 self._members[(cluster, tag is _READY)] += sign * n
-
-    def _publish(self, key: Key, gs: GlobalService | None) -> bool:
-        """Put ``gs``'s answers in the responder's tables in place of its previous ones;
-        False (and nothing touched) when they are the same bytes."""
-        r = self.responder
-        new = (
-            encode_service(gs, self.responder.zones, self.options.zone)
-            if gs is not None
-            else ServiceAnswers()
-        )
-        old = self._published.get(key)
-        if old is None and not new.answers:
-            return False
-        if old is not None and self._unchanged(old, new):
-            return False
-        self._published.pop(key, None)
-        # Insert first, then remove what is no longer there: a concurrent reader
-        # sees either the old or the new answer for a name, never a gap.
-        r.answers.update(new.answers)
-        for name in new.names:
-            r.names[name] = r.zone_by_wire[self._zone_suffix(name)]
-        if old is not None:
-            old_answers, old_names = old
-            for k in old_answers:
-                if k not in new.answers:
-                    r.answers.pop(k, None)
-            for name in old_names:
-                if name not in new.names:
-                    r.names.pop(name, None)
-        if new.answers:
-            self._published[key] = (tuple(new.answers), tuple(new.names))
-        delta = (1 if new.answers else 0) - (1 if old is not None else 0)
-        if delta:
-            self._count_namespace(key[0], delta)
-        return True
-
-    def _unchanged(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]],
-                   new: ServiceAnswers) -> bool:
-        """``new`` holds exactly the questions, answer bytes and names published before."""
-        old_answers, old_names = old
-        if len(old_answers) != len(new.answers) or len(old_names) != len(new.names):
-            return False
-        answers = self.responder.answers
-        return (all(name in new.names for name in old_names)
-                and all(k in new.answers and _same_answer(answers.get(k), new.answers[k])
-                        for k in old_answers))
-
-    def _count_namespace(self, namespace: str, delta: int) -> None:
-        """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the
-        namespace is published."""
-        for zone in self.responder.zones:
-            name = to_wire(namespace)[:-1] + zone.services_wire
-            self._namespace_refs[name] += delta
-            if self._namespace_refs[name] > 0:
-                self.responder.names[name] = zone
-            else:
-                del self._namespace_refs[name]
-                self.responder.names.pop(name, None)
-
-    def _zone_suffix(self, name: bytes) -> bytes:
-        """The longest served zone that ``name`` (one of our own, well-formed) ends with."""
-        return max((z for z in self.zone_wires if name.endswith(z)), key=len)
 
 
 def make_responder(

@@ -19,12 +19,13 @@ from __future__ import annotations
 import enum
 import ipaddress
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
 from typing import Any, TypeGuard, TypeVar
 
 from dnsside.config import is_dns_label  # Kubernetes names and hostnames: RFC 1123 labels
+from dnsside.endpoints import Endpoint, EndpointRow, Endpoints, pack_rows
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
 MIRRORED_SERVICE = "mirror.linkerd.io/mirrored-service"
@@ -84,6 +85,7 @@ class Role(enum.Enum):
     POD_MIRROR = "pod-mirror"  # `<pod>-<cluster>`, one per remote pod
     CLUSTER_MIRROR = "cluster-mirror"  # gateway or remote-discovery ClusterIP mirror
     FEDERATED = "federated"  # `<svc>-federated` (2.17+): one ClusterIP for every cluster
+    FLAT = "flat"  # a linked cluster's headless Service, watched directly (--flat-network)
     GATEWAY_PROBE = "gateway-probe"  # `probe-gateway-<cluster>` / `probe-<link>`: probe target
     IGNORED = "ignored"  # a mirror dnsside cannot place: never a member
 
@@ -97,6 +99,7 @@ class Via(enum.Enum):
     GATEWAY_MIRROR = "gateway-mode mirror, through the gateway"
     REMOTE_DISCOVERY = "remote-discovery mirror: reachable by meshed clients only"
     FEDERATED = "federated service: reachable by meshed clients only"
+    FLAT_NETWORK = "flat network (pod IP)"
 
     @property
     def local(self) -> bool:
@@ -133,94 +136,6 @@ class ServiceRecord:
     @property
     def headless(self) -> bool:
         return not self.cluster_ips
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    addresses: tuple[str, ...]
-    ready: bool
-    hostname: str | None
-    pod_name: str | None  # targetRef.name when targetRef.kind is Pod
-
-
-class Endpoints(Sequence[Endpoint]):
-    """A slice's endpoints packed into one string, decoded when read.
-
-    Only the endpoints of a local headless Service's slices are ever read one by
-    one (they become its members); every other slice is asked only whether one of
-    its endpoints is ready. Yet a slice holds one endpoint per pod (a root headless
-    mirror's slice one per remote pod), and as objects they would be the index's
-    biggest cost (bench/memory-figures.md). Packed they take their text and
-    nothing else. Equal packings compare and hash equal, so identical ones (a
-    per-pod mirror's gateway endpoint) are shared.
-    """
-
-    __slots__ = ("_packed", "ready")
-
-    def __init__(self, packed: str, ready: bool) -> None:
-        self._packed = packed
-        self.ready = ready  # any endpoint is ready
-
-    @staticmethod
-    def pack(endpoints: Sequence[Endpoint]) -> Endpoints | tuple[Endpoint, ...]:
-        """Packed, unless a name holds a separator (a malformed one): then the tuple."""
-        packed = _pack([(e.addresses, e.ready, e.hostname, e.pod_name) for e in endpoints])
-        return tuple(endpoints) if packed is None else packed
-
-    def _decode(self) -> list[Endpoint]:
-        if not self._packed:
-            return []
-        out = []
-        for piece in self._packed.split(_ENDPOINT):
-            flags, hostname, pod_name, *addresses = piece.split(_FIELD)
-            out.append(Endpoint(tuple(addresses), flags[0] == "r",
-                                hostname if flags[1] == "h" else None,
-                                pod_name if flags[2] == "p" else None))
-        return out
-
-    def __iter__(self) -> Iterator[Endpoint]:
-        return iter(self._decode())
-
-    def __len__(self) -> int:
-        return self._packed.count(_ENDPOINT) + 1 if self._packed else 0
-
-    def __getitem__(self, i: Any) -> Any:
-        return self._decode()[i]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Endpoints):
-            return self._packed == other._packed
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    def __hash__(self) -> int:
-        return hash(self._packed)
-
-    def __repr__(self) -> str:
-        return repr(tuple(self))
-
-
-_ENDPOINT, _FIELD = "\x1e", "\x1f"
-# An endpoint as the parser reads it: (addresses, ready, hostname, pod name).
-EndpointRow = tuple[tuple[str, ...], bool, str | None, str | None]
-
-
-def _pack(rows: Sequence[EndpointRow]) -> Endpoints | None:
-    """Endpoints packed; None when a name holds a separator (addresses, normalised IP
-    addresses, cannot)."""
-    pieces = []
-    any_ready = False
-    for addresses, ready, hostname, pod_name in rows:
-        if hostname is not None and (_FIELD in hostname or _ENDPOINT in hostname):
-            return None
-        if pod_name is not None and (_FIELD in pod_name or _ENDPOINT in pod_name):
-            return None
-        any_ready = any_ready or ready
-        pieces.append(_FIELD.join((_FLAGS[ready, hostname is not None, pod_name is not None],
-                                   hostname or "", pod_name or "", *addresses)))
-    return Endpoints(_ENDPOINT.join(pieces), any_ready)
-
-_FLAGS = {(r, h, p): ("r" if r else "-") + ("h" if h else "-") + ("p" if p else "-")
-          for r in (False, True) for h in (False, True) for p in (False, True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,7 +556,7 @@ def parse_slice(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
 
 def _packed_endpoints(raw: list[Any], ident: Any) -> Sequence[Endpoint]:
     rows = [_endpoint(e, ident, i) for i, e in enumerate(raw)]
-    packed = _pack(rows)
+    packed = pack_rows(rows)
     if packed is None:
         return tuple(Endpoint(*row) for row in rows)
     # A per-pod mirror slice holds one gateway endpoint, the same in all of them.
@@ -675,3 +590,47 @@ def _endpoint(e: Any, ident: Any, i: int) -> EndpointRow:
     # A nil ready condition counts as ready.
     return (addresses, ready is not False, hostname or None,
             pod_name if isinstance(pod_name, str) else None)
+
+
+def parse_endpoints(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
+    """A core/v1 Endpoints object as one slice of its Service (same name): what a linked
+    cluster older than Linkerd 2.14 lets its remote-access account read instead of
+    EndpointSlices. ``addresses`` are ready, ``notReadyAddresses`` not; the ports of every
+    subset are the slice's (a headless StatefulSet Service has one subset)."""
+    namespace, name, _ = _meta(obj, "Endpoints", where)
+
+    def ident() -> str:
+        return _ident("Endpoints", namespace, name, where)
+
+    subsets = obj.get("subsets") or []
+    if type(subsets) is not list:
+        raise ObjectError(f"{ident()}: subsets must be a list")
+    rows: list[EndpointRow] = []
+    ports: list[Port] = []
+    for i, subset in enumerate(subsets):
+        if not _is_map(subset):
+            raise ObjectError(f"{ident()}: subsets[{i}] must be an object")
+        for field, ready in (("addresses", True), ("notReadyAddresses", False)):
+            for j, address in enumerate(subset.get(field) or []):
+                if not _is_map(address) or not isinstance(address.get("ip"), str):
+                    raise ObjectError(f"{ident()}: subsets[{i}].{field}[{j}].ip is missing")
+                try:
+                    ip = normal_ip(address["ip"])
+                except ValueError:
+                    raise ObjectError(f"{ident()}: subsets[{i}].{field}[{j}].ip "
+                                      f"{address['ip']!r} is not an IP address") from None
+                hostname = address.get("hostname")
+                ref = address.get("targetRef")
+                pod = ref.get("name") if _is_map(ref) and ref.get("kind") == "Pod" else None
+                rows.append(((ip,), ready, hostname if isinstance(hostname, str) and hostname
+                             else None, pod if isinstance(pod, str) else None))
+        ports.extend(p for p in _ports(subset.get("ports"), ident, f"subsets[{i}].ports")
+                     if p not in ports)
+    packed = pack_rows(rows)
+    return SliceRecord(
+        namespace=intern(namespace),
+        name=name,
+        service_name=name,
+        endpoints=tuple(Endpoint(*row) for row in rows) if packed is None else packed,
+        ports=_share(tuple(ports)),
+    )

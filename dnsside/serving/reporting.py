@@ -19,6 +19,7 @@ import logging
 
 from dnsside import metrics
 from dnsside.diagnosis import ConfigWarning, Exclusion
+from dnsside.events import RemoteState
 from dnsside.index import Index, IndexReport
 
 log = logging.getLogger("dnsside.index")  # where operators have always found these lines
@@ -33,12 +34,15 @@ class IndexReporter:
         # What the Link and warning gauges last showed: most batches change neither.
         self._links_shown: tuple[object, ...] | None = None
         self._warnings_shown: object = None
+        self._remotes_shown: dict[str, tuple[int, int]] = {}  # cluster: (synced, valid)
 
     def __call__(self, index: Index, report: IndexReport) -> None:
         for told in report.told:
             (log.warning if told.notice.warning else log.info)("%s", told.text)
         metrics.INDEX_UPDATE_SECONDS.observe(report.seconds)
         self._links(index)
+        if index.remote_status or self._remotes_shown:
+            self._remotes(index)
         if report.changed or report.synced:
             metrics.ZONE_SERIAL.set(index.serial)
         if report.changed:
@@ -61,6 +65,22 @@ class IndexReporter:
                                    else 0)
         if index.links_readable:
             metrics.LINKS_LISTED.set(index.links_complete_at)
+
+    def _remotes(self, index: Index) -> None:
+        """--flat-network: one synced and one credentials gauge per linked cluster watched
+        directly; a deleted Link takes its series with it."""
+        shown: dict[str, tuple[int, int]] = {}
+        for cluster, status in index.remote_status.items():
+            shown[cluster] = (1 if status.state is RemoteState.SYNCED else 0,
+                              0 if status.state is RemoteState.CREDENTIALS else 1)
+            if self._remotes_shown.get(cluster) != shown[cluster]:
+                metrics.REMOTE_SYNCED.labels(cluster=cluster).set(shown[cluster][0])
+                metrics.REMOTE_CREDENTIALS_VALID.labels(cluster=cluster).set(shown[cluster][1])
+        for cluster in self._remotes_shown.keys() - shown.keys():
+            for gauge in (metrics.REMOTE_SYNCED, metrics.REMOTE_CREDENTIALS_VALID):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(cluster)
+        self._remotes_shown = shown
 
     def _members(self, index: Index) -> None:
         now: set[tuple[str, str]] = set()

@@ -1,0 +1,101 @@
+"""Pre-encoded answers in, out of the responder's tables: one global service at a time.
+
+The index decides *which* global services changed; this puts each one's answers
+into the :class:`~dnsside.responder.Responder` in place of its previous ones.
+
+The one tricky thing is the order: the new answers are inserted first and only
+then are the names no longer there removed, so a query running between two
+statements sees the old or the new answer for a name, never a gap. Unchanged
+bytes are not touched at all (a write that changed nothing visible costs no
+churn in the tables).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from dnsside.assembly import GlobalService
+from dnsside.dns import ServiceAnswers, ZoneOptions, encode_service
+from dnsside.responder import Responder
+from dnsside.tables import Key
+from dnsside.wire import Answer, to_wire
+
+
+def _same_answer(a: Answer | None, b: Answer) -> bool:
+    return a is b or (a is not None and a.body == b.body and a.counts == b.counts
+                      and a.stat == b.stat)
+
+
+class Publisher:
+    """Keeps the responder's tables equal to the encoding of every published service."""
+
+    def __init__(self, responder: Responder, zone_options: ZoneOptions) -> None:
+        self.responder = responder
+        self.zone_options = zone_options
+        self.zone_wires = [z.wire for z in responder.zones]
+        # What each service put into the responder's tables, to take it out again.
+        # Tuples of the keys, not the dicts: the responder already holds the answers.
+        self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
+        self._namespace_refs: Counter[bytes] = Counter()
+
+    def publish(self, key: Key, gs: GlobalService | None) -> bool:
+        """Put ``gs``'s answers in the responder's tables in place of its previous ones;
+        False (and nothing touched) when they are the same bytes."""
+        r = self.responder
+        new = (
+            encode_service(gs, self.responder.zones, self.zone_options)
+            if gs is not None
+            else ServiceAnswers()
+        )
+        old = self._published.get(key)
+        if old is None and not new.answers:
+            return False
+        if old is not None and self._unchanged(old, new):
+            return False
+        self._published.pop(key, None)
+        # Insert first, then remove what is no longer there: a concurrent reader
+        # sees either the old or the new answer for a name, never a gap.
+        r.answers.update(new.answers)
+        for name in new.names:
+            r.names[name] = r.zone_by_wire[self._zone_suffix(name)]
+        if old is not None:
+            old_answers, old_names = old
+            for k in old_answers:
+                if k not in new.answers:
+                    r.answers.pop(k, None)
+            for name in old_names:
+                if name not in new.names:
+                    r.names.pop(name, None)
+        if new.answers:
+            self._published[key] = (tuple(new.answers), tuple(new.names))
+        delta = (1 if new.answers else 0) - (1 if old is not None else 0)
+        if delta:
+            self._count_namespace(key[0], delta)
+        return True
+
+    def _unchanged(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]],
+                   new: ServiceAnswers) -> bool:
+        """``new`` holds exactly the questions, answer bytes and names published before."""
+        old_answers, old_names = old
+        if len(old_answers) != len(new.answers) or len(old_names) != len(new.names):
+            return False
+        answers = self.responder.answers
+        return (all(name in new.names for name in old_names)
+                and all(k in new.answers and _same_answer(answers.get(k), new.answers[k])
+                        for k in old_answers))
+
+    def _count_namespace(self, namespace: str, delta: int) -> None:
+        """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the
+        namespace is published."""
+        for zone in self.responder.zones:
+            name = to_wire(namespace)[:-1] + zone.services_wire
+            self._namespace_refs[name] += delta
+            if self._namespace_refs[name] > 0:
+                self.responder.names[name] = zone
+            else:
+                del self._namespace_refs[name]
+                self.responder.names.pop(name, None)
+
+    def _zone_suffix(self, name: bytes) -> bytes:
+        """The longest served zone that ``name`` (one of our own, well-formed) ends with."""
+        return max((z for z in self.zone_wires if name.endswith(z)), key=len)
