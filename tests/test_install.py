@@ -721,7 +721,24 @@ FIRING = {
         (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0+10x30"),
         (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x30"),
     ], "15m", {}),
+    "DnssideRemoteCredentialsInvalid": (
+        [(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x5 0x20"),
+         (f'dnsside_remote_synced{{{L},cluster="west"}}', "1x5 0x20")],
+        "10m", {"cluster": "west"}),
+    "DnssideRemoteNotSynced": (
+        [(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x30"),
+         (f'dnsside_remote_synced{{{L},cluster="west"}}', "1x5 0x25")],
+        "20m", {"cluster": "west"}),
 }
+# Series on which one alert fires and another, which would say the same twice, must not:
+# (series, eval_time, the alert that fires with its extra labels, the alert that stays silent).
+EXCLUSIVE = [
+    # Rejected credentials also leave the cluster unsynced: only the credentials alert.
+    ([(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "0x60"),
+      (f'dnsside_remote_synced{{{L},cluster="west"}}', "0x60")],
+     "59m", ("DnssideRemoteCredentialsInvalid", {"cluster": "west"}),
+     "DnssideRemoteNotSynced"),
+]
 HEALTHY = [
     (f'dnsside_source_synced{{{L},source="kube"}}', "1x60"),
     (f'dnsside_watch_restarts_total{{{L},resource="services",reason="closed"}}', "0+1x60"),
@@ -733,6 +750,12 @@ HEALTHY = [
     (f"dnsside_links_watch_up{{{L}}}", "1x20 0x5 1x35"),  # a short outage: no alert
     (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x60"),
     (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0x60"),
+    # --flat-network: unsynced until the first list, then a short outage of the remote API;
+    # and a one-minute credentials failure (a Secret being rotated) on another cluster.
+    (f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x60"),
+    (f'dnsside_remote_synced{{{L},cluster="west"}}', "0x2 1x20 0x5 1x32"),
+    (f'dnsside_remote_credentials_valid{{{L},cluster="north"}}', "1x20 0x1 1x38"),
+    (f'dnsside_remote_synced{{{L},cluster="north"}}', "1x20 0x1 1x38"),
 ]
 
 
@@ -759,6 +782,19 @@ def test_promtool_fires_each_alert_on_its_symptom_only(tmp_path: Path) -> None:
                                         for k, v in rules[name]["annotations"].items()},
                 }],
             }],
+        })
+    for series, at, (name, extra), silent in EXCLUSIVE:
+        labels = {"namespace": "dnsside", "pod": "dnsside-0", **extra}
+        tests.append({
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in series],
+            "alert_rule_test": [
+                {"eval_time": at, "alertname": name, "exp_alerts": [{
+                    "exp_labels": {**labels, "severity": rules[name]["labels"]["severity"]},
+                    "exp_annotations": {k: _render(v, labels)
+                                        for k, v in rules[name]["annotations"].items()}}]},
+                {"eval_time": at, "alertname": silent, "exp_alerts": []},
+            ],
         })
     tests.append({
         "interval": "1m",
