@@ -1,6 +1,6 @@
 """An in-process fake Kubernetes API server (aiohttp) for tests.
 
-It serves core/v1 Services, ConfigMaps and Pods, discovery.k8s.io/v1
+It serves core/v1 Services, Endpoints, ConfigMaps, Secrets and Pods, discovery.k8s.io/v1
 EndpointSlices, apps/v1 Deployments and Linkerd's ``links.multicluster.linkerd.io``
 (a CRD served at v1alpha1-3, or not installed: :meth:`FakeKube.set_link_crd`) the
 way a real API server does, as far as a list/watch client can tell:
@@ -22,10 +22,19 @@ way a real API server does, as far as a list/watch client can tell:
   event with a 410 ``Expired`` Status when the version was compacted, and the
   selector transitions of the real watch (an object leaving the selector is
   DELETED, one entering it is ADDED);
-* bearer-token auth (401 without it), RBAC denials per resource and user
-  (:meth:`FakeKube.forbid`: 403 with the real message; the user is the
-  ``Impersonate-User`` header, else ``admin``) and discovery (``/version``,
-  ``/api``, ``/apis``, ``/apis/<group>``, ...).
+* bearer-token auth (401 without a known token): :attr:`FakeKube.token` is user
+  ``admin``, :meth:`FakeKube.add_token` adds more users, and an unrestricted user may
+  act as another with the ``Impersonate-User`` header;
+* RBAC: :meth:`FakeKube.forbid` denies a resource to a user (or everyone), and
+  :meth:`FakeKube.restrict` limits a user to an allow-list of :class:`Rule` s
+  (tests/fakekube_rbac.py; :data:`REMOTE_ACCESS_RULES` is what a Linkerd Link's
+  service account may read), both 403 with the real message;
+* discovery (``/version``, ``/api``, ``/apis``, ``/apis/<group>``, ...), open to
+  every authenticated user.
+
+Two fakes make a local and a remote (linked) cluster: :meth:`FakeKube.link_credentials`
+builds the Secret ``linkerd multicluster link`` writes into the local cluster, holding a
+kubeconfig for the remote one.
 
 Writes happen through Python methods, never HTTP (the fake answers 405 to
 anything but GET): :meth:`FakeKube.load`, :meth:`~FakeKube.apply`,
@@ -64,6 +73,10 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from fakekube_rbac import REMOTE_ACCESS_RULES as REMOTE_ACCESS_RULES  # re-exported
+from fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214 as REMOTE_ACCESS_RULES_PRE_214
+from fakekube_rbac import Access, Users, forbidden_message, impersonation_message
+from fakekube_rbac import Rule as Rule
 
 # --------------------------------------------------------------------------- resources
 
@@ -94,10 +107,19 @@ LINKS = LINK_ROUTES[LINK_VERSIONS[0]]
 CONFIGMAPS = Resource("configmaps", "ConfigMap", "v1", "/api/v1")
 PODS = Resource("pods", "Pod", "v1", "/api/v1")
 DEPLOYMENTS = Resource("deployments", "Deployment", "apps/v1", "/apis/apps/v1")
-_STORED = (SERVICES, ENDPOINTSLICES, LINKS, CONFIGMAPS, PODS, DEPLOYMENTS)
+# What --flat-network reads: a Link's credentials Secret (local cluster) and, on a remote
+# older than Linkerd 2.14 (whose service account may not read EndpointSlices), v1 Endpoints.
+SECRETS = Resource("secrets", "Secret", "v1", "/api/v1")
+ENDPOINTS = Resource("endpoints", "Endpoints", "v1", "/api/v1")
+_STORED = (SERVICES, ENDPOINTSLICES, LINKS, CONFIGMAPS, PODS, DEPLOYMENTS, SECRETS, ENDPOINTS)
 RESOURCES = {r.plural: r for r in _STORED}
 BY_KIND = {r.kind: r for r in _STORED}
-ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTSLICES, DEPLOYMENTS, *LINK_ROUTES.values())
+ROUTES = (SERVICES, CONFIGMAPS, PODS, ENDPOINTS, SECRETS, ENDPOINTSLICES, DEPLOYMENTS,
+          *LINK_ROUTES.values())
+# The type and data key of the Secret `linkerd multicluster link` writes (k8s.MirrorSecretType,
+# k8s.ConfigKeyName in linkerd2).
+LINK_SECRET_TYPE = "mirror.linkerd.io/remote-kubeconfig"
+LINK_SECRET_KEY = "kubeconfig"
 # Built-in API groups (discovery): name -> version.
 _GROUPS = {"discovery.k8s.io": "v1", "apps": "v1"}
 
@@ -249,6 +271,8 @@ class _Watcher:
     queue: asyncio.Queue[_Event | None]
     request: web.Request
     aborted: bool = False
+    user: str = "admin"  # who opened it, so restrict() can end what the user may no longer do
+    group: str = ""
 
     def offer(self, ev: _Event) -> None:
         """Queue the event as this watcher sees it (type rewritten for selector moves)."""
@@ -347,6 +371,8 @@ class FakeKube:
     # (plural, user) pairs RBAC denies; user None = everyone. The user of a request is its
     # Impersonate-User header, else "admin" (the kubeconfig's token).
     _forbidden: set[tuple[str, str | None]] = field(default_factory=set)
+    # More bearer tokens than ``token``, and the allow-lists of restricted users.
+    users: Users = field(default_factory=Users)
     # A stored object's JSON as a list item, by id(object) (the object is kept with it, so
     # the id cannot be reused): stored versions never change, and a real API server does
     # not spend 10 ms of Python per 500-item page either, which was most of a 100k-member
@@ -390,17 +416,40 @@ class FakeKube:
         await self._site.start()
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
-        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        Path(path).write_text(self.kubeconfig_text())
+        return str(path)
+
+    def kubeconfig_text(self, token: str | None = None, name: str = "fake") -> str:
+        """A kubeconfig (YAML) for this server with one cluster, user and context, all
+        called ``name``, the current one; its user sends ``token`` (default :attr:`token`;
+        none at all when both are None)."""
+        token = token if token is not None else self.token
+        user: dict[str, Any] = {"token": token} if token else {}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": user}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            "current-context": "fake",
+            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
         }
-        Path(path).write_text(yaml.safe_dump(config))
-        return str(path)
+        return yaml.safe_dump(config)
+
+    def link_credentials(self, name: str, namespace: str = "linkerd-multicluster",
+                         token: str | None = None) -> dict[str, Any]:
+        """The Secret ``linkerd multicluster link --cluster-name <name>`` writes into the
+        *local* cluster for this (remote) fake: ``cluster-credentials-<name>`` of type
+        ``mirror.linkerd.io/remote-kubeconfig``, data ``kubeconfig`` = a kubeconfig for
+        this server authenticating with ``token`` (default :attr:`token`). Pass it to the
+        local fake's :meth:`apply`; a Link's ``spec.clusterCredentialsSecret`` names it."""
+        text = self.kubeconfig_text(token, name)
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": LINK_SECRET_TYPE,
+            "metadata": {"name": f"cluster-credentials-{name}", "namespace": namespace},
+            "data": {LINK_SECRET_KEY: base64.b64encode(text.encode()).decode()},
+        }
 
     # ------------------------------------------------------------------ test control
 
@@ -430,6 +479,11 @@ class FakeKube:
             raise ValueError(f"the fake serves {', '.join(BY_KIND)}, not {kind!r}")
         new = copy.deepcopy(dict(obj))
         new["apiVersion"] = res.api_version
+        if res is SECRETS and "stringData" in new:
+            # The API server merges write-only stringData into data (base64) on write.
+            data = new.setdefault("data", {})
+            for k, v in (new.pop("stringData") or {}).items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
         meta = new.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
         if not meta.get("name"):
@@ -485,6 +539,26 @@ class FakeKube:
     def allow(self, plural: str, user: str | None = None) -> None:
         self._forbidden.discard((plural, user))
 
+    def add_token(self, token: str, user: str) -> None:
+        """Accept bearer ``token`` too, authenticating as ``user`` (unrestricted until
+        :meth:`restrict`); :attr:`token` stays user ``admin``."""
+        self.users.add_token(token, user)
+
+    def restrict(self, user: str, rules: Iterable[Rule]) -> None:
+        """From now on ``user`` may only get/list/watch what ``rules`` grant (403 with the
+        real message otherwise) and may not impersonate. Open watches the rules no longer
+        allow are ended (TCP reset, as :meth:`forbid` does), so a client meets the rules
+        on its next list instead of streaming on."""
+        self.users.restrict(user, rules)
+        for w in list(self._watchers):
+            if w.user == user and not self.users.allows(
+                    user, Access("watch", w.group, w.plural, w.namespace)):
+                w.abort()
+
+    def unrestrict(self, user: str) -> None:
+        """Lift :meth:`restrict`: ``user`` may do everything again."""
+        self.users.unrestrict(user)
+
     def set_link_crd(self, versions: Iterable[str] | None) -> None:
         """Serve the Link CRD at ``versions`` (None or empty: uninstall it; objects stay
         stored, as etcd keeps them, but every Link request is a 404)."""
@@ -497,17 +571,23 @@ class FakeKube:
     def _served(self, res: Resource) -> bool:
         return res.plural != LINKS.plural or res.api_version.split("/")[1] in self.link_versions
 
-    def _denied(self, request: web.Request, res: Resource) -> web.Response | None:
-        user = request.headers.get("Impersonate-User") or "admin"
-        if (res.plural, None) in self._forbidden or (res.plural, user) in self._forbidden:
-            group = res.api_version.rpartition("/")[0]
-            return _status_response(
-                403,
-                f'{res.plural}{"." + group if group else ""} is forbidden: User "{user}" cannot '
-                f'{"watch" if _parse_bool(request.query.get("watch")) else "list"} resource '
-                f'"{res.plural}" in API group "{group}" at the cluster scope',
-                "Forbidden",
-            )
+    def _user(self, request: web.Request) -> str:
+        """The user an authenticated request acts as: its Impersonate-User header (the
+        middleware refused it to restricted users), else its token's user. Derived again
+        rather than kept on the request, which aiohttp < 3.12 has no typed keys for."""
+        user = self.users.authenticate(request.headers.get("Authorization"), self.token, "admin")
+        return request.headers.get("Impersonate-User") or user or "admin"
+
+    def _denied(self, request: web.Request, res: Resource, namespace: str | None,
+                name: str | None) -> web.Response | None:
+        """RBAC's answer to this request: None if allowed, else the 403."""
+        user = self._user(request)
+        verb = "get" if name is not None else (
+            "watch" if _parse_bool(request.query.get("watch")) else "list")
+        access = Access(verb, res.api_version.rpartition("/")[0], res.plural, namespace, name)
+        if ((res.plural, None) in self._forbidden or (res.plural, user) in self._forbidden
+                or not self.users.allows(user, access)):
+            return _status_response(403, forbidden_message(user, access), "Forbidden")
         return None
 
     def compact(self) -> None:
@@ -630,9 +710,12 @@ class FakeKube:
             if failure.match is None or failure.match(request):
                 del self._failures[i]
                 return _status_response(failure.status, failure.message)
-        auth = request.headers.get("Authorization")
-        if self.token is not None and auth != f"Bearer {self.token}":
+        user = self.users.authenticate(request.headers.get("Authorization"), self.token, "admin")
+        if user is None:
             return _status_response(401, "Unauthorized")
+        target = request.headers.get("Impersonate-User")
+        if target and self.users.restricted(user):
+            return _status_response(403, impersonation_message(user, target), "Forbidden")
         if request.method != "GET":
             return _status_response(405, f"the fake API server is read-only: {request.method}")
         result: web.StreamResponse = await handler(request)
@@ -649,14 +732,18 @@ class FakeKube:
             parts = path[len(res.prefix) + 1:].split("/")
             if res.plural not in (parts[0], parts[2] if len(parts) >= 3 else None):
                 continue  # another resource of this group version
-            denied = self._denied(request, res)
+            collection = parts == [res.plural] or (
+                len(parts) == 3 and parts[0] == "namespaces" and parts[2] == res.plural)
+            one = len(parts) == 4 and parts[0] == "namespaces" and parts[2] == res.plural
+            if not (collection or one):
+                continue
+            namespace = parts[1] if len(parts) >= 3 else None
+            denied = self._denied(request, res, namespace, parts[3] if one else None)
             if denied is not None:
                 return denied
-            if parts == [res.plural]:
-                return await self._collection(request, res, None)
-            if len(parts) == 3 and parts[0] == "namespaces" and parts[2] == res.plural:
-                return await self._collection(request, res, parts[1])
-            if len(parts) == 4 and parts[0] == "namespaces" and parts[2] == res.plural:
+            if collection:
+                return await self._collection(request, res, namespace)
+            if one:
                 obj = self._current((res.plural, parts[1], parts[3]))
                 if obj is None:
                     return _status_response(
@@ -814,7 +901,8 @@ class FakeKube:
                     translated = _translate(ev, selector)
                     if translated is not None:
                         backlog.append(translated)
-        watcher = _Watcher(res.plural, namespace, selector, asyncio.Queue(), request)
+        watcher = _Watcher(res.plural, namespace, selector, asyncio.Queue(), request,
+                           user=self._user(request), group=res.api_version.rpartition("/")[0])
         for ev in backlog:
             watcher.queue.put_nowait(ev)
         self._watchers.add(watcher)
@@ -869,6 +957,8 @@ def _group(name: str, versions: Iterable[str]) -> dict[str, Any]:
 
 class _Aborted(Exception):
     pass
+
+
 
 
 def _line(obj: Any) -> bytes:

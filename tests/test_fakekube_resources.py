@@ -48,7 +48,9 @@ async def test_configmaps_pods_and_deployments_are_listed_and_read(fake_kube: Fa
 
 async def test_discovery_lists_every_resource_of_a_group_version(fake_kube: FakeKube) -> None:
     _, core = await get(fake_kube, "/api/v1")
-    assert {r["name"] for r in core["resources"]} == {"services", "configmaps", "pods"}
+    assert {r["name"] for r in core["resources"]} == {
+        "services", "configmaps", "pods", "endpoints", "secrets"}
+    assert {r["kind"] for r in core["resources"]} >= {"Endpoints", "Secret"}
     _, groups = await get(fake_kube, "/apis")
     assert {g["name"] for g in groups["groups"]} == {
         "discovery.k8s.io", "apps", "multicluster.linkerd.io"}
