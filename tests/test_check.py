@@ -502,7 +502,29 @@ async def test_flat_network_the_remote_says_no(fake_kube: FakeKube,
     bad = line(results, f"link west: the API at {server} lists services")
     assert not bad.ok and "route to" in bad.hint and "--api-server-address" in bad.hint
     await remote_kube.set_unreachable(False)
+    # Its API server failing (etcd down): 500.
+    remote_kube.failing_status = 500
+    bad = line(await check(fake_kube), f"link west: the API at {server} lists services")
+    assert not bad.ok and "HTTP 500" in bad.hint and "--context=west get --raw" in bad.hint
+    remote_kube.failing_status = 0
     assert not failed(await check(fake_kube))
+
+
+async def test_flat_network_a_malformed_selector(fake_kube: FakeKube,
+                                                 remote_kube: FakeKube) -> None:
+    flat_demo(fake_kube, remote_kube)
+    broken = flat_link("west")
+    broken["spec"]["remoteDiscoverySelector"] = {"matchExpressions": [
+        {"key": "app", "operator": "Near"}]}
+    fake_kube.apply(broken)
+    results = await check(fake_kube)
+    bad = only_failure(results, "link west: remoteDiscoverySelector is readable", "'Near'",
+                       "serves none of west's pods directly",
+                       "kubectl -n linkerd-multicluster edit links.multicluster.linkerd.io west")
+    assert bad.topic == FLAT
+    # The rest of the Link is read: its credentials are still checked, and work.
+    assert line(results, "link west: the API at").ok
+    assert "(empty: selects nothing)" in line(results, "link west: the API at").text
 
 
 async def test_flat_network_a_remote_before_linkerd_2_14_is_a_warning(
