@@ -334,6 +334,9 @@ class Config:
                     raise ValueError(f"--mcs-zone {zone} overlaps {which} {other}: a name in "
                                      "both would have two meanings; serve zones that do not "
                                      "nest")
+        if self.flat_network and self.source != "kube":
+            raise ValueError("--flat-network watches the linked clusters' APIs with the Links' "
+                             "credentials: it needs --source kube")
         if self.ttl < 0:
             raise ValueError("--ttl must be >= 0")
         for name, value in (("--gateway-probe-period", self.gateway_probe_period),

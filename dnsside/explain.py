@@ -26,6 +26,13 @@ class Explainer:
 
     def _origin(self, namespace: str, m: Member) -> str:
         """The objects a member comes from, spelled out from the index."""
+        if m.via is Via.FLAT_NETWORK:  # a linked cluster's own slice, watched directly
+            remote = self.index.remotes.get(m.cluster)
+            found = remote.slices.get((namespace, m.source)) if remote is not None else None
+            # v1 Endpoints (remotes before Linkerd 2.14) are named after their Service.
+            kind = "Endpoints" if found is not None and found.service_name == found.name \
+                else "EndpointSlice"
+            return f"{kind} {namespace}/{m.source} in cluster {m.cluster}"
         if m.local and m.hostname is not None:  # endpoints of the local headless Service
             svc = self.index.slices[(namespace, m.source)].service_name
             slices = [s.name for s in self.index.slices_of(namespace, svc)
@@ -125,9 +132,13 @@ class Explainer:
             }
             if m.via.through_gateway:
                 entry["gateway_probe"] = self._gateway(m.cluster)
+            if m.via is Via.FLAT_NETWORK:
+                entry["remote_api"] = self._remote(m.cluster)
             members.append(entry)
         out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members,
                                "links": self.index.describe_links()}
+        if self.index.remote_status:
+            out["flat_network"] = {c: self._remote(c) for c in sorted(self.index.remote_status)}
         if self.index.warnings:
             out["warnings"] = list(self.index.warnings.values())
         if srv_filter:
@@ -135,6 +146,14 @@ class Explainer:
         if mcs:
             out["naming"] = _mcs_naming(gs, len(labels))
         return out
+
+    def _remote(self, cluster: str) -> str:
+        """How the direct watch of a linked cluster fares (--flat-network)."""
+        status = self.index.remote_status.get(cluster)
+        if status is None:
+            return "not watched directly"
+        text = f"{status.state.value} (Secret {status.secret})"
+        return text + (f": {status.detail}" if status.detail else "")
 
     def _gateway(self, cluster: str) -> str:
         known = self.index.gateways.get(cluster)
@@ -199,6 +218,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"SRV names:       {report['srv_filter']} only")
     if "links" in report:
         lines.append(f"Links:           {report['links']}")
+    for cluster, state in (report.get("flat_network") or {}).items():
+        lines.append(f"Flat network:    cluster {cluster}: {state}")
     members = report.get("members")
     if members is not None:
         lines.append(f"Members:         {len(members) or 'none'}")

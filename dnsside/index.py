@@ -329,7 +329,10 @@ class Index:
             return
         before = self.remote_status.get(event.cluster)
         self.remote_status[event.cluster] = event
-        if before is not None and (before.state, before.detail) == (event.state, event.detail):
+        # Told once per state; a credentials problem again when it is another one (the
+        # fix differs), an API away not for every failing request while it is away.
+        if before is not None and before.state is event.state and (
+                event.state is not RemoteState.CREDENTIALS or before.detail == event.detail):
             return
         if before is None and event.state is RemoteState.CONNECTING:
             return

@@ -37,7 +37,8 @@ class Access:
 @dataclass(frozen=True)
 class Rule:
     """One grant: a PolicyRule of a ClusterRole (``namespace`` None) or of a Role bound in
-    ``namespace``. Collections may be given as any iterable; they are kept as frozensets."""
+    ``namespace``. ``verbs`` and ``resource_names`` are frozensets (hashable, so a Rule is);
+    a list given at run time is converted rather than kept mutable."""
 
     plural: str
     group: str = ""
@@ -46,7 +47,7 @@ class Rule:
     resource_names: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        # frozen: normalise through object.__setattr__ so Rule("x", verbs=["get"]) works.
+        # frozen: normalise through object.__setattr__.
         object.__setattr__(self, "verbs", frozenset(self.verbs))
         object.__setattr__(self, "resource_names", frozenset(self.resource_names))
 

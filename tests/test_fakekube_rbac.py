@@ -153,8 +153,8 @@ async def test_a_role_grants_secrets_in_its_namespace_only(fake_kube: FakeKube) 
 
 async def test_resource_names_grant_a_get_of_those_objects_only(fake_kube: FakeKube) -> None:
     fake_kube.add_token("t", "u")
-    fake_kube.restrict("u", [Rule("secrets", verbs=["get"], namespace=MC,
-                                  resource_names=["cluster-credentials-east"])])
+    fake_kube.restrict("u", [Rule("secrets", verbs=frozenset({"get"}), namespace=MC,
+                                  resource_names=frozenset({"cluster-credentials-east"}))])
     fake_kube.apply(secret("cluster-credentials-east"))
     fake_kube.apply(secret("cluster-credentials-west"))
     base = f"/api/v1/namespaces/{MC}/secrets"

@@ -16,6 +16,7 @@ import logging
 import signal
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from dnsside import metrics
 from dnsside.config import Config, parse_hostport
@@ -26,6 +27,9 @@ from dnsside.serving.http import HttpServer
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.sources import Source
+
+if TYPE_CHECKING:
+    from dnsside.sources.remote import FlatNetworkSource
 
 log = logging.getLogger("dnsside")
 
@@ -81,6 +85,7 @@ class App:
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
         self._lameduck = False
+        self.flat: FlatNetworkSource | None = None  # --flat-network: fed the index's Links
 
     def is_ready(self) -> bool:
         return self.index.synced and not self.stopping
@@ -156,6 +161,17 @@ class App:
             tasks.append(asyncio.create_task(self._consume(prober), name=prober.name))
         else:
             log.info("gateway probe off: Linkerd's readiness of the mirrors is used as is")
+        if self.config.flat_network:
+            from dnsside.sources.remote import FlatNetworkSource
+
+            index = self.index
+            self.flat = FlatNetworkSource(
+                lambda: index.links.values() if index.synced else (),
+                kubeconfig=self.config.kubeconfig, namespaces=self.config.namespaces,
+                backoff_base=min(0.5, self.config.kube_backoff_cap),
+                backoff_cap=self.config.kube_backoff_cap,
+            )
+            tasks.append(asyncio.create_task(self._consume(self.flat), name=self.flat.name))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -174,6 +190,8 @@ class App:
             if source is self.source:
                 metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
                 metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
+                if self.flat is not None:
+                    self.flat.links_changed()
 
     def request_stop(self, lameduck: bool = False) -> None:
         """Stop: at once, or (SIGTERM) after the lame-duck period; a second request during

@@ -1,0 +1,487 @@
+"""List and watch one resource the way an informer does: the reflector both sources share.
+
+Each resource is listed in pages (parsed straight into slim records, no whole
+object kept), then watched from the list's resourceVersion with bookmarks; a
+stream that ends is reopened from the last resourceVersion seen, an error is
+retried after a jittered exponential backoff, and 410 Expired relists the
+resource. The local kube source runs one for its own API server; under
+``--flat-network`` each linked cluster gets one of its own, whose events are
+wrapped as that cluster's (``wrap``) and whose log lines and metric labels
+carry its name (``label``).
+
+The one tricky thing: no fault may make the answers wider or emptier than what
+was learnt. A relist reaches the index as one ``Replace`` that is diffed and
+swapped in at once, and errors are only ever reported (``SourceError``, and what
+a ``WatchHealth`` makes of them), never turned into deletions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import aiohttp
+
+from dnsside import metrics
+from dnsside.bulk import paused
+from dnsside.events import Delete, Event, Kind, Replace, SourceError, Upsert
+from dnsside.linkerd import ObjectError, Record
+from dnsside.sources.kubeapi import (
+    TRANSIENT,
+    ApiError,
+    Backoff,
+    KubeApi,
+    WatchLines,
+    continue_token,
+    decode,
+    describe_error,
+    error_reason,
+    read_error,
+)
+
+log = logging.getLogger("dnsside.kube")
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    kind: Kind
+    plural: str
+    prefix: str  # URL of the group version
+    # List items carry no `kind` (the API server leaves it out of list items), so
+    # each resource names its parser instead of going through parse_object. None: the
+    # object is not one to keep (for a watch event: as good as deleted).
+    parse: Callable[[Mapping[str, Any], str], Record | None]
+
+    def path(self, namespace: str | None) -> str:
+        if namespace is None:
+            return f"{self.prefix}/{self.plural}"
+        return f"{self.prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+
+    def where(self, verb: str, namespace: str | None) -> str:
+        return f"{verb} {self.plural}" + (f" in {namespace}" if namespace else "")
+
+
+class RelistNeeded(Exception):
+    """A watch's resourceVersion is gone from the server's history: relist."""
+
+    def __init__(self, resource: Resource, namespace: str | None, detail: str) -> None:
+        super().__init__(detail)
+        self.resource = resource
+        self.namespace = namespace
+
+
+class WatchHealth(Protocol):
+    """What a watch's failures and recoveries mean to the index beyond a SourceError."""
+
+    def down(self, where: str, message: str) -> Sequence[Event]: ...
+
+    def up(self, where: str) -> Sequence[Event]: ...
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where a watch resumes, and whether the current stream delivered anything."""
+
+    resource_version: str
+    progressed: bool = False
+
+
+def _never(exc: Exception) -> bool:
+    return False
+
+
+class Reflector:
+    """Lists and watches resources of one API server into a queue of event batches."""
+
+    def __init__(
+        self,
+        queue: asyncio.Queue[list[Event] | None],
+        namespaces: Sequence[str] = (),
+        *,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        watch_timeout: float = 300.0,
+        page_size: int = 500,
+        request_timeout: float = 60.0,
+        rng: random.Random | None = None,
+        wrap: Callable[[Upsert | Delete | Replace], Event] | None = None,
+        label: str = "",
+        fatal: Callable[[Exception], bool] = _never,
+    ) -> None:
+        self.queue = queue
+        self.namespaces = tuple(namespaces)
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.request_timeout = request_timeout
+        self._rng = rng or random.Random()
+        self.wrap = wrap
+        self.label = label  # "cluster west: " for a linked cluster's API
+        self.fatal = fatal  # errors a list gives up on instead of retrying
+
+    def _restarted(self, res: Resource, reason: str) -> None:
+        metrics.WATCH_RESTARTS.labels(resource=self.label + res.plural, reason=reason).inc()
+
+    def where(self, res: Resource, verb: str, namespace: str | None) -> str:
+        return self.label + res.where(verb, namespace)
+
+    async def put(self, batch: Sequence[Event]) -> None:
+        wrap = self.wrap
+        if wrap is not None:
+            batch = [wrap(e) if isinstance(e, Upsert | Delete | Replace) else e for e in batch]
+        await self.queue.put(batch if isinstance(batch, list) else list(batch))
+
+    async def follow(
+        self,
+        api: KubeApi,
+        res: Resource,
+        versions: dict[str | None, str],
+        health: WatchHealth | None = None,
+        gone: Callable[[Exception], Exception | None] | None = None,
+    ) -> None:
+        """Watch one resource in every namespace; relist it when its history expired (one
+        ``Replace``, so nothing deleted meanwhile lingers and no answer empties)."""
+        while True:
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for namespace, rv in versions.items():
+                        tg.create_task(self.watch(api, res, namespace, rv, gone, health))
+            except* RelistNeeded as group:
+                first = group.exceptions[0]
+                assert isinstance(first, RelistNeeded)
+                where = self.where(res, "watch", first.namespace)
+                log.warning("relisting %s: %s: 410 Expired (%s)", res.plural, where, first)
+            metrics.RELISTS.labels(resource=self.label + res.plural).inc()
+            with paused():
+                records, versions = await self.list_resource(api, res)
+            log.info("relisted %s%s: %d objects", self.label, res.plural, len(records))
+            await self.put([Replace(frozenset({res.kind}), tuple(records))])
+            del records  # not kept through the watches that follow (see KubeSource._run)
+
+    async def list_resource(
+        self, api: KubeApi, res: Resource
+    ) -> tuple[list[Record], dict[str | None, str]]:
+        """List ``res`` in every namespace, retrying until it works."""
+        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        scopes: Sequence[str | None] = self.namespaces or (None,)
+        while True:
+            try:
+                records: list[Record] = []
+                versions: dict[str | None, str] = {}
+                for namespace in scopes:
+                    versions[namespace] = await self.list_into(api, res, namespace, records)
+                return records, versions
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.fatal(exc):
+                    raise
+                delay = self.retry_delay(backoff, exc)
+                message = (f"{self.label}list {res.plural} failed: {describe_error(exc)}; "
+                           f"retrying in {delay:.1f}s")
+                await self.report_and_wait(exc, message, delay)
+
+    async def list_into(
+        self, api: KubeApi, res: Resource, namespace: str | None, out: list[Record]
+    ) -> str:
+        """One paged list into ``out``; returns the list's resourceVersion.
+
+        The next page is requested before this one is decoded and parsed, so the API
+        server prepares (and the network carries) page n+1 while dnsside works on page
+        n: the continue token is read off the start of the raw page (ListMeta comes
+        before the items), and checked against the decoded one, which wins. The parse
+        yields to the event loop every few dozen items, which is when that request goes
+        out and its answer comes in (it takes a few loop turns, with real I/O between).
+        """
+        where = self.where(res, "list", namespace)
+        path = res.path(namespace)
+        start = len(out)
+        while True:  # restarted when a continue token expires mid-list
+            params = {"limit": str(self.page_size)}
+            version = ""
+            ahead: tuple[str, asyncio.Task[bytes]] | None = None  # (its token, the request)
+            try:
+                data = await self.get_raw(api, path, params)
+                while True:
+                    guess = continue_token(data)
+                    if guess:
+                        ahead = (guess, asyncio.create_task(
+                            self.get_raw(api, path, {**params, "continue": guess})))
+                    body = decode(data, path)
+                    meta = body.get("metadata") or {}
+                    version = version or str(meta.get("resourceVersion") or "")
+                    items = body.get("items") or []
+                    if not isinstance(items, list):
+                        raise ValueError(f"{where}: items is not a list")
+                    for i, item in enumerate(items):
+                        if i % _PARSE_BATCH == _PARSE_BATCH - 1:
+                            await asyncio.sleep(0)
+                        record = self.parse_item(res, item, where)
+                        if record is not None:
+                            out.append(record)
+                    del body, items
+                    token = meta.get("continue")
+                    if not token:
+                        break
+                    params["continue"] = str(token)
+                    if ahead is not None and ahead[0] == params["continue"]:
+                        data = await ahead[1]
+                    else:
+                        if ahead is not None:
+                            ahead[1].cancel()
+                        data = await self.get_raw(api, path, params)
+                    ahead = None
+            except ApiError as exc:
+                if not (exc.expired and "continue" in params):
+                    raise
+                log.warning("%s: continue token expired (%s); listing again", where, exc.message)
+                del out[start:]
+                continue
+            finally:
+                if ahead is not None:
+                    ahead[1].cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await ahead[1]
+            if not version:
+                raise ValueError(f"{where}: the list has no metadata.resourceVersion")
+            return version
+
+    async def get_raw(self, api: KubeApi, path: str, params: Mapping[str, str]) -> bytes:
+        return await api.get_raw(path, params, timeout=self.request_timeout)
+
+    async def get_json(self, api: KubeApi, path: str, params: Mapping[str, str]
+                        ) -> dict[str, Any]:
+        return decode(await self.get_raw(api, path, params), path)
+
+    @staticmethod
+    def parse_item(res: Resource, obj: Any, where: str) -> Record | None:
+        if not isinstance(obj, Mapping):
+            log.warning("%s: skipping an item that is not an object", where)
+            return None
+        try:
+            return res.parse(obj, where)
+        except ObjectError as exc:
+            log.warning("skipping %s", exc)
+            return None
+
+    async def watch(
+        self,
+        api: KubeApi,
+        res: Resource,
+        namespace: str | None,
+        resource_version: str,
+        gone: Callable[[Exception], Exception | None] | None = None,
+        health: WatchHealth | None = None,
+    ) -> None:
+        """Keep one watch open forever, resuming from the last resourceVersion.
+
+        Returns never; raises RelistNeeded when the server no longer has that version, and
+        what ``gone`` makes of an error it recognises as final for this resource. With
+        ``health``, a failure also reports what ``health.down`` makes of it, and the next
+        stream that opens what ``health.up`` says.
+        """
+        where = self.where(res, "watch", namespace)
+        cursor = _Cursor(resource_version)
+        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        loop = asyncio.get_running_loop()
+        down = False
+
+        async def reopened() -> None:
+            nonlocal down
+            if down:
+                down = False
+                assert health is not None
+                await self.put(health.up(where))
+
+        while True:
+            cursor.progressed = False
+            opened = loop.time()
+            try:
+                await self._stream(api, res, namespace, cursor,
+                                   reopened if health is not None else None)
+            except asyncio.CancelledError:
+                raise
+            except RelistNeeded:
+                self._restarted(res, "expired")
+                raise
+            except Exception as exc:
+                if isinstance(exc, ApiError) and exc.expired:
+                    self._restarted(res, "expired")
+                    raise RelistNeeded(res, namespace, str(exc)) from exc
+                final = gone(exc) if gone is not None else None
+                reason = error_reason(exc)
+                if final is not None:
+                    self._restarted(res, reason)
+                    raise final from exc
+                self._restarted(res, reason)
+                if cursor.progressed:
+                    backoff.reset()
+                delay = self.retry_delay(backoff, exc)
+                message = (
+                    f"{where} failed ({reason}): {describe_error(exc)}; resuming from "
+                    f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
+                )
+                down = health is not None
+                await self.report_and_wait(exc, message, delay,
+                                           health.down(where, message) if health else ())
+                continue
+            # The server closed the stream cleanly (timeoutSeconds): reopen at once,
+            # unless it keeps doing so without delivering anything.
+            self._restarted(res, "closed")
+            if cursor.progressed or loop.time() - opened >= 1.0:
+                backoff.reset()
+                delay = 0.0
+            else:
+                delay = backoff.next()
+            log.info(
+                "%s: stream closed by the server; resuming from resourceVersion %s%s",
+                where, cursor.resource_version, f" in {delay:.1f}s" if delay else "",
+            )
+            if delay:
+                await asyncio.sleep(delay)
+
+    async def report_and_wait(self, exc: BaseException, message: str, delay: float,
+                              also: Sequence[Event] = ()) -> None:
+        """Log a failed request (with a traceback only when it is not an expected network or
+        API error), tell the index (``also``, when the failure means more to it), and back
+        off before the retry."""
+        if isinstance(exc, TRANSIENT):
+            log.warning("%s", message)
+        else:
+            log.exception("%s", message)
+        await self.put([SourceError(self.label + message), *also])
+        await asyncio.sleep(delay)
+
+    def retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
+        delay = backoff.next()
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            delay = max(delay, min(exc.retry_after, self.backoff_cap))
+        return delay
+
+    async def _stream(
+        self,
+        api: KubeApi,
+        res: Resource,
+        namespace: str | None,
+        cursor: _Cursor,
+        opened: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """One watch request: read events until the server closes the stream; ``opened``
+        is awaited once the server accepted it."""
+        where = self.where(res, "watch", namespace)
+        # Jitter the server-side timeout (like client-go) so watches don't renew in step.
+        seconds = max(1, round(self.watch_timeout * self._rng.uniform(1.0, 1.25)))
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": cursor.resource_version,
+            "timeoutSeconds": str(seconds),
+        }
+        timeout = aiohttp.ClientTimeout(
+            total=seconds + self.request_timeout, sock_connect=self.request_timeout
+        )
+        resp = await api.request(res.path(namespace), params, timeout)
+        complete = False
+        try:
+            if resp.status != 200:
+                raise await read_error(resp)
+            if opened is not None:
+                await opened()
+            lines = WatchLines()
+            async for chunk in resp.content.iter_any():
+                found = lines.feed(chunk)
+                if found:
+                    await self._deliver(self._decode(res, namespace, found, cursor, where))
+            tail = lines.rest()
+            if tail.strip():
+                await self._deliver(self._decode(res, namespace, [tail], cursor, where))
+            complete = True
+        finally:
+            if complete:
+                resp.release()
+            else:
+                resp.close()
+
+    async def _deliver(self, decoded: tuple[list[Event], Exception | None]) -> None:
+        batch, error = decoded
+        if batch:
+            await self.put(batch)
+        if error is not None:
+            raise error
+
+    def _decode(
+        self,
+        res: Resource,
+        namespace: str | None,
+        lines: list[bytes],
+        cursor: _Cursor,
+        where: str,
+    ) -> tuple[list[Event], Exception | None]:
+        """Events of complete lines, and the error that ends the stream, if any.
+
+        Events before an error are valid (the cursor already moved past them), so
+        the caller delivers them first, then raises the error.
+        """
+        batch: list[Event] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                self._event(res, namespace, json.loads(line), cursor, where, batch)
+            except (RelistNeeded, ApiError, ValueError) as exc:
+                return batch, exc
+        return batch, None
+
+    @staticmethod
+    def _event(
+        res: Resource,
+        namespace: str | None,
+        event: Any,
+        cursor: _Cursor,
+        where: str,
+        batch: list[Event],
+    ) -> None:
+        if not isinstance(event, Mapping) or not isinstance(event.get("object"), Mapping):
+            raise ValueError(f"{where}: a watch event without an object")
+        kind, obj = event.get("type"), event["object"]
+        if kind == "ERROR":
+            error = ApiError.from_status(obj, 500)
+            if error.expired:
+                raise RelistNeeded(res, namespace, error.message or str(error))
+            raise error
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"{where}: a {kind} event without metadata")
+        version = meta.get("resourceVersion")
+        ns, name = meta.get("namespace"), meta.get("name")
+        if kind in ("ADDED", "MODIFIED"):
+            try:
+                record = res.parse(obj, where)
+            except ObjectError as exc:
+                log.warning("skipping %s event, keeping the previous state: %s", kind, exc)
+            else:
+                if record is not None:
+                    batch.append(Upsert(record))
+                elif isinstance(ns, str) and isinstance(name, str):  # no longer one to keep
+                    batch.append(Delete(res.kind, ns, name))
+        elif kind == "DELETED":
+            if isinstance(ns, str) and isinstance(name, str) and ns and name:
+                batch.append(Delete(res.kind, ns, name))
+            else:
+                log.warning("%s: skipping a DELETED event without namespace/name", where)
+        elif kind != "BOOKMARK":
+            log.warning("%s: skipping an event of unknown type %r", where, kind)
+        if isinstance(version, str) and version:
+            cursor.resource_version = version
+        cursor.progressed = True
+
+
+_PARSE_BATCH = 50  # items parsed between two turns of the event loop while listing

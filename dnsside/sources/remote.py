@@ -1,0 +1,329 @@
+"""``--flat-network``: each linked cluster's API, watched with its Link's own credentials.
+
+For every Link the index holds, one task reads the Secret the Link names
+(``spec.clusterCredentialsSecret``, key ``kubeconfig``, in the Link's namespace)
+from the local API, connects to the linked cluster with it, and runs a
+:class:`~dnsside.sources.reflector.Reflector` over that cluster's Services and
+EndpointSlices, or its v1 Endpoints where the credentials may not read slices
+(Linkerd's remote-access role before 2.14). Its events reach the index wrapped
+as that cluster's (``Remote``), and how the watch fares as ``RemoteStatus``.
+
+The one tricky thing is telling a fault of the credentials from a fault of the
+network. A missing or unreadable Secret, a kubeconfig that does not load, and a
+401 or 403 from the linked cluster are the operator's to fix: the state is
+``CREDENTIALS``, the Secret is read again before every retry (a rotated one is
+picked up), and nothing learnt is dropped. Anything else (a refused
+connection, a timeout, a 5xx) is the API being away: ``LOST`` once it had
+synced, with its last-known members standing. Only a deleted Link (or a new
+selector or Secret, which restarts the cluster's task) changes what is served
+without a newer complete list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+from urllib.parse import quote
+
+from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace, SourceError
+from dnsside.flat import parse_remote_service
+from dnsside.linkerd import LabelSelector, LinkRecord, Record, parse_endpoints, parse_slice
+from dnsside.sources.kubeapi import (
+    TRANSIENT,
+    ApiError,
+    Backoff,
+    Forbidden,
+    KubeApi,
+    KubeConfigError,
+    NotFound,
+    Unauthorized,
+    describe_error,
+)
+from dnsside.sources.reflector import Reflector, Resource
+
+log = logging.getLogger("dnsside.remote")
+
+SOURCE_NAME = "flat-network"
+SECRET_KEY = "kubeconfig"  # where `linkerd multicluster link` puts the kubeconfig
+
+ENDPOINTSLICES = Resource(Kind.SLICE, "endpointslices", "/apis/discovery.k8s.io/v1",
+                          parse_slice)
+ENDPOINTS = Resource(Kind.SLICE, "endpoints", "/api/v1", parse_endpoints)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a linked cluster's watch depends on: any change restarts it."""
+
+    cluster: str
+    namespace: str  # the Link's, and so the Secret's
+    link: str
+    secret: str  # spec.clusterCredentialsSecret
+    selector: LabelSelector
+
+    @property
+    def secret_ref(self) -> str:
+        return f"{self.namespace}/{self.secret}" if self.secret else f"(none on Link {self.link})"
+
+    @staticmethod
+    def of(links: Iterable[LinkRecord]) -> dict[str, Target]:
+        """One target per linked cluster: of two Links naming the same cluster, the first
+        by namespace and name."""
+        targets: dict[str, Target] = {}
+        for link in sorted(links, key=lambda lk: (lk.namespace, lk.name)):
+            targets.setdefault(link.target_cluster, Target(
+                link.target_cluster, link.namespace, link.name, link.credentials_secret,
+                link.remote_selector))
+        return targets
+
+
+class CredentialsError(Exception):
+    """The Secret, its kubeconfig or the linked cluster's verdict on it: the operator's to
+    fix, not the network's. The message says which and why."""
+
+
+def _rejected(exc: Exception) -> bool:
+    return isinstance(exc, Unauthorized | Forbidden)
+
+
+class _Health:
+    """A linked cluster's watches (services and slices, per namespace): LOST when the
+    first one fails, SYNCED again when none is down."""
+
+    def __init__(self, status: Callable[[RemoteState, str], RemoteStatus]) -> None:
+        self.status = status
+        self.down_watches: set[str] = set()
+
+    def down(self, where: str, message: str) -> Sequence[Event]:
+        first = not self.down_watches
+        self.down_watches.add(where)
+        # The detail is logged when it changes: no retry delay or resourceVersion in it.
+        return [self.status(RemoteState.LOST, message.split("; resuming")[0])] if first else []
+
+    def up(self, where: str) -> Sequence[Event]:
+        self.down_watches.discard(where)
+        return [] if self.down_watches else [self.status(RemoteState.SYNCED, "")]
+
+
+class FlatNetworkSource:
+    """Watches every linked cluster directly, following the Links the index holds."""
+
+    name = SOURCE_NAME
+
+    def __init__(
+        self,
+        links: Callable[[], Iterable[LinkRecord]],
+        kubeconfig: str | None = None,
+        namespaces: Sequence[str] = (),
+        *,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        watch_timeout: float = 300.0,
+        page_size: int = 500,
+        request_timeout: float = 60.0,
+        queue_size: int = 64,
+    ) -> None:
+        self.links = links
+        self.kubeconfig = kubeconfig
+        self.namespaces = tuple(dict.fromkeys(namespaces))
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.request_timeout = request_timeout
+        self.queue_size = queue_size
+        self._changed = asyncio.Event()
+        self._rng = random.Random()
+
+    def links_changed(self) -> None:
+        """The index applied a batch: look at its Links again (cheap when they did not
+        change)."""
+        self._changed.set()
+
+    async def events(self) -> AsyncIterator[list[Event]]:
+        local = await KubeApi.connect(self.kubeconfig, self.request_timeout)
+        queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
+        running: dict[str, tuple[Target, asyncio.Task[None]]] = {}
+        reconciler = asyncio.create_task(self._reconcile(local, queue, running),
+                                         name="flat-network")
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, reconciler},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    reconciler.result()  # a bug in the reconciler: surface it
+                batch = await getter
+                if batch is not None:
+                    yield batch
+        finally:
+            reconciler.cancel()
+            tasks = [task for _, task in running.values()]
+            for task in tasks:
+                task.cancel()
+            for task in (reconciler, *tasks):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            await local.close()
+
+    async def _reconcile(self, local: KubeApi, queue: asyncio.Queue[list[Event] | None],
+                         running: dict[str, tuple[Target, asyncio.Task[None]]]) -> None:
+        """Start a task per linked cluster, stop it when its Link goes, restart it when its
+        Secret or selector changes."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            wanted = Target.of(self.links())
+            for cluster, (target, task) in list(running.items()):
+                if wanted.get(cluster) != target:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                    del running[cluster]
+                    log.info("cluster %s: %s", cluster, "Link changed: watching it afresh"
+                             if cluster in wanted else "Link gone: its watch stopped")
+            for cluster, target in wanted.items():
+                if cluster not in running:
+                    running[cluster] = (target, asyncio.create_task(
+                        self._cluster(local, target, queue), name=f"flat-network-{cluster}"))
+
+    async def _cluster(self, local: KubeApi, target: Target,
+                       queue: asyncio.Queue[list[Event] | None]) -> None:
+        """Connect, sync and follow one linked cluster, forever; every failure is reported
+        and retried after a backoff, the Secret read again first."""
+        def status(state: RemoteState, detail: str = "") -> RemoteStatus:
+            return RemoteStatus(target.cluster, state, detail, target.secret_ref)
+
+        await queue.put([status(RemoteState.CONNECTING)])
+        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        synced = False
+        while True:
+            try:
+                api = await self._connect(local, target)
+                try:
+                    await self._follow(api, target, queue, status, backoff)
+                    synced = True
+                finally:
+                    await api.close()
+            except asyncio.CancelledError:
+                raise
+            except CredentialsError as exc:
+                await queue.put([status(RemoteState.CREDENTIALS, str(exc))])
+            except Exception as exc:
+                detail = describe_error(exc)
+                if not isinstance(exc, TRANSIENT):
+                    log.error("cluster %s: %s", target.cluster, detail, exc_info=exc)
+                state = RemoteState.LOST if synced else RemoteState.CONNECTING
+                await queue.put([SourceError(f"cluster {target.cluster}: {detail}"),
+                                 status(state, detail)])
+            await asyncio.sleep(backoff.next())
+
+    async def _connect(self, local: KubeApi, target: Target) -> KubeApi:
+        """A client for the linked cluster, from the Link's Secret as it is now."""
+        if not target.secret:
+            raise CredentialsError(f"Link {target.namespace}/{target.link} names no "
+                                   "spec.clusterCredentialsSecret")
+        where = f"Secret {target.namespace}/{target.secret}"
+        path = (f"/api/v1/namespaces/{quote(target.namespace, safe='')}/secrets/"
+                f"{quote(target.secret, safe='')}")
+        try:
+            secret = await local.get_json(path)
+        except NotFound:
+            raise CredentialsError(f"{where} does not exist") from None
+        except Forbidden as exc:
+            raise CredentialsError(f"reading {where} is forbidden ({exc.message}): "
+                                   "`dnsside install --flat-network` grants it") from None
+        text = _kubeconfig_text(secret, where)
+        try:
+            return await KubeApi.from_kubeconfig_text(text, f"{where}, key {SECRET_KEY}",
+                                                      self.request_timeout)
+        except KubeConfigError as exc:
+            raise CredentialsError(str(exc)) from None
+
+    async def _follow(self, api: KubeApi, target: Target,
+                      queue: asyncio.Queue[list[Event] | None],
+                      status: Callable[[RemoteState, str], RemoteStatus],
+                      backoff: Backoff) -> None:
+        """List the linked cluster's Services and slices as one Replace, then follow both;
+        returns never. A 401/403 ends it as a CredentialsError."""
+        cluster = target.cluster
+        reflector = Reflector(
+            queue, self.namespaces, backoff_base=self.backoff_base,
+            backoff_cap=self.backoff_cap, watch_timeout=self.watch_timeout,
+            page_size=self.page_size, request_timeout=self.request_timeout, rng=self._rng,
+            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected)
+        services = Resource(Kind.SERVICE, "services", "/api/v1",
+                            partial(_remote_service, cluster, target.selector))
+        try:
+            service_records, service_versions = await reflector.list_resource(api, services)
+            slices = ENDPOINTSLICES
+            try:
+                slice_records, slice_versions = await reflector.list_resource(api, slices)
+            except (Forbidden, NotFound) as exc:
+                # Linkerd's remote-access role before 2.14 grants Endpoints, not slices.
+                log.info("cluster %s: cannot list endpointslices (%s): reading v1 Endpoints",
+                         cluster, exc)
+                slices = ENDPOINTS
+                slice_records, slice_versions = await reflector.list_resource(api, slices)
+        except (Unauthorized, Forbidden) as exc:
+            raise CredentialsError(_rejection(cluster, exc)) from None
+        records: tuple[Record, ...] = (*service_records, *slice_records)
+        del service_records, slice_records
+        await queue.put([Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
+                                                 records)),
+                         status(RemoteState.SYNCED, "")])
+        del records
+        backoff.reset()
+        log.info("cluster %s: synced (%s)", cluster, slices.plural)
+        health = _Health(status)
+
+        def gone(exc: Exception) -> Exception | None:
+            if isinstance(exc, ApiError) and _rejected(exc):
+                return CredentialsError(_rejection(cluster, exc))
+            return None
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(reflector.follow(api, services, service_versions, health, gone))
+                tg.create_task(reflector.follow(api, slices, slice_versions, health, gone))
+        except* CredentialsError as group:
+            raise group.exceptions[0] from None
+        except* (Unauthorized, Forbidden) as group:  # a relist's
+            first = group.exceptions[0]
+            assert isinstance(first, ApiError)
+            raise CredentialsError(_rejection(cluster, first)) from None
+
+
+def _remote_service(cluster: str, selector: LabelSelector, obj: Mapping[str, Any],
+                    where: str) -> Record | None:
+    return parse_remote_service(obj, where, cluster, selector)
+
+
+def _rejection(cluster: str, exc: ApiError) -> str:
+    if isinstance(exc, Unauthorized):
+        return f"cluster {cluster} rejected the credentials: {exc}"
+    return f"the credentials may not read what dnsside needs in cluster {cluster}: {exc}"
+
+
+def _kubeconfig_text(secret: Mapping[str, Any], where: str) -> str:
+    data = secret.get("data")
+    raw = data.get(SECRET_KEY) if isinstance(data, Mapping) else None
+    if not isinstance(raw, str) or not raw:
+        raise CredentialsError(f"{where} has no data key {SECRET_KEY}")
+    try:
+        return base64.b64decode(raw, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise CredentialsError(f"{where}: data key {SECRET_KEY} is not base64 of a text "
+                               "kubeconfig") from None
+
+
+__all__ = ["FlatNetworkSource", "Target"]
