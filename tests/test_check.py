@@ -9,17 +9,27 @@ install` would leave them. The file's own orphan is checked on its own below.
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import DEMO_EAST
-from fakekube import FakeKube
+from fakekube import (
+    REMOTE_ACCESS_RULES,
+    REMOTE_ACCESS_RULES_PRE_214,
+    FakeKube,
+    Rule,
+    running_fake_kube,
+)
 from support import ROOT, Dnsside, ThreadedKube
 
-from dnsside.ops.check import CheckOptions, Result, render, run_checks
+from dnsside.ops.check import CheckOptions, Result, passed, render, run_checks
+from dnsside.sources.kubeapi import KubeApi
 
 SA = "system:serviceaccount:dnsside:dnsside"
 
@@ -320,3 +330,283 @@ async def test_config_map_missing(fake_kube: FakeKube) -> None:
     demo(fake_kube).delete("ConfigMap", "dnsside", "dnsside")
     results = await check(fake_kube, cluster_name="east")
     only_failure(results, "ConfigMap dnsside/dnsside exists", "envFrom")
+
+
+# --------------------------------------------------------------------------- --flat-network
+#
+# Two fake API servers: the local cluster (demo east) and one linked cluster answering for
+# west, north and south, each Link with the Secret `linkerd multicluster link` writes. On
+# the remote, the Secret's token is the remote-access service account, restricted to what
+# Linkerd's ClusterRole grants it; locally, dnsside's ServiceAccount is restricted to what
+# `dnsside install` grants, read from the install's own output.
+
+REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access"
+REMOTE_TOKEN = "remote-access-token"
+FLAT = "dnsside-flat-network"
+LINKED = ("west", "north", "south")
+
+
+def install_rules(*flags: str) -> list[Rule]:
+    """The RBAC rules `dnsside install --cluster-name east FLAGS` grants dnsside."""
+    from test_install import install
+
+    rules = []
+    for obj in install("--cluster-name", "east", *flags):
+        if obj["kind"] in ("ClusterRole", "Role"):
+            for rule in obj["rules"]:
+                rules += [Rule(resource, group, frozenset(rule["verbs"]),
+                               obj["metadata"].get("namespace"))
+                          for group in rule["apiGroups"] for resource in rule["resources"]]
+    return rules
+
+
+def flat_link(cluster: str, secret: str | None = None) -> dict[str, Any]:
+    obj = link(cluster)
+    obj["spec"].update(
+        clusterCredentialsSecret=f"cluster-credentials-{cluster}" if secret is None else secret,
+        remoteDiscoverySelector={"matchLabels": {"mirror.linkerd.io/exported":
+                                                 "remote-discovery"}})
+    return obj
+
+
+@pytest.fixture
+async def remote_kube(tmp_path: Path) -> AsyncIterator[FakeKube]:
+    (tmp_path / "remote").mkdir()
+    async with running_fake_kube(tmp_path / "remote") as remote:
+        remote.add_token(REMOTE_TOKEN, REMOTE_USER)
+        remote.restrict(REMOTE_USER, REMOTE_ACCESS_RULES)
+        remote.apply({"kind": "Service", "metadata": {"name": "db", "namespace": "default"},
+                      "spec": {"clusterIP": "None", "ports": [{"port": 26257}]}})
+        yield remote
+
+
+def flat_demo(kube: FakeKube, remote: FakeKube, install_flags: tuple[str, ...] = (
+        "--flat-network",)) -> FakeKube:
+    demo(kube)
+    kube.apply({**config_map("east"), "data": {"DNSSIDE_CLUSTER_NAME": "east",
+                                               "DNSSIDE_FLAT_NETWORK": "true"}})
+    for cluster in LINKED:
+        kube.apply(flat_link(cluster))
+        kube.apply(remote.link_credentials(cluster, token=REMOTE_TOKEN))
+    kube.restrict(SA, install_rules(*install_flags))
+    return kube
+
+
+def flat_results(results: list[Result]) -> list[Result]:
+    return [r for r in results if r.topic == FLAT]
+
+
+async def test_flat_network_all_pass(fake_kube: FakeKube, remote_kube: FakeKube) -> None:
+    results = await check(flat_demo(fake_kube, remote_kube), as_user=SA)
+    assert not failed(results)
+    ours = flat_results(results)
+    assert ours[0].text == f"{SA} can get and list secrets in linkerd-multicluster"
+    assert len(ours) == 1 + 3 * len(LINKED)  # the grant, then three lines per Link
+    assert [r.text.split(":")[0] for r in ours[1:4]] == ["link north"] * 3  # sorted
+    server = remote_kube.url
+    assert line(results, "link west: Secret linkerd-multicluster/cluster-credentials-west "
+                "has a kubeconfig").ok
+    assert line(results, f"link west: its kubeconfig loads (API server {server})").ok
+    assert line(results, f"link west: the API at {server} lists services and endpointslices "
+                "(remoteDiscoverySelector mirror.linkerd.io/exported=remote-discovery)").ok
+    # The remote was read with the Secret's token, one page of each, per Link.
+    assert remote_kube.count("/api/v1/services") == len(LINKED)
+    assert remote_kube.count("/apis/discovery.k8s.io/v1/endpointslices") == len(LINKED)
+    assert remote_kube.count("/api/v1/endpoints") == 0
+    # Off in the ConfigMap and not asked for: no such category; asked for: there.
+    fake_kube.apply(config_map("east"))
+    assert not flat_results(await check(fake_kube, as_user=SA))
+    assert flat_results(await check(fake_kube, as_user=SA, flat_network=True)) == ours
+
+
+async def test_flat_network_without_the_secrets_role(fake_kube: FakeKube,
+                                                     remote_kube: FakeKube) -> None:
+    # Installed without --flat-network, then the flag turned on in the ConfigMap.
+    flat_demo(fake_kube, remote_kube, install_flags=())
+    results = await check(fake_kube, as_user=SA)
+    bad = only_failure(results, f"{SA} can get and list secrets in linkerd-multicluster",
+                       "dnsside install --flat-network",
+                       f"kubectl auth can-i list secrets -n linkerd-multicluster --as {SA}")
+    assert f'User "{SA}" cannot list resource "secrets"' in bad.hint
+    # A Role that lists but may not get: the Secret's GET is what says so.
+    fake_kube.restrict(SA, [*install_rules(), Rule("secrets", verbs=frozenset({"list"}),
+                                                    namespace="linkerd-multicluster")])
+    bad = only_failure(await check(fake_kube, as_user=SA), "can get and list secrets")
+    assert 'cannot get resource "secrets"' in bad.hint
+
+
+async def test_flat_network_secrets_missing_or_wrong(fake_kube: FakeKube,
+                                                    remote_kube: FakeKube) -> None:
+    flat_demo(fake_kube, remote_kube)
+    fake_kube.delete("Secret", "linkerd-multicluster", "cluster-credentials-west")
+    north = remote_kube.link_credentials("north", token=REMOTE_TOKEN)
+    fake_kube.apply({**north, "data": {"config": north["data"]["kubeconfig"]}})
+    fake_kube.apply(flat_link("south", secret=""))
+    results = await check(fake_kube, as_user=SA)
+    bad = {r.text: r for r in failed(results)}
+    assert set(bad) == {
+        "link north: Secret linkerd-multicluster/cluster-credentials-north has a kubeconfig",
+        "link south: names no credentials Secret",
+        "link west: Secret linkerd-multicluster/cluster-credentials-west exists"}
+    for r in bad.values():
+        assert r.topic == FLAT and "writes a fresh one" in r.hint
+    north_hint = bad["link north: Secret linkerd-multicluster/cluster-credentials-north "
+                     "has a kubeconfig"].hint
+    assert "no key kubeconfig (keys: config)" in north_hint
+    assert "clusterCredentialsSecret is empty" in bad["link south: names no credentials "
+                                                      "Secret"].hint
+    west = bad["link west: Secret linkerd-multicluster/cluster-credentials-west exists"]
+    assert "not found" in west.hint
+    assert "linkerd multicluster link --cluster-name west" in west.hint
+    assert remote_kube.count("/api/v1/services") == 0  # nothing to reach it with
+
+
+async def test_flat_network_kubeconfig_does_not_load(fake_kube: FakeKube,
+                                                     remote_kube: FakeKube) -> None:
+    flat_demo(fake_kube, remote_kube)
+    broken = remote_kube.link_credentials("west", token=REMOTE_TOKEN)
+    serverless = {"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [],
+                  "contexts": [], "current-context": ""}
+    fake_kube.apply({**broken, "data": {"kubeconfig": base64.b64encode(
+        json.dumps(serverless).encode()).decode()}})
+    results = await check(fake_kube, as_user=SA)
+    bad = only_failure(results, "link west: its kubeconfig loads",
+                       "Secret linkerd-multicluster/cluster-credentials-west key kubeconfig",
+                       "writes a fresh one")
+    assert bad.topic == FLAT
+    fake_kube.apply({**broken, "data": {"kubeconfig": "not base64!"}})
+    only_failure(await check(fake_kube), "link west: Secret", "not base64")
+
+
+async def test_flat_network_the_remote_says_no(fake_kube: FakeKube,
+                                               remote_kube: FakeKube) -> None:
+    flat_demo(fake_kube, remote_kube)
+    server = remote_kube.url
+    # A revoked token: 401.
+    fake_kube.apply(remote_kube.link_credentials("west", token="revoked"))
+    bad = only_failure(await check(fake_kube), f"link west: the API at {server} lists services",
+                       "rejects the token", "401", "linkerd multicluster link")
+    assert bad.topic == FLAT
+    fake_kube.apply(remote_kube.link_credentials("west", token=REMOTE_TOKEN))
+    # A remote-access ClusterRole without services: 403 with the remote's message.
+    remote_kube.restrict(REMOTE_USER, [r for r in REMOTE_ACCESS_RULES if r.plural != "services"])
+    results = await check(fake_kube)
+    assert len(failed(results)) == len(LINKED)
+    bad = line(results, f"link west: the API at {server} lists services")
+    assert not bad.ok and f'User "{REMOTE_USER}" cannot list resource "services"' in bad.hint
+    assert "linkerd --context=west multicluster install" in bad.hint
+    # Unreachable from here.
+    remote_kube.restrict(REMOTE_USER, REMOTE_ACCESS_RULES)
+    await remote_kube.set_unreachable(True)
+    results = await check(fake_kube)
+    bad = line(results, f"link west: the API at {server} lists services")
+    assert not bad.ok and "route to" in bad.hint and "--api-server-address" in bad.hint
+    await remote_kube.set_unreachable(False)
+    # Its API server failing (etcd down): 500.
+    remote_kube.failing_status = 500
+    bad = line(await check(fake_kube), f"link west: the API at {server} lists services")
+    assert not bad.ok and "HTTP 500" in bad.hint and "--context=west get --raw" in bad.hint
+    remote_kube.failing_status = 0
+    assert not failed(await check(fake_kube))
+
+
+async def test_flat_network_a_malformed_selector(fake_kube: FakeKube,
+                                                 remote_kube: FakeKube) -> None:
+    flat_demo(fake_kube, remote_kube)
+    broken = flat_link("west")
+    broken["spec"]["remoteDiscoverySelector"] = {"matchExpressions": [
+        {"key": "app", "operator": "Near"}]}
+    fake_kube.apply(broken)
+    results = await check(fake_kube)
+    bad = only_failure(results, "link west: remoteDiscoverySelector is readable", "'Near'",
+                       "serves none of west's pods directly",
+                       "kubectl -n linkerd-multicluster edit links.multicluster.linkerd.io west")
+    assert bad.topic == FLAT
+    # The rest of the Link is read: its credentials are still checked, and work.
+    assert line(results, "link west: the API at").ok
+    assert "(empty: selects nothing)" in line(results, "link west: the API at").text
+
+
+async def test_flat_network_a_remote_before_linkerd_2_14_is_a_warning(
+        fake_kube: FakeKube, remote_kube: FakeKube) -> None:
+    flat_demo(fake_kube, remote_kube)
+    remote_kube.restrict(REMOTE_USER, REMOTE_ACCESS_RULES_PRE_214)
+    results = await check(fake_kube, as_user=SA)
+    server = remote_kube.url
+    warning = line(results, f"link west: the API at {server} lists endpointslices")
+    assert not warning.ok and warning.warning
+    assert "older than 2.14" in warning.hint and "v1 Endpoints instead" in warning.hint
+    assert 'cannot list resource "endpointslices"' in warning.hint
+    assert line(results, f"link west: the API at {server} lists services and v1 endpoints").ok
+    assert not [r for r in results if not passed(r)]
+    assert render(results).rstrip().endswith("Status check results are ✓")
+    assert "‼ link west: the API at" in render(results)
+    # Neither endpointslices nor endpoints: a failure.
+    remote_kube.restrict(REMOTE_USER, [r for r in REMOTE_ACCESS_RULES_PRE_214
+                                       if r.plural != "endpoints"])
+    bad = line(await check(fake_kube), f"link west: the API at {server} lists endpointslices "
+               "or endpoints")
+    assert not bad.ok and not bad.warning and "multicluster install" in bad.hint
+
+
+async def test_flat_network_closes_every_remote_client(
+        fake_kube: FakeKube, remote_kube: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    flat_demo(fake_kube, remote_kube)
+    remote_kube.restrict(REMOTE_USER, [r for r in REMOTE_ACCESS_RULES if r.plural != "services"])
+    fake_kube.apply(remote_kube.link_credentials("north", token="revoked"))
+    open_clients: set[int] = set()
+    opened = 0
+    load = KubeApi.from_kubeconfig_text.__func__  # type: ignore[attr-defined]
+    close = KubeApi.close
+
+    async def counting_load(cls: type[KubeApi], *args: Any, **kw: Any) -> KubeApi:
+        nonlocal opened
+        api: KubeApi = await load(cls, *args, **kw)
+        opened += 1
+        open_clients.add(id(api))
+        return api
+
+    async def counting_close(self: KubeApi) -> None:
+        open_clients.discard(id(self))
+        await close(self)
+
+    monkeypatch.setattr(KubeApi, "from_kubeconfig_text", classmethod(counting_load))
+    monkeypatch.setattr(KubeApi, "close", counting_close)
+    results = await check(fake_kube)
+    assert len(failed(results)) == len(LINKED)
+    assert opened == len(LINKED) and not open_clients
+
+
+@pytest.fixture
+def served_pair(tmp_path: Path) -> Any:
+    (tmp_path / "local").mkdir()
+    (tmp_path / "remote").mkdir()
+    local, remote = ThreadedKube(tmp_path / "local"), ThreadedKube(tmp_path / "remote")
+    try:
+        remote.call(remote.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
+        remote.call(remote.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
+        local.call(demo, local.kube)
+        for cluster in LINKED:
+            local.call(local.kube.apply, flat_link(cluster))
+            local.call(local.kube.apply, remote.kube.link_credentials(cluster,
+                                                                      token=REMOTE_TOKEN))
+        yield local, remote
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_cli_flat_network_flag(served_pair: Any) -> None:
+    local, remote = served_pair
+    plain = run_check("--kubeconfig", local.kubeconfig)
+    assert plain.returncode == 0 and FLAT not in plain.stdout  # the ConfigMap leaves it off
+    out = run_check("--kubeconfig", local.kubeconfig, "--flat-network")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{FLAT}\n{'-' * len(FLAT)}\n" in out.stdout
+    assert (f"✓ link south: the API at {remote.kube.url} lists services and endpointslices"
+            in out.stdout)
+    local.call(local.kube.delete, "Secret", "linkerd-multicluster", "cluster-credentials-west")
+    bad = run_check("--kubeconfig", local.kubeconfig, "--flat-network")
+    assert bad.returncode == 1
+    assert "× link west: Secret linkerd-multicluster/cluster-credentials-west exists" \
+        in bad.stdout

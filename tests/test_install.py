@@ -167,6 +167,63 @@ def test_rbac_is_read_only_on_the_three_resources(mode: str) -> None:
     assert not {o["kind"] for o in objs} & {"Role", "RoleBinding", "Secret"}
 
 
+def _grants(objs: list[dict[str, Any]]) -> set[tuple[str, str, str, str, tuple[str, ...]]]:
+    """Every (kind, namespace, API group, resource, verbs) any Role or ClusterRole grants."""
+    return {(o["kind"], o["metadata"].get("namespace", ""), g, r, tuple(rule["verbs"]))
+            for o in objs if o["kind"] in ("Role", "ClusterRole")
+            for rule in o["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+@pytest.mark.parametrize("mode", manifests.MODES)
+def test_flat_network_reads_secrets_in_the_links_namespace_only(mode: str) -> None:
+    plain = install("--cluster-name", "east", "--mode", mode)
+    objs = install("--cluster-name", "east", "--mode", mode, "--flat-network")
+    assert one(objs, "ConfigMap")["data"] == {"DNSSIDE_CLUSTER_NAME": "east",
+                                              "DNSSIDE_FLAT_NETWORK": "true"}
+    # What the ClusterRole grants is unchanged; only a namespaced Role is added.
+    assert _grants(objs) - _grants(plain) == {
+        ("Role", "linkerd-multicluster", "", "secrets", ("get", "list", "watch"))}
+    role, binding = one(objs, "Role"), one(objs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "linkerd-multicluster"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    # Bound to the identity the dnsside container runs as, as the ClusterRole is.
+    assert binding["subjects"] == one(objs, "ClusterRoleBinding")["subjects"]
+    elsewhere = install("--cluster-name", "east", "--mode", mode, "--flat-network",
+                        "--links-namespace", "mc")
+    assert {o["metadata"]["namespace"] for o in elsewhere
+            if o["kind"] in ("Role", "RoleBinding")} == {"mc"}
+
+
+@pytest.mark.parametrize("mode", manifests.MODES)
+def test_flat_network_output_passes_kubernetes_validate(mode: str, tmp_path: Path) -> None:
+    path = tmp_path / "flat.yaml"
+    objs = install("--cluster-name", "east", "--mode", mode, "--flat-network")
+    path.write_text(yaml.safe_dump_all(objs))
+    proc = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", "-k",
+                           K8S_VERSIONS[-1], str(path)], capture_output=True, text=True,
+                          timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert len(re.findall(r"passed for resource (\S+)", out)) == len(objs), out
+    assert "passed for resource role/" in out and "passed for resource rolebinding/" in out
+
+
+def test_without_flat_network_no_secret_is_readable_anywhere() -> None:
+    outputs = [install("--cluster-name", "east", "--mode", mode) for mode in manifests.MODES]
+    outputs += [[d for d in yaml.safe_load_all(text) if d]
+                for rel, text in deploy.deploy_files().items() if rel.endswith(".yaml")]
+    for objs in outputs:
+        assert not {g for g in _grants(objs) if g[3] in ("secrets", "*")}
+        assert not {o["kind"] for o in objs} & {"Role", "RoleBinding"}
+    assert "DNSSIDE_FLAT_NETWORK" not in (ROOT / "deploy/base/configmap.yaml").read_text()
+    code, _, err = cli("install", "--cluster-name", "east", "--links-namespace", "mc")
+    assert code == 2 and "--links-namespace" in err and "--flat-network" in err
+    code, _, err = cli("install", "--cluster-name", "east", "--flat-network",
+                       "--links-namespace", "Not_A_Namespace")
+    assert code == 2 and "--links-namespace 'Not_A_Namespace'" in err
+
+
 def test_options_land_where_they_belong() -> None:
     objs = install("--cluster-name", "West", "--namespace", "dns", "--image", "reg/x:1",
                    "--replicas", "3", "--memory-limit", "1Gi")
@@ -664,7 +721,24 @@ FIRING = {
         (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0+10x30"),
         (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x30"),
     ], "15m", {}),
+    "DnssideRemoteCredentialsInvalid": (
+        [(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x5 0x20"),
+         (f'dnsside_remote_synced{{{L},cluster="west"}}', "1x5 0x20")],
+        "10m", {"cluster": "west"}),
+    "DnssideRemoteNotSynced": (
+        [(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x30"),
+         (f'dnsside_remote_synced{{{L},cluster="west"}}', "1x5 0x25")],
+        "20m", {"cluster": "west"}),
 }
+# Series on which one alert fires and another, which would say the same twice, must not:
+# (series, eval_time, the alert that fires with its extra labels, the alert that stays silent).
+EXCLUSIVE = [
+    # Rejected credentials also leave the cluster unsynced: only the credentials alert.
+    ([(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "0x60"),
+      (f'dnsside_remote_synced{{{L},cluster="west"}}', "0x60")],
+     "59m", ("DnssideRemoteCredentialsInvalid", {"cluster": "west"}),
+     "DnssideRemoteNotSynced"),
+]
 HEALTHY = [
     (f'dnsside_source_synced{{{L},source="kube"}}', "1x60"),
     (f'dnsside_watch_restarts_total{{{L},resource="services",reason="closed"}}', "0+1x60"),
@@ -676,6 +750,12 @@ HEALTHY = [
     (f"dnsside_links_watch_up{{{L}}}", "1x20 0x5 1x35"),  # a short outage: no alert
     (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x60"),
     (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0x60"),
+    # --flat-network: unsynced until the first list, then a short outage of the remote API;
+    # and a one-minute credentials failure (a Secret being rotated) on another cluster.
+    (f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x60"),
+    (f'dnsside_remote_synced{{{L},cluster="west"}}', "0x2 1x20 0x5 1x32"),
+    (f'dnsside_remote_credentials_valid{{{L},cluster="north"}}', "1x20 0x1 1x38"),
+    (f'dnsside_remote_synced{{{L},cluster="north"}}', "1x20 0x1 1x38"),
 ]
 
 
@@ -702,6 +782,19 @@ def test_promtool_fires_each_alert_on_its_symptom_only(tmp_path: Path) -> None:
                                         for k, v in rules[name]["annotations"].items()},
                 }],
             }],
+        })
+    for series, at, (name, extra), silent in EXCLUSIVE:
+        labels = {"namespace": "dnsside", "pod": "dnsside-0", **extra}
+        tests.append({
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in series],
+            "alert_rule_test": [
+                {"eval_time": at, "alertname": name, "exp_alerts": [{
+                    "exp_labels": {**labels, "severity": rules[name]["labels"]["severity"]},
+                    "exp_annotations": {k: _render(v, labels)
+                                        for k, v in rules[name]["annotations"].items()}}]},
+                {"eval_time": at, "alertname": silent, "exp_alerts": []},
+            ],
         })
     tests.append({
         "interval": "1m",

@@ -12,7 +12,9 @@ system:serviceaccount:dnsside:dnsside`` checks dnsside's own grants. What the
 objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.linkerd` and
 :mod:`dnsside.diagnosis`; the
 global service queried through ``--dns`` is picked by dnsside's own index from
-the same objects. The exit status is 1 when any check that is not a warning failed.
+the same objects. Under ``--flat-network`` (:mod:`dnsside.ops.flatcheck`) the checks
+also read each Link's credentials Secret and, with the kubeconfig in it, the linked
+cluster's API. The exit status is 1 when any check that is not a warning failed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from urllib.parse import quote
 
 from dnsside import diagnosis, linkerd
 from dnsside.config import flag, split_hostport, zones_from_env
-from dnsside.diagnosis import mirror_health
+from dnsside.diagnosis import CREDENTIALS_FIX, mirror_health
 from dnsside.linkerd import (
     LINK_GROUP,
     LinkRecord,
@@ -36,6 +38,7 @@ from dnsside.linkerd import (
     ServiceRecord,
     SliceRecord,
 )
+from dnsside.ops.flatcheck import KUBECONFIG_KEY, FlatNetworkChecks
 from dnsside.sources.kubeapi import TRANSIENT, ApiError, KubeApi, KubeConfigError, NotFound
 
 OK, FAIL, WARN = "\u2713", "\u00d7", "\u203c"  # check mark, cross, double !, as linkerd
@@ -44,17 +47,22 @@ SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
 CLUSTER_KEY = flag("--cluster-name").env
 ZONE_KEY = flag("--zone").env
+FLAT_NETWORK = flag("--flat-network")
 PAGE = 500  # items per list request
 # What a GET can fail with that a check reports: a status, a body that is not an object.
 API_ERRORS = (ApiError, ValueError)
 
-API, INSTALL, RBAC, LINKERD, CONFIG, WORKLOAD, DNS = (
+API, INSTALL, RBAC, LINKERD, CONFIG, FLAT, WORKLOAD, DNS = (
     "kubernetes-api", "dnsside-install", "dnsside-rbac", "linkerd-multicluster",
-    "dnsside-config", "dnsside-workload", "dnsside-dns")
+    "dnsside-config", "dnsside-flat-network", "dnsside-workload", "dnsside-dns")
 _INSTALL = "`dnsside install --cluster-name NAME | kubectl apply -f -`"
 _NAME_FIX = ("the name the other clusters linked this one as (`linkerd multicluster link "
              "--cluster-name NAME`): `dnsside install --cluster-name NAME ... | kubectl "
              "apply -f -`")
+_REMOTE = "link {cluster}: the API at {server} lists {resource}{selector}"
+_REMOTE_RBAC = ("`linkerd --context={cluster} multicluster install | kubectl --context={cluster} "
+                "apply -f -` grants it to the remote-access ServiceAccount whose token the "
+                "Secret holds")
 _REACH = ("is dnsside reachable at {address}? e.g. `kubectl -n {namespace} port-forward "
           "svc/dnsside 5353:53` (TCP only: check queries over TCP)")
 
@@ -114,6 +122,38 @@ CHECKS: dict[str, Check] = {
                                  "{name} is also the name of a linked cluster: its members "
                                  "and this cluster's would share names; set " + CLUSTER_KEY
                                  + " to " + _NAME_FIX),
+    # --flat-network (dnsside/ops/flatcheck.py runs these)
+    "flat-rbac": Check(FLAT, "{who} can get and list secrets in {namespace}",
+                       "{error}; dnsside reads each Link's credentials Secret there: re-apply "
+                       "`dnsside install --flat-network ...` (its Role grants get, list and "
+                       "watch on secrets in that namespace only; --links-namespace {namespace} "
+                       "when it is not linkerd-multicluster), then `kubectl auth can-i list "
+                       "secrets -n {namespace} --as {user}`"),
+    "flat-selector": Check(FLAT, "link {cluster}: remoteDiscoverySelector is readable",
+                           "{error}: it selects nothing, so dnsside serves none of {cluster}'s "
+                           "pods directly; fix the Link (`kubectl -n {namespace} edit "
+                           "links.multicluster.linkerd.io {name}`) or link again"),
+    "flat-secret": Check(FLAT, "link {cluster}: Secret {secret} has a " + KUBECONFIG_KEY,
+                         "{error}; " + CREDENTIALS_FIX),
+    "flat-kubeconfig": Check(FLAT, "link {cluster}: its " + KUBECONFIG_KEY + " loads{server}",
+                             "{error}; " + CREDENTIALS_FIX),
+    "flat-remote": Check(FLAT, _REMOTE),  # passed; its failures are the four below
+    "flat-remote-rejected": Check(FLAT, _REMOTE,
+                                  "{error}: the linked cluster rejects the token in Secret "
+                                  "{secret} (revoked, or its ServiceAccount re-created); "
+                                  + CREDENTIALS_FIX),
+    "flat-remote-forbidden": Check(FLAT, _REMOTE, "{error}; " + _REMOTE_RBAC),
+    "flat-remote-reach": Check(FLAT, _REMOTE,
+                               "{error}; `dnsside check` runs here and dnsside in its pod: both "
+                               "need a route to {server}, the address `linkerd multicluster "
+                               "link --api-server-address` wrote into the Secret"),
+    "flat-remote-error": Check(FLAT, _REMOTE, "{error}; the linked cluster's API server fails: "
+                               "`kubectl --context={cluster} get --raw /readyz?verbose`"),
+    "flat-endpoints": Check(FLAT, "link {cluster}: the API at {server} lists endpointslices",
+                            "{error}: the linked cluster's Linkerd is older than 2.14 (its "
+                            "remote-access ClusterRole has no endpointslices); dnsside reads "
+                            "its v1 Endpoints instead, which it may list. Upgrading Linkerd "
+                            "there ends the fallback", warning=True),
     "deployment-ready": Check(WORKLOAD, "Deployment {namespace}/{name} is ready ({ready}/{want})",
                               "`kubectl -n {namespace} describe deployment {name}` and "
                               "`kubectl -n {namespace} logs deployment/{name}`: /readyz fails "
@@ -160,6 +200,7 @@ class CheckOptions:
     dns: str | None = None  # HOST:PORT to query (TCP: works through kubectl port-forward)
     coredns_deployment: str = "coredns"
     timeout: float = 10.0
+    flat_network: bool = False  # check the --flat-network setup even if the ConfigMap is off
 
 
 @dataclass
@@ -221,6 +262,11 @@ class Checker:
             services, slices = await self.read_mirrors()
             self.check_mirrors(links, services, slices)
             self.check_cluster_name(install, links, services)
+            if self.options.flat_network or FLAT_NETWORK.from_env(
+                    install.config.get(FLAT_NETWORK.env) or "false"):
+                assert self.api is not None
+                await FlatNetworkChecks(self.api, self.report, self.options.as_user,
+                                        self.options.timeout).run(links)
             await self.check_workload(install)
             if self.options.dns:
                 await self.check_dns(install, services, slices, links)

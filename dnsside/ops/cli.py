@@ -121,6 +121,10 @@ def add_admin_commands(sub: Any) -> None:
                          help="sidecar mode: CoreDNS's Deployment")
     install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's ServiceAccount")
+    install.add_argument("--links-namespace", metavar="NS",
+                         help="with --flat-network: the namespace of the Links and their "
+                         "credentials Secrets, where dnsside may read Secrets (default "
+                         f"{inst.LINKS_NAMESPACE})")
     install.set_defaults(**{_BAKEABLE: add_bakeable_flags(install)})
     targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
 
@@ -186,6 +190,10 @@ def add_admin_commands(sub: Any) -> None:
                        help="also query the zone's SOA and a global service there, over TCP "
                        "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353:53`)")
     check.add_argument("--coredns-deployment", dest="check_coredns", default="coredns")
+    check.add_argument("--flat-network", dest="check_flat_network", action="store_true",
+                       help="check the --flat-network setup (each Link's credentials Secret "
+                       "and the linked cluster's API) even if dnsside's ConfigMap does not "
+                       "turn it on yet; it is checked whenever the ConfigMap does")
 
 
 def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
@@ -221,6 +229,7 @@ def _install(args: argparse.Namespace, command: str) -> str:
         coredns_deployment=args.coredns_deployment,
         coredns_service_account=args.coredns_service_account,
         dns_port=args.dns_port,
+        links_namespace=args.links_namespace,
     )
     objs = inst.manifests(opts)
     if opts.cluster_name == "local":
@@ -295,7 +304,8 @@ def _check(args: argparse.Namespace) -> int:
     options = CheckOptions(
         kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
         mode=args.check_mode, cluster_name=args.check_cluster_name, as_user=args.as_user,
-        dns=args.dns, coredns_deployment=args.check_coredns)
+        dns=args.dns, coredns_deployment=args.check_coredns,
+        flat_network=args.check_flat_network)
     results = asyncio.run(run_checks(options))
     sys.stdout.write(render(results))
     return 0 if all(passed(r) for r in results) else 1

@@ -12,6 +12,11 @@ Two layouts (``--mode``):
   --field-manager=dnsside`` so dnsside owns that container and nothing else). It
   listens on 127.0.0.1:5353: CoreDNS holds port 53 in that pod.
 
+With ``--flat-network`` (baked as ``DNSSIDE_FLAT_NETWORK``) either layout also gets a
+Role and RoleBinding granting get, list and watch on Secrets in the Links' namespace
+only, where each Link's credentials Secret lives; without it dnsside can read no Secret
+anywhere.
+
 The tricky part is the ConfigMap: every ``serve`` setting the layout does not fix is
 baked into it as ``DNSSIDE_<FLAG>`` (:mod:`dnsside.config`), the container reads it
 whole with ``envFrom``, and the pod template carries a hash of it, so re-running
@@ -57,6 +62,11 @@ RBAC_RULES: tuple[tuple[str, str], ...] = (
 )
 
 
+# --flat-network: where Linkerd keeps the Links and their credentials Secrets.
+LINKS_NAMESPACE = "linkerd-multicluster"
+SECRET_RULE = ("", "secrets")
+
+
 class InstallError(ValueError):
     """A bad combination of install options; the message says which and why."""
 
@@ -82,6 +92,8 @@ class InstallOptions:
     # UNPRIVILEGED_PORT_SYSCTL; 5353 is for clusters that do not allow that sysctl
     # (Kubernetes < 1.22), and then no resolver that follows the NS reaches dnsside.
     dns_port: int | None = None
+    # --links-namespace: where the Secrets Role goes (--flat-network only); None = default.
+    links_namespace: str | None = None
 
     @property
     def port(self) -> int:
@@ -95,6 +107,15 @@ class InstallOptions:
         if self.namespace:
             return self.namespace
         return "kube-system" if self.mode == "sidecar" else NAME
+
+    @property
+    def flat_network(self) -> bool:
+        """Whether the ConfigMap turns on --flat-network (then dnsside needs Secrets)."""
+        return self.settings.get(flag("--flat-network").env) == "true"
+
+    @property
+    def secrets_namespace(self) -> str:
+        return self.links_namespace or LINKS_NAMESPACE
 
     @property
     def lameduck(self) -> float:
@@ -117,6 +138,12 @@ class InstallOptions:
             if not 1 <= self.dns_port <= 65535 or self.dns_port == HTTP_PORT:
                 raise InstallError(f"--dns-port {self.dns_port}: a port from 1 to 65535, "
                                    f"not the metrics port {HTTP_PORT}")
+        if self.links_namespace is not None and not self.flat_network:
+            raise InstallError("--links-namespace: only --flat-network reads the Links' "
+                               "credentials Secrets; add --flat-network or drop it")
+        if not is_dns_label(self.secrets_namespace):
+            raise InstallError(f"--links-namespace {self.secrets_namespace!r} is not a valid "
+                               "namespace name")
         if self.replicas < 1:
             raise InstallError(f"--replicas {self.replicas}: at least 1")
         if not re.fullmatch(r"\d+(Ki|Mi|Gi)", self.memory_limit):
@@ -162,6 +189,25 @@ def _binding(name: str, sa_namespace: str, sa_name: str) -> dict[str, Any]:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}],
     }
+
+
+def _secrets_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[str, Any]]:
+    """--flat-network: a Role (not a ClusterRole) so the grant stops at the namespace of
+    the Links' credentials Secrets; nothing without the flag."""
+    if not opts.flat_network:
+        return []
+    ns = opts.secrets_namespace
+    group, resource = SECRET_RULE
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": meta(name, ns),
+         "rules": [{"apiGroups": [group], "resources": [resource],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": meta(name, ns),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": opts.ns}]},
+    ]
 
 
 def _config_map(opts: InstallOptions) -> dict[str, Any]:
@@ -260,6 +306,7 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(NAME, ns)},
         _cluster_role(NAME),
         _binding(NAME, ns, NAME),
+        *_secrets_rbac(opts, NAME, NAME),
         cm,
     ]
     spread = [
@@ -377,6 +424,7 @@ def _sidecar(opts: InstallOptions) -> list[dict[str, Any]]:
         cm,
         _cluster_role(role),
         _binding(role, ns, opts.coredns_service_account),
+        *_secrets_rbac(opts, role, opts.coredns_service_account),
         deployment,
     ]
 

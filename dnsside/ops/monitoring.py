@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dnsside.diagnosis import LINK_WATCH_DOWN_FIX, UNLINK
+from dnsside.diagnosis import CREDENTIALS_FIX, LINK_WATCH_DOWN_FIX, UNLINK
 from dnsside.ops.manifests import LABELS, NAME, meta
 
 
@@ -62,6 +62,26 @@ ALERTS: tuple[Alert, ...] = (
           "for 10 minutes",
           "A Link created or deleted meanwhile is not honoured yet: " + LINK_WATCH_DOWN_FIX
           + "."),
+    # --flat-network: dnsside_remote_credentials_valid{cluster} is 0 while a Link's
+    # credentials fail (Secret, kubeconfig, or the remote's 401/403), and
+    # dnsside_remote_synced{cluster} is 0 while that cluster's API is not followed.
+    Alert("DnssideRemoteCredentialsInvalid",
+          "max by (namespace, pod, cluster) (dnsside_remote_credentials_valid) == 0", "2m",
+          "warning",
+          "dnsside cannot use the credentials of linked cluster {{ $labels.cluster }}",
+          "The Link's clusterCredentialsSecret is missing or unreadable, its kubeconfig does "
+          "not load, or the linked cluster rejects it (`dnsside check` and the log say "
+          "which); that cluster's last-known pods are still answered. "
+          + CREDENTIALS_FIX.format(cluster="<cluster>") + "."),
+    Alert("DnssideRemoteNotSynced",
+          "max by (namespace, pod, cluster) (dnsside_remote_synced) == 0 and "
+          "max by (namespace, pod, cluster) (dnsside_remote_credentials_valid) == 1", "10m",
+          "warning",
+          "dnsside has not followed linked cluster {{ $labels.cluster }}'s API for 10 minutes",
+          "The credentials are accepted but the remote API server cannot be listed or "
+          "watched: the network from this cluster to its address (the kubeconfig's server), "
+          "its availability, or API priority and fairness (429); dnsside's log names the "
+          "failing request. Its last-known pods are still answered."),
     Alert("DnssideServfail",
           "sum by (namespace, pod) (rate(dnsside_queries_total{rcode=\"SERVFAIL\"}[5m])) "
           "/ sum by (namespace, pod) (rate(dnsside_queries_total[5m])) > 0.01", "5m",
