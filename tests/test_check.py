@@ -452,7 +452,7 @@ async def test_flat_network_secrets_missing_or_wrong(fake_kube: FakeKube,
         assert r.topic == FLAT and "writes a fresh one" in r.hint
     north_hint = bad["link north: Secret linkerd-multicluster/cluster-credentials-north "
                      "has a kubeconfig"].hint
-    assert "no key kubeconfig (keys: config)" in north_hint
+    assert "no data key kubeconfig (keys: config)" in north_hint
     assert "clusterCredentialsSecret is empty" in bad["link south: names no credentials "
                                                       "Secret"].hint
     west = bad["link west: Secret linkerd-multicluster/cluster-credentials-west exists"]

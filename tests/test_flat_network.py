@@ -156,7 +156,7 @@ def test_a_deleted_link_takes_its_members_at_once(east: ThreadedKube,
 
 @pytest.mark.parametrize("fault, expected", [
     ("missing", f"Secret {SECRET} does not exist"),
-    ("no-key", f"Secret {SECRET} has no data key kubeconfig"),
+    ("no-key", f"Secret {SECRET}: it has no data key kubeconfig (keys: other)"),
     ("not-yaml", f"Secret {SECRET}, key kubeconfig: not a kubeconfig"),
     ("wrong-token", "cluster west rejected the credentials: HTTP 401"),
     ("forbidden", f"reading Secret {SECRET} is forbidden"),

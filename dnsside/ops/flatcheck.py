@@ -21,8 +21,6 @@ Endpoints there, so that is a warning, not a failure. Every remote client is clo
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from urllib.parse import quote
 from dnsside.linkerd import LinkRecord
 from dnsside.ops.manifests import LINKS_NAMESPACE
 from dnsside.sources.kubeapi import (
+    SECRET_KUBECONFIG_KEY,
     TRANSIENT,
     ApiError,
     Forbidden,
@@ -40,9 +39,10 @@ from dnsside.sources.kubeapi import (
     NotFound,
     Unauthorized,
     describe_error,
+    kubeconfig_in_secret,
 )
 
-KUBECONFIG_KEY = "kubeconfig"  # the key of Linkerd's credentials Secret
+KUBECONFIG_KEY = SECRET_KUBECONFIG_KEY  # the key of Linkerd's credentials Secret
 SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 ENDPOINTS = "/api/v1/endpoints"  # what a pre-2.14 remote-access ClusterRole grants instead
@@ -54,19 +54,6 @@ class Report(Protocol):
 
     def __call__(self, check_id: str, ok: bool, text: str | None = None,
                  **facts: Any) -> None: ...
-
-
-def kubeconfig_of(secret: Mapping[str, Any]) -> bytes:
-    """The kubeconfig a Link's credentials Secret holds; ValueError saying what is wrong."""
-    data = secret.get("data") or {}
-    raw = data.get(KUBECONFIG_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(raw, str) or not raw:
-        keys = ", ".join(sorted(str(k) for k in data)) if isinstance(data, Mapping) else ""
-        raise ValueError(f"it has no key {KUBECONFIG_KEY} (keys: {keys or 'none'})")
-    try:
-        return base64.b64decode(raw, validate=True)
-    except binascii.Error as exc:
-        raise ValueError(f"its key {KUBECONFIG_KEY} is not base64: {exc}") from None
 
 
 @dataclass
@@ -115,7 +102,7 @@ class FlatNetworkChecks:
         try:
             obj = await self.api.get_json(f"/api/v1/namespaces/{quote(link.namespace)}/"
                                           f"secrets/{quote(link.credentials_secret)}")
-            text = kubeconfig_of(obj)
+            text = kubeconfig_in_secret(obj)
         except NotFound:
             self.report("flat-secret", False, f"link {cluster}: Secret {secret} exists",
                         error=f"Secret {secret} not found", secret=secret, **facts)
@@ -170,4 +157,4 @@ class FlatNetworkChecks:
                     **facts)
 
 
-__all__ = ["KUBECONFIG_KEY", "FlatNetworkChecks", "Report", "kubeconfig_of"]
+__all__ = ["KUBECONFIG_KEY", "FlatNetworkChecks", "Report"]

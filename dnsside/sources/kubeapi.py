@@ -16,6 +16,8 @@ so no generated model object ever holds a whole Kubernetes object.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import logging
@@ -42,6 +44,24 @@ load_kube_config: Any = _client["load_kube_config"]
 load_kube_config_from_dict: Any = _client["load_kube_config_from_dict"]
 load_incluster_config: Any = _client["load_incluster_config"]
 refresh_token: Any = _client["refresh_token"]
+
+
+SECRET_KUBECONFIG_KEY = "kubeconfig"  # where `linkerd multicluster link` puts a Link's
+
+
+def kubeconfig_in_secret(secret: Mapping[str, Any], key: str = SECRET_KUBECONFIG_KEY) -> str:
+    """The kubeconfig a Secret holds under ``key`` (a Link's credentials), as text;
+    ValueError saying what is wrong with it."""
+    data = secret.get("data") or {}
+    raw = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(raw, str) or not raw:
+        keys = ", ".join(sorted(str(k) for k in data)) if isinstance(data, Mapping) else ""
+        raise ValueError(f"it has no data key {key} (keys: {keys or 'none'})")
+    try:
+        return base64.b64decode(raw, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"its data key {key} is not base64 of a text kubeconfig: {exc}"
+                         ) from None
 
 
 class KubeConfigError(Exception):
@@ -385,6 +405,7 @@ async def _keep_token_fresh(loader: Any, config: Any) -> None:
 
 
 __all__ = [
+    "SECRET_KUBECONFIG_KEY",
     "TRANSIENT",
     "ApiError",
     "Backoff",
@@ -401,5 +422,6 @@ __all__ = [
     "decode",
     "describe_error",
     "error_reason",
+    "kubeconfig_in_secret",
     "read_error",
 ]

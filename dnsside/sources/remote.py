@@ -22,8 +22,6 @@ without a newer complete list.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
 import random
@@ -37,6 +35,7 @@ from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Repla
 from dnsside.flat import parse_remote_service
 from dnsside.linkerd import LabelSelector, LinkRecord, Record, parse_endpoints, parse_slice
 from dnsside.sources.kubeapi import (
+    SECRET_KUBECONFIG_KEY,
     TRANSIENT,
     ApiError,
     Backoff,
@@ -46,13 +45,13 @@ from dnsside.sources.kubeapi import (
     NotFound,
     Unauthorized,
     describe_error,
+    kubeconfig_in_secret,
 )
 from dnsside.sources.reflector import Reflector, Resource
 
 log = logging.getLogger("dnsside.remote")
 
 SOURCE_NAME = "flat-network"
-SECRET_KEY = "kubeconfig"  # where `linkerd multicluster link` puts the kubeconfig
 
 ENDPOINTSLICES = Resource(Kind.SLICE, "endpointslices", "/apis/discovery.k8s.io/v1",
                           parse_slice)
@@ -246,9 +245,12 @@ class FlatNetworkSource:
         except Forbidden as exc:
             raise CredentialsError(f"reading {where} is forbidden ({exc.message}): "
                                    "`dnsside install --flat-network` grants it") from None
-        text = _kubeconfig_text(secret, where)
         try:
-            return await KubeApi.from_kubeconfig_text(text, f"{where}, key {SECRET_KEY}",
+            text = kubeconfig_in_secret(secret)
+        except ValueError as exc:
+            raise CredentialsError(f"{where}: {exc}") from None
+        try:
+            return await KubeApi.from_kubeconfig_text(text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
                                                       self.request_timeout)
         except KubeConfigError as exc:
             raise CredentialsError(str(exc)) from None
@@ -316,18 +318,6 @@ def _rejection(cluster: str, exc: ApiError) -> str:
     if isinstance(exc, Unauthorized):
         return f"cluster {cluster} rejected the credentials: {exc}"
     return f"the credentials may not read what dnsside needs in cluster {cluster}: {exc}"
-
-
-def _kubeconfig_text(secret: Mapping[str, Any], where: str) -> str:
-    data = secret.get("data")
-    raw = data.get(SECRET_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(raw, str) or not raw:
-        raise CredentialsError(f"{where} has no data key {SECRET_KEY}")
-    try:
-        return base64.b64decode(raw, validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        raise CredentialsError(f"{where}: data key {SECRET_KEY} is not base64 of a text "
-                               "kubeconfig") from None
 
 
 __all__ = ["FlatNetworkSource", "Target"]
