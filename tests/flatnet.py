@@ -80,8 +80,8 @@ def link(cluster: str, *, secret: str | None = None,
             "metadata": {"name": cluster, "namespace": "linkerd-multicluster"}, "spec": spec}
 
 
-def remote_discovery_mirror(svc: str, cluster: str, ip: str,
-                            namespace: str = "data") -> dict[str, Any]:
+def remote_discovery_mirror(svc: str, cluster: str, ip: str, namespace: str = "data",
+                            ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ClusterIP mirror Linkerd leaves for a headless service exported for remote
     discovery with headless mirroring off: no endpoints, meshed clients only."""
     return {"apiVersion": "v1", "kind": "Service",
@@ -90,7 +90,8 @@ def remote_discovery_mirror(svc: str, cluster: str, ip: str,
                                     "mirror.linkerd.io/cluster-name": cluster,
                                     "multicluster.linkerd.io/remote-discovery": cluster,
                                     "multicluster.linkerd.io/remote-service": svc}},
-            "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": DB_PORTS}}
+            "spec": {"clusterIP": ip, "clusterIPs": [ip],
+                     "ports": DB_PORTS if ports is None else ports}}
 
 
 def local_objects() -> list[dict[str, Any]]:

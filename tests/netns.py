@@ -10,11 +10,18 @@ system resolver configuration inside. The namespace has only a loopback interfac
 Every process started through :meth:`Netns.popen` is stopped, and the namespace and
 its `/etc/netns` directory removed, when the context exits, also when a test fails.
 Needs root (CI runs as root).
+
+A server that must stay in the test process (a fake API server whose state the test
+changes directly) can listen inside too: :func:`enter_netns` moves only the calling
+thread there, so a server whose event loop runs in a thread of its own binds its
+sockets in the namespace while the rest of the test process stays outside
+(``ThreadedKube(..., netns=ns.name)`` in tests/support.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import shutil
@@ -25,6 +32,24 @@ from pathlib import Path
 from typing import Any
 
 _serial = itertools.count()
+
+# <sched.h>; Python's os.setns and os.CLONE_NEWNET arrive only in 3.12.
+CLONE_NEWNET = 0x40000000
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread, and the threads it starts from then on, into the network
+    namespace ``name`` (as `ip netns add` made it). setns(2) applies to one thread only:
+    a helper thread can serve inside while the test's own thread stays outside."""
+    path = Path("/var/run/netns") / name
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns: {os.strerror(err)}", str(path))
+    finally:
+        os.close(fd)
 
 
 class Netns:

@@ -150,17 +150,39 @@ def run_cli(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedPro
 
 class ThreadedKube:
     """The fake API server (tests/fakekube.py) on a private event loop in a daemon thread,
-    so a test or bench can block on DNS polls while it keeps serving watches."""
+    so a test or bench can block on DNS polls while it keeps serving watches.
 
-    def __init__(self, tmp: Path, **kwargs: Any) -> None:
+    With ``netns`` (a tests/netns.py namespace name) that thread joins the namespace
+    before it binds anything, so processes started inside it (`ip netns exec`) reach the
+    server on its 127.0.0.1 address, while the test still controls it directly."""
+
+    def __init__(self, tmp: Path, *, netns: str | None = None, **kwargs: Any) -> None:
         from fakekube import FakeKube
 
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        entered: Future[None] = Future()
+        self.thread = threading.Thread(target=self._serve, args=(netns, entered), daemon=True)
         self.thread.start()
+        try:
+            entered.result(10)  # a failed setns is raised here, before anything listens
+        except BaseException:
+            self.loop.close()
+            raise
         self.kube = FakeKube(**{"bookmark_interval": 0.2, **kwargs})
         self.run(self.kube.start(tmp))
         self.kubeconfig = self.kube.kubeconfig
+
+    def _serve(self, netns: str | None, entered: Future[None]) -> None:
+        try:
+            if netns is not None:
+                from netns import enter_netns
+
+                enter_netns(netns)
+        except BaseException as exc:
+            entered.set_exception(exc)
+            return
+        entered.set_result(None)
+        self.loop.run_forever()
 
     def run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
