@@ -115,7 +115,7 @@ def test_a_remote_change_reaches_the_answers(east: ThreadedKube, west: ThreadedK
 
 def test_a_lost_remote_keeps_its_members_and_says_so_once(east: ThreadedKube,
                                                           west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve(east, "--log-level", "debug") as srv:  # the retries are debug lines
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         west.run(west.kube.set_unreachable(True))
         wait_for(lambda: metric(srv, "dnsside_remote_synced") == 0, 10, "remote_synced 0")
@@ -124,6 +124,8 @@ def test_a_lost_remote_keeps_its_members_and_says_so_once(east: ThreadedKube,
         # Retries go on while it is away; the operator hears it once.
         wait_for(lambda: count(srv, "cluster west: watch") >= 3, 10, "three failed attempts")
         assert count(srv, "its API is lost") == 1
+        assert not [line for line in srv.lines if "WARNING dnsside.kube: cluster west" in line]
+        assert "its API is lost (watch " in srv.wait_log("its API is lost")
         west.run(west.kube.set_unreachable(False))
         wait_for(lambda: metric(srv, "dnsside_remote_synced") == 1, 15, "remote_synced 1")
         assert addresses(srv) == EAST_DB | {"10.244.1.5"}

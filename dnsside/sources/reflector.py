@@ -114,6 +114,7 @@ class Reflector:
         wrap: Callable[[Upsert | Delete | Replace], Event] | None = None,
         label: str = "",
         fatal: Callable[[Exception], bool] = _never,
+        retry_level: int = logging.WARNING,
     ) -> None:
         self.queue = queue
         self.namespaces = tuple(namespaces)
@@ -126,6 +127,9 @@ class Reflector:
         self.wrap = wrap
         self.label = label  # "cluster west: " for a linked cluster's API
         self.fatal = fatal  # errors a list gives up on instead of retrying
+        # How a failed request that is retried is logged: a linked cluster's health has a
+        # notice of its own (told once), so its retries are debug lines.
+        self.retry_level = retry_level
 
     def _restarted(self, res: Resource, reason: str) -> None:
         metrics.WATCH_RESTARTS.labels(resource=self.label + res.plural, reason=reason).inc()
@@ -354,10 +358,10 @@ class Reflector:
         API error), tell the index (``also``, when the failure means more to it), and back
         off before the retry."""
         if isinstance(exc, TRANSIENT):
-            log.warning("%s", message)
+            log.log(self.retry_level, "%s", message)
         else:
             log.exception("%s", message)
-        await self.put([SourceError(self.label + message), *also])
+        await self.put([SourceError(message), *also])
         await asyncio.sleep(delay)
 
     def retry_delay(self, backoff: Backoff, exc: BaseException) -> float:

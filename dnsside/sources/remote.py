@@ -98,15 +98,17 @@ class _Health:
     """A linked cluster's watches (services and slices, per namespace): LOST when the
     first one fails, SYNCED again when none is down."""
 
-    def __init__(self, status: Callable[[RemoteState, str], RemoteStatus]) -> None:
+    def __init__(self, status: Callable[[RemoteState, str], RemoteStatus], label: str) -> None:
         self.status = status
+        self.label = label  # the reflector's "cluster west: ", which the notice says anyway
         self.down_watches: set[str] = set()
 
     def down(self, where: str, message: str) -> Sequence[Event]:
         first = not self.down_watches
         self.down_watches.add(where)
-        # The detail is logged when it changes: no retry delay or resourceVersion in it.
-        return [self.status(RemoteState.LOST, message.split("; resuming")[0])] if first else []
+        # The detail is told once: no retry delay or resourceVersion in it.
+        detail = message.split("; resuming")[0].removeprefix(self.label)
+        return [self.status(RemoteState.LOST, detail)] if first else []
 
     def up(self, where: str) -> Sequence[Event]:
         self.down_watches.discard(where)
@@ -266,7 +268,8 @@ class FlatNetworkSource:
             queue, self.namespaces, backoff_base=self.backoff_base,
             backoff_cap=self.backoff_cap, watch_timeout=self.watch_timeout,
             page_size=self.page_size, request_timeout=self.request_timeout, rng=self._rng,
-            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected)
+            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected,
+            retry_level=logging.DEBUG)
         services = Resource(Kind.SERVICE, "services", "/api/v1",
                             partial(_remote_service, cluster, target.selector))
         try:
@@ -290,7 +293,7 @@ class FlatNetworkSource:
         del records
         backoff.reset()
         log.info("cluster %s: synced (%s)", cluster, slices.plural)
-        health = _Health(status)
+        health = _Health(status, reflector.label)
 
         def gone(exc: Exception) -> Exception | None:
             if isinstance(exc, ApiError) and _rejected(exc):
