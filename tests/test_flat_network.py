@@ -298,3 +298,20 @@ def test_flat_network_needs_the_kube_source() -> None:
     done = run_cli(["explain", DB, "--source", "examples/demo-east.yaml", "--flat-network"])
     assert done.returncode == 2
     assert "--flat-network" in done.stderr and "--source kube" in done.stderr
+
+
+def test_a_global_service_may_exist_through_a_linked_cluster_alone(
+        east: ThreadedKube, west: ThreadedKube) -> None:
+    with serve(east) as srv:
+        wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
+        assert srv.query("queue.data.svc-global").rcode() == 3  # NXDOMAIN
+        west.call(west.kube.load, {"kind": "List", "items": [
+            service("queue", labels=dict(REMOTE_DISCOVERY_LABELS), ports=[
+                {"name": "amqp", "port": 5672, "protocol": "TCP"}]),
+            endpoint_slice("queue-1", "queue", [endpoint("10.244.4.1", "queue-0")],
+                           ports=[{"name": "amqp", "port": 5672, "protocol": "TCP"}])]})
+        wait_for(lambda: addresses(srv, "queue.data.svc-global") == {"10.244.4.1"}, 10,
+                 "queue from west alone")
+        srv_answer = srv.query("_amqp._tcp.queue.data.svc-global", "SRV")
+        assert [(rd.port, rd.target.to_text()) for rrset in srv_answer.answer for rd in rrset] \
+            == [(5672, "queue-0.west.queue.data.svc-global.")]
