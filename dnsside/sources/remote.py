@@ -143,7 +143,7 @@ class FlatNetworkSource:
         self.request_timeout = request_timeout
         self.queue_size = queue_size
         self._changed = asyncio.Event()
-        self._rng = random.Random()
+        self.rng = random.Random()
 
     def links_changed(self) -> None:
         """The index applied a batch: look at its Links again (cheap when they did not
@@ -200,40 +200,56 @@ class FlatNetworkSource:
 
     async def _cluster(self, local: KubeApi, target: Target,
                        queue: asyncio.Queue[list[Event] | None]) -> None:
-        """Connect, sync and follow one linked cluster, forever; every failure is reported
-        and retried after a backoff, the Secret read again first."""
-        def status(state: RemoteState, detail: str = "") -> RemoteStatus:
-            return RemoteStatus(target.cluster, state, detail, target.secret_ref)
+        await _LinkedCluster(self, local, target, queue).run()
 
-        await queue.put([status(RemoteState.CONNECTING)])
-        if target.selector_error:
+
+class _LinkedCluster:
+    """The watch of one linked cluster: its Secret, its client, its reflector, and whether
+    a complete list of it ever reached the index (a fault is LOST after, CONNECTING before)."""
+
+    def __init__(self, source: FlatNetworkSource, local: KubeApi, target: Target,
+                 queue: asyncio.Queue[list[Event] | None]) -> None:
+        self.source = source
+        self.local = local
+        self.target = target
+        self.cluster = target.cluster
+        self.queue = queue
+        self.backoff = Backoff(source.backoff_base, source.backoff_cap, source.rng)
+        self.synced = False
+
+    def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
+        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref)
+
+    async def run(self) -> None:
+        """Connect, sync and follow, forever; every failure is reported and retried after a
+        backoff, the Secret read again first."""
+        await self.queue.put([self.status(RemoteState.CONNECTING)])
+        if self.target.selector_error:
             log.warning("cluster %s: %s: it selects nothing, so no Service of %s is served "
-                        "directly", target.cluster, target.selector_error, target.cluster)
-        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
-        synced = False
+                        "directly", self.cluster, self.target.selector_error, self.cluster)
         while True:
             try:
-                api = await self._connect(local, target)
+                api = await self.connect()
                 try:
-                    await self._follow(api, target, queue, status, backoff)
-                    synced = True
+                    await self.follow(api)
                 finally:
                     await api.close()
             except asyncio.CancelledError:
                 raise
             except CredentialsError as exc:
-                await queue.put([status(RemoteState.CREDENTIALS, str(exc))])
+                await self.queue.put([self.status(RemoteState.CREDENTIALS, str(exc))])
             except Exception as exc:
                 detail = describe_error(exc)
                 if not isinstance(exc, TRANSIENT):
-                    log.error("cluster %s: %s", target.cluster, detail, exc_info=exc)
-                state = RemoteState.LOST if synced else RemoteState.CONNECTING
-                await queue.put([SourceError(f"cluster {target.cluster}: {detail}"),
-                                 status(state, detail)])
-            await asyncio.sleep(backoff.next())
+                    log.error("cluster %s: %s", self.cluster, detail, exc_info=exc)
+                state = RemoteState.LOST if self.synced else RemoteState.CONNECTING
+                await self.queue.put([SourceError(f"cluster {self.cluster}: {detail}"),
+                                      self.status(state, detail)])
+            await asyncio.sleep(self.backoff.next())
 
-    async def _connect(self, local: KubeApi, target: Target) -> KubeApi:
+    async def connect(self) -> KubeApi:
         """A client for the linked cluster, from the Link's Secret as it is now."""
+        target = self.target
         if not target.secret:
             raise CredentialsError(f"Link {target.namespace}/{target.link} names no "
                                    "spec.clusterCredentialsSecret")
@@ -241,7 +257,7 @@ class FlatNetworkSource:
         path = (f"/api/v1/namespaces/{quote(target.namespace, safe='')}/secrets/"
                 f"{quote(target.secret, safe='')}")
         try:
-            secret = await local.get_json(path)
+            secret = await self.local.get_json(path)
         except NotFound:
             raise CredentialsError(f"{where} does not exist") from None
         except Forbidden as exc:
@@ -252,26 +268,23 @@ class FlatNetworkSource:
         except ValueError as exc:
             raise CredentialsError(f"{where}: {exc}") from None
         try:
-            return await KubeApi.from_kubeconfig_text(text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
-                                                      self.request_timeout)
+            return await KubeApi.from_kubeconfig_text(
+                text, f"{where}, key {SECRET_KUBECONFIG_KEY}", self.source.request_timeout)
         except KubeConfigError as exc:
             raise CredentialsError(str(exc)) from None
 
-    async def _follow(self, api: KubeApi, target: Target,
-                      queue: asyncio.Queue[list[Event] | None],
-                      status: Callable[[RemoteState, str], RemoteStatus],
-                      backoff: Backoff) -> None:
+    async def follow(self, api: KubeApi) -> None:
         """List the linked cluster's Services and slices as one Replace, then follow both;
         returns never. A 401/403 ends it as a CredentialsError."""
-        cluster = target.cluster
+        cluster, source = self.cluster, self.source
         reflector = Reflector(
-            queue, self.namespaces, backoff_base=self.backoff_base,
-            backoff_cap=self.backoff_cap, watch_timeout=self.watch_timeout,
-            page_size=self.page_size, request_timeout=self.request_timeout, rng=self._rng,
-            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected,
-            retry_level=logging.DEBUG)
+            self.queue, source.namespaces, backoff_base=source.backoff_base,
+            backoff_cap=source.backoff_cap, watch_timeout=source.watch_timeout,
+            page_size=source.page_size, request_timeout=source.request_timeout,
+            rng=source.rng, wrap=partial(Remote, cluster), label=f"cluster {cluster}: ",
+            fatal=_rejected, retry_level=logging.DEBUG)
         services = Resource(Kind.SERVICE, "services", "/api/v1",
-                            partial(_remote_service, cluster, target.selector))
+                            partial(_remote_service, cluster, self.target.selector))
         try:
             service_records, service_versions = await reflector.list_resource(api, services)
             slices = ENDPOINTSLICES
@@ -287,13 +300,14 @@ class FlatNetworkSource:
             raise CredentialsError(_rejection(cluster, exc)) from None
         records: tuple[Record, ...] = (*service_records, *slice_records)
         del service_records, slice_records
-        await queue.put([Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
-                                                 records)),
-                         status(RemoteState.SYNCED, "")])
+        await self.queue.put([Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
+                                                      records)),
+                              self.status(RemoteState.SYNCED)])
         del records
-        backoff.reset()
+        self.synced = True
+        self.backoff.reset()
         log.info("cluster %s: synced (%s)", cluster, slices.plural)
-        health = _Health(status, reflector.label)
+        health = _Health(self.status, reflector.label)
 
         def gone(exc: Exception) -> Exception | None:
             if isinstance(exc, ApiError) and _rejected(exc):
