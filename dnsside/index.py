@@ -177,7 +177,8 @@ class Index:
     def apply(self, events: Iterable[Event]) -> set[Key]:
         """Apply a batch of events; return the global services whose answers changed."""
         batch = list(events)
-        if any(isinstance(e, Replace | Synced) for e in batch):  # a full list: bulk work
+        if any(isinstance(e, Replace | Synced) or (isinstance(e, Remote)
+               and isinstance(e.event, Replace)) for e in batch):  # a full list: bulk work
             with bulk():
                 return self._apply(batch)
         return self._apply(batch)

@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
+from dnsside.bulk import paused
 from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace, SourceError
 from dnsside.flat import parse_remote_service
 from dnsside.linkerd import LabelSelector, LinkRecord, Record, parse_endpoints, parse_slice
@@ -285,17 +286,19 @@ class _LinkedCluster:
             fatal=_rejected, retry_level=logging.DEBUG)
         services = Resource(Kind.SERVICE, "services", "/api/v1",
                             partial(_remote_service, cluster, self.target.selector))
+        slices = ENDPOINTSLICES
         try:
-            service_records, service_versions = await reflector.list_resource(api, services)
-            slices = ENDPOINTSLICES
-            try:
-                slice_records, slice_versions = await reflector.list_resource(api, slices)
-            except (Forbidden, NotFound) as exc:
-                # Linkerd's remote-access role before 2.14 grants Endpoints, not slices.
-                log.info("cluster %s: cannot list endpointslices (%s): reading v1 Endpoints",
-                         cluster, exc)
-                slices = ENDPOINTS
-                slice_records, slice_versions = await reflector.list_resource(api, slices)
+            with paused():  # records that live on: no GC passes over them (dnsside.bulk)
+                service_records, service_versions = await reflector.list_resource(
+                    api, services)
+                try:
+                    slice_records, slice_versions = await reflector.list_resource(api, slices)
+                except (Forbidden, NotFound) as exc:
+                    # Linkerd's remote-access role before 2.14 grants Endpoints, not slices.
+                    log.info("cluster %s: cannot list endpointslices (%s): reading v1 "
+                             "Endpoints", cluster, exc)
+                    slices = ENDPOINTS
+                    slice_records, slice_versions = await reflector.list_resource(api, slices)
         except (Unauthorized, Forbidden) as exc:
             raise CredentialsError(_rejection(cluster, exc)) from None
         records: tuple[Record, ...] = (*service_records, *slice_records)
