@@ -179,6 +179,7 @@ class Notice(enum.Enum):
     LINKS_RELISTED = "links-relisted"
     LINK_WATCH_DOWN = "link-watch-down"
     LINK_WATCH_UP = "link-watch-up"
+    REMOTE_CONNECTING = "remote-connecting"
     REMOTE_SYNCED = "remote-synced"
     REMOTE_LOST = "remote-lost"
     REMOTE_CREDENTIALS = "remote-credentials"
@@ -290,6 +291,6 @@ def remote_state(cluster: str, state: RemoteState, detail: str, secret: str, ser
         return Told(Notice.REMOTE_LOST, (
             f"cluster {cluster}: flat network: its API is lost ({detail}): the last-known "
             f"members of its {services} services stand until it answers again"))
-    return Told(Notice.REMOTE_SYNCED, (
+    return Told(Notice.REMOTE_CONNECTING, (
         f"cluster {cluster}: flat network: connecting again with Secret {secret}"
         + (f" ({detail})" if detail else "")))
