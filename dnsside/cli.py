@@ -23,7 +23,7 @@ from typing import Any
 
 from dnsside import __version__
 from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
-from dnsside.serving.app import App, make_source
+from dnsside.serving.app import App, make_source, pacing
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
 
@@ -137,9 +137,8 @@ async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
     from dnsside.sources.remote import FlatNetworkSource, Target
 
     index = app.index
-    flat = FlatNetworkSource(lambda: index.links.values(), kubeconfig=app.config.kubeconfig,
-                             namespaces=app.config.namespaces,
-                             backoff_cap=app.config.kube_backoff_cap)
+    flat = FlatNetworkSource(lambda: index.links.values(), app.config.kubeconfig,
+                             app.config.namespaces, pacing(app.config))
     clusters = set(Target.of(index.links.values()))
     settled = (RemoteState.SYNCED, RemoteState.CREDENTIALS)
     flat.links_changed()

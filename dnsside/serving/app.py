@@ -27,6 +27,7 @@ from dnsside.serving.http import HttpServer
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.sources import Source
+from dnsside.sources.reflector import Pacing
 
 if TYPE_CHECKING:
     from dnsside.sources.remote import FlatNetworkSource
@@ -46,6 +47,12 @@ def index_options(config: Config) -> IndexOptions:
             ns_addresses=config.ns_addresses,
         ),
     )
+
+
+def pacing(config: Config) -> Pacing:
+    """How the API servers are retried: --kube-backoff-cap bounds every wait."""
+    return Pacing(backoff_base=min(0.5, config.kube_backoff_cap),
+                  backoff_cap=config.kube_backoff_cap)
 
 
 def make_source(config: Config) -> Source:
@@ -167,10 +174,7 @@ class App:
             index = self.index
             self.flat = FlatNetworkSource(
                 lambda: index.links.values() if index.synced else (),
-                kubeconfig=self.config.kubeconfig, namespaces=self.config.namespaces,
-                backoff_base=min(0.5, self.config.kube_backoff_cap),
-                backoff_cap=self.config.kube_backoff_cap,
-            )
+                self.config.kubeconfig, self.config.namespaces, pacing(self.config))
             tasks.append(asyncio.create_task(self._consume(self.flat), name=self.flat.name))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

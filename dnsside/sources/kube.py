@@ -49,7 +49,7 @@ from dnsside.sources.kubeapi import (
     KubeApi,
     describe_error,
 )
-from dnsside.sources.reflector import Reflector, RelistNeeded, Resource
+from dnsside.sources.reflector import Pacing, Reflector, RelistNeeded, Resource
 
 log = logging.getLogger("dnsside.kube")
 
@@ -113,11 +113,8 @@ class KubeSource:
     ) -> None:
         self.kubeconfig = kubeconfig
         self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.watch_timeout = watch_timeout
-        self.page_size = page_size
-        self.request_timeout = request_timeout
+        self.pacing = Pacing(backoff_base, backoff_cap, watch_timeout, page_size,
+                             request_timeout)
         self.queue_size = queue_size
         self.links_retry = links_retry
         self._rng = random.Random()
@@ -128,12 +125,9 @@ class KubeSource:
     async def events(self) -> AsyncIterator[list[Event]]:
         """Yield batches forever: the initial Replace + Synced, then watch events."""
         metrics.SOURCE_SYNCED.labels(source=self.name).set(0)
-        api = await KubeApi.connect(self.kubeconfig, self.request_timeout)
+        api = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
         queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
-        self.reflector = Reflector(
-            queue, self.namespaces, backoff_base=self.backoff_base, backoff_cap=self.backoff_cap,
-            watch_timeout=self.watch_timeout, page_size=self.page_size,
-            request_timeout=self.request_timeout, rng=self._rng)
+        self.reflector = Reflector(queue, self.namespaces, self.pacing, rng=self._rng)
         runner = asyncio.create_task(self._supervise(api, queue), name="kube-source")
         try:
             while True:
@@ -209,7 +203,7 @@ class KubeSource:
         answer, not an error: Links are then unavailable. Other failures are retried
         (``attempts`` times; None: until cancelled); in a ``relist`` each is reported as
         the Link watch being down, so the last complete list stands meanwhile."""
-        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
         attempt = 0
         while True:
             attempt += 1

@@ -202,13 +202,7 @@ class KubeApi:
                 )
         except (ConfigException, OSError, ValueError, KeyError) as exc:
             raise KubeConfigError(f"{path or 'in-cluster config'}: {exc}") from exc
-        client = ApiClient(configuration=config)
-        client.user_agent = f"dnsside/{__version__}"
-        refresher = None
-        user = getattr(loader, "_user", None) or {}
-        if getattr(loader, "provider", None) == "gcp" or "exec" in user:
-            refresher = asyncio.create_task(_keep_token_fresh(loader, config))
-        return cls(client, refresher, request_timeout)
+        return cls.of(config, loader, request_timeout)
 
     @classmethod
     async def from_kubeconfig_text(cls, text: str | bytes, where: str,
@@ -229,6 +223,11 @@ class KubeApi:
             raise KubeConfigError(f"{where}: {exc}") from exc
         if not str(config.host or "").startswith(("https://", "http://")):
             raise KubeConfigError(f"{where}: the current context has no server URL")
+        return cls.of(config, loader, request_timeout)
+
+    @classmethod
+    def of(cls, config: Any, loader: Any, request_timeout: float) -> KubeApi:
+        """The client of a loaded configuration; exec-plugin and GCP tokens kept fresh."""
         client = ApiClient(configuration=config)
         client.user_agent = f"dnsside/{__version__}"
         refresher = None

@@ -93,6 +93,22 @@ class _Cursor:
     progressed: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How a reflector paces its requests: retries (jittered exponential backoff from
+    ``backoff_base`` up to ``backoff_cap`` seconds), watch streams (the server closes them
+    after about ``watch_timeout``), list pages and request timeouts."""
+
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    watch_timeout: float = 300.0
+    page_size: int = 500
+    request_timeout: float = 60.0
+
+
+DEFAULT_PACING = Pacing()
+
+
 def _never(exc: Exception) -> bool:
     return False
 
@@ -104,12 +120,8 @@ class Reflector:
         self,
         queue: asyncio.Queue[list[Event] | None],
         namespaces: Sequence[str] = (),
+        pacing: Pacing = DEFAULT_PACING,
         *,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
-        watch_timeout: float = 300.0,
-        page_size: int = 500,
-        request_timeout: float = 60.0,
         rng: random.Random | None = None,
         wrap: Callable[[Upsert | Delete | Replace], Event] | None = None,
         label: str = "",
@@ -118,11 +130,7 @@ class Reflector:
     ) -> None:
         self.queue = queue
         self.namespaces = tuple(namespaces)
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.watch_timeout = watch_timeout
-        self.page_size = page_size
-        self.request_timeout = request_timeout
+        self.pacing = pacing
         self._rng = rng or random.Random()
         self.wrap = wrap
         self.label = label  # "cluster west: " for a linked cluster's API
@@ -174,7 +182,7 @@ class Reflector:
         self, api: KubeApi, res: Resource
     ) -> tuple[list[Record], dict[str | None, str]]:
         """List ``res`` in every namespace, retrying until it works."""
-        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
         scopes: Sequence[str | None] = self.namespaces or (None,)
         while True:
             try:
@@ -209,7 +217,7 @@ class Reflector:
         path = res.path(namespace)
         start = len(out)
         while True:  # restarted when a continue token expires mid-list
-            params = {"limit": str(self.page_size)}
+            params = {"limit": str(self.pacing.page_size)}
             version = ""
             ahead: tuple[str, asyncio.Task[bytes]] | None = None  # (its token, the request)
             try:
@@ -259,7 +267,7 @@ class Reflector:
             return version
 
     async def get_raw(self, api: KubeApi, path: str, params: Mapping[str, str]) -> bytes:
-        return await api.get_raw(path, params, timeout=self.request_timeout)
+        return await api.get_raw(path, params, timeout=self.pacing.request_timeout)
 
     async def get_json(self, api: KubeApi, path: str, params: Mapping[str, str]
                         ) -> dict[str, Any]:
@@ -294,7 +302,7 @@ class Reflector:
         """
         where = self.where(res, "watch", namespace)
         cursor = _Cursor(resource_version)
-        backoff = Backoff(self.backoff_base, self.backoff_cap, self._rng)
+        backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
         loop = asyncio.get_running_loop()
         down = False
 
@@ -367,7 +375,7 @@ class Reflector:
     def retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
         delay = backoff.next()
         if isinstance(exc, ApiError) and exc.retry_after is not None:
-            delay = max(delay, min(exc.retry_after, self.backoff_cap))
+            delay = max(delay, min(exc.retry_after, self.pacing.backoff_cap))
         return delay
 
     async def _stream(
@@ -382,7 +390,7 @@ class Reflector:
         is awaited once the server accepted it."""
         where = self.where(res, "watch", namespace)
         # Jitter the server-side timeout (like client-go) so watches don't renew in step.
-        seconds = max(1, round(self.watch_timeout * self._rng.uniform(1.0, 1.25)))
+        seconds = max(1, round(self.pacing.watch_timeout * self._rng.uniform(1.0, 1.25)))
         params = {
             "watch": "true",
             "allowWatchBookmarks": "true",
@@ -390,7 +398,7 @@ class Reflector:
             "timeoutSeconds": str(seconds),
         }
         timeout = aiohttp.ClientTimeout(
-            total=seconds + self.request_timeout, sock_connect=self.request_timeout
+            total=seconds + self.pacing.request_timeout, sock_connect=self.pacing.request_timeout
         )
         resp = await api.request(res.path(namespace), params, timeout)
         complete = False

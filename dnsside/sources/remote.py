@@ -48,7 +48,7 @@ from dnsside.sources.kubeapi import (
     describe_error,
     kubeconfig_in_secret,
 )
-from dnsside.sources.reflector import Reflector, Resource
+from dnsside.sources.reflector import DEFAULT_PACING, Pacing, Reflector, Resource
 
 log = logging.getLogger("dnsside.remote")
 
@@ -126,22 +126,13 @@ class FlatNetworkSource:
         links: Callable[[], Iterable[LinkRecord]],
         kubeconfig: str | None = None,
         namespaces: Sequence[str] = (),
-        *,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
-        watch_timeout: float = 300.0,
-        page_size: int = 500,
-        request_timeout: float = 60.0,
+        pacing: Pacing = DEFAULT_PACING,
         queue_size: int = 64,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
         self.namespaces = tuple(dict.fromkeys(namespaces))
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.watch_timeout = watch_timeout
-        self.page_size = page_size
-        self.request_timeout = request_timeout
+        self.pacing = pacing
         self.queue_size = queue_size
         self._changed = asyncio.Event()
         self.rng = random.Random()
@@ -152,7 +143,7 @@ class FlatNetworkSource:
         self._changed.set()
 
     async def events(self) -> AsyncIterator[list[Event]]:
-        local = await KubeApi.connect(self.kubeconfig, self.request_timeout)
+        local = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
         queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
         running: dict[str, tuple[Target, asyncio.Task[None]]] = {}
         reconciler = asyncio.create_task(self._reconcile(local, queue, running),
@@ -215,7 +206,8 @@ class _LinkedCluster:
         self.target = target
         self.cluster = target.cluster
         self.queue = queue
-        self.backoff = Backoff(source.backoff_base, source.backoff_cap, source.rng)
+        self.backoff = Backoff(source.pacing.backoff_base, source.pacing.backoff_cap,
+                               source.rng)
         self.synced = False
 
     def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
@@ -270,7 +262,8 @@ class _LinkedCluster:
             raise CredentialsError(f"{where}: {exc}") from None
         try:
             return await KubeApi.from_kubeconfig_text(
-                text, f"{where}, key {SECRET_KUBECONFIG_KEY}", self.source.request_timeout)
+                text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
+                self.source.pacing.request_timeout)
         except KubeConfigError as exc:
             raise CredentialsError(str(exc)) from None
 
@@ -279,11 +272,9 @@ class _LinkedCluster:
         returns never. A 401/403 ends it as a CredentialsError."""
         cluster, source = self.cluster, self.source
         reflector = Reflector(
-            self.queue, source.namespaces, backoff_base=source.backoff_base,
-            backoff_cap=source.backoff_cap, watch_timeout=source.watch_timeout,
-            page_size=source.page_size, request_timeout=source.request_timeout,
-            rng=source.rng, wrap=partial(Remote, cluster), label=f"cluster {cluster}: ",
-            fatal=_rejected, retry_level=logging.DEBUG)
+            self.queue, source.namespaces, source.pacing, rng=source.rng,
+            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected,
+            retry_level=logging.DEBUG)
         services = Resource(Kind.SERVICE, "services", "/api/v1",
                             partial(_remote_service, cluster, self.target.selector))
         slices = ENDPOINTSLICES
