@@ -11,12 +11,13 @@ as that cluster's (``Remote``), and how the watch fares as ``RemoteStatus``.
 The one tricky thing is telling a fault of the credentials from a fault of the
 network. A missing or unreadable Secret, a kubeconfig that does not load, and a
 401 or 403 from the linked cluster are the operator's to fix: the state is
-``CREDENTIALS``, the Secret is read again before every retry (a rotated one is
-picked up), and nothing learnt is dropped. Anything else (a refused
-connection, a timeout, a 5xx) is the API being away: ``LOST`` once it had
-synced, with its last-known members standing. Only a deleted Link (or a new
-selector or Secret, which restarts the cluster's task) changes what is served
-without a newer complete list.
+``CREDENTIALS``, the Secret is read again before every retry (and every
+minute while synced: a rotated one is picked up), and nothing learnt is
+dropped. Anything else (a refused connection, a timeout, a 5xx) is the API
+being away: ``LOST`` once it had synced, with its last-known members standing.
+Only a deleted Link changes what is served without a newer complete list (a new
+selector, Secret name or Secret content starts the cluster's watch again, and
+its first list replaces what it held).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ class CredentialsError(Exception):
     fix, not the network's. The message says which and why."""
 
 
+class SecretChanged(Exception):
+    """The Link's Secret holds other credentials now: connect again with them."""
+
+
 def _rejected(exc: Exception) -> bool:
     return isinstance(exc, Unauthorized | Forbidden)
 
@@ -128,12 +133,14 @@ class FlatNetworkSource:
         namespaces: Sequence[str] = (),
         pacing: Pacing = DEFAULT_PACING,
         queue_size: int = 64,
+        secret_recheck: float = 60.0,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
         self.namespaces = tuple(dict.fromkeys(namespaces))
         self.pacing = pacing
         self.queue_size = queue_size
+        self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
         self._changed = asyncio.Event()
         self.rng = random.Random()
 
@@ -222,13 +229,17 @@ class _LinkedCluster:
                         "directly", self.cluster, self.target.selector_error, self.cluster)
         while True:
             try:
-                api = await self.connect()
+                api, kubeconfig = await self.connect()
                 try:
-                    await self.follow(api)
+                    await self.follow(api, kubeconfig)
                 finally:
                     await api.close()
             except asyncio.CancelledError:
                 raise
+            except SecretChanged:
+                log.info("cluster %s: Secret %s changed: connecting with it", self.cluster,
+                         self.target.secret_ref)
+                continue  # at once: nothing failed
             except CredentialsError as exc:
                 await self.queue.put([self.status(RemoteState.CREDENTIALS, str(exc))])
             except Exception as exc:
@@ -240,17 +251,21 @@ class _LinkedCluster:
                                       self.status(state, detail)])
             await asyncio.sleep(self.backoff.next())
 
-    async def connect(self) -> KubeApi:
-        """A client for the linked cluster, from the Link's Secret as it is now."""
+    @property
+    def secret_path(self) -> str:
+        return (f"/api/v1/namespaces/{quote(self.target.namespace, safe='')}/secrets/"
+                f"{quote(self.target.secret, safe='')}")
+
+    async def connect(self) -> tuple[KubeApi, str]:
+        """A client for the linked cluster, from the Link's Secret as it is now, and the
+        kubeconfig it was made from."""
         target = self.target
         if not target.secret:
             raise CredentialsError(f"Link {target.namespace}/{target.link} names no "
                                    "spec.clusterCredentialsSecret")
         where = f"Secret {target.namespace}/{target.secret}"
-        path = (f"/api/v1/namespaces/{quote(target.namespace, safe='')}/secrets/"
-                f"{quote(target.secret, safe='')}")
         try:
-            secret = await self.local.get_json(path)
+            secret = await self.local.get_json(self.secret_path)
         except NotFound:
             raise CredentialsError(f"{where} does not exist") from None
         except Forbidden as exc:
@@ -263,11 +278,25 @@ class _LinkedCluster:
         try:
             return await KubeApi.from_kubeconfig_text(
                 text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
-                self.source.pacing.request_timeout)
+                self.source.pacing.request_timeout), text
         except KubeConfigError as exc:
             raise CredentialsError(str(exc)) from None
 
-    async def follow(self, api: KubeApi) -> None:
+    async def secret_unchanged(self, kubeconfig: str) -> None:
+        """Read the Secret again every ``secret_recheck`` seconds; raise SecretChanged when
+        it holds another kubeconfig (rotated credentials, a re-created cluster), so the
+        watch starts again with it. A Secret that cannot be read meanwhile changes nothing:
+        the connection in hand works, and the next reconnection reports it."""
+        while True:
+            await asyncio.sleep(self.source.secret_recheck)
+            try:
+                now = kubeconfig_in_secret(await self.local.get_json(self.secret_path))
+            except TRANSIENT:
+                continue
+            if now != kubeconfig:
+                raise SecretChanged()
+
+    async def follow(self, api: KubeApi, kubeconfig: str) -> None:
         """List the linked cluster's Services and slices as one Replace, then follow both;
         returns never. A 401/403 ends it as a CredentialsError."""
         cluster, source = self.cluster, self.source
@@ -312,6 +341,9 @@ class _LinkedCluster:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(reflector.follow(api, services, service_versions, health, gone))
                 tg.create_task(reflector.follow(api, slices, slice_versions, health, gone))
+                tg.create_task(self.secret_unchanged(kubeconfig))
+        except* SecretChanged:
+            raise SecretChanged() from None
         except* CredentialsError as group:
             raise group.exceptions[0] from None
         except* (Unauthorized, Forbidden) as group:  # a relist's
