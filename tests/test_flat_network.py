@@ -315,3 +315,36 @@ def test_a_global_service_may_exist_through_a_linked_cluster_alone(
         srv_answer = srv.query("_amqp._tcp.queue.data.svc-global", "SRV")
         assert [(rd.port, rd.target.to_text()) for rrset in srv_answer.answer for rd in rrset] \
             == [(5672, "queue-0.west.queue.data.svc-global.")]
+
+
+def test_a_linked_cluster_is_followed_like_the_local_one_through_resume_and_410(
+        east: ThreadedKube, west: ThreadedKube) -> None:
+    """The same reflector as the local source: a dropped stream resumes from its
+    resourceVersion, history compacted away meanwhile means a relist (410) that replaces
+    what it held in one swap, and no answer empties while it is away."""
+    with serve(east) as srv:
+        wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
+        # A dropped stream resumes: the change made meanwhile arrives.
+        west.call(west.kube.drop_streams)
+        west.call(west.kube.apply, endpoint_slice("db-x1y2z", "db", [
+            endpoint("10.244.1.5", "db-0"), endpoint("10.244.1.6", "db-1")]))
+        wait_for(lambda: "10.244.1.6" in addresses(srv), 10, "the change after the drop")
+        # Away (every request 503), changed, compacted: the resume gets 410, then a relist.
+        west.call(setattr, west.kube, "failing_status", 503)
+        west.call(west.kube.drop_streams)
+        west.call(west.kube.apply, endpoint_slice("db-x1y2z", "db", [
+            endpoint("10.244.1.50", "db-0")]))
+        west.call(west.kube.load, {"kind": "List", "items": [
+            service("queue", labels=dict(REMOTE_DISCOVERY_LABELS)),
+            endpoint_slice("queue-1", "queue", [endpoint("10.244.4.1", "queue-0")])]})
+        west.call(west.kube.compact)
+        wait_for(lambda: metric(srv, "dnsside_remote_synced") == 0, 10, "west away")
+        seen = [addresses(srv) for _ in range(20)]  # while away: stale, never empty
+        assert all(s == EAST_DB | {"10.244.1.5", "10.244.1.6"} for s in seen), seen
+        west.call(setattr, west.kube, "failing_status", 0)
+        wait_for(lambda: addresses(srv) == EAST_DB | {"10.244.1.50"}, 15, "the relisted db")
+        assert addresses(srv, "queue.data.svc-global") == {"10.244.4.1"}
+        _, text = srv.http("/metrics")
+        assert re.search(r'dnsside_relists_total\{resource="cluster west: [a-z]+"\} [1-9]',
+                         text), "no relist of a linked cluster's resource"
+        assert metric(srv, "dnsside_remote_synced") == 1
