@@ -16,7 +16,7 @@ from flatnet import REMOTE_DISCOVERY_LABELS, endpoint, endpoint_slice, link, ser
 from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace
 from dnsside.linkerd import LinkRecord, SliceRecord, parse_link
 from dnsside.sources.reflector import Pacing
-from dnsside.sources.remote import FlatNetworkSource
+from dnsside.sources.remote import FirstLists, FlatNetworkSource
 
 FAST = Pacing(backoff_base=0.01, backoff_cap=0.1)
 USER = "remote-access"
@@ -76,3 +76,40 @@ async def test_a_changed_secret_reconnects_with_it(fake_kube: FakeKube, tmp_path
         for gen in (gen_a, gen_b):
             with pytest.raises(StopAsyncIteration):
                 await anext(gen)
+
+
+# --------------------------------------------------------------------------- first lists
+
+def first_list(cluster: str) -> Remote:
+    return Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}), ()))
+
+
+def test_the_first_lists_of_clusters_started_together_go_on_as_one_batch() -> None:
+    firsts = FirstLists(wait=5.0)
+    for cluster in ("west", "north", "south"):
+        firsts.started(cluster)
+    connecting = [RemoteStatus("west", RemoteState.CONNECTING)]
+    assert firsts.take(connecting, 0.0) == connecting  # nothing held: straight on
+    assert firsts.take([first_list("west")], 1.0) is None
+    assert firsts.timeout(1.5) == 4.5
+    # A cluster failing on its credentials is not waited for.
+    assert firsts.take([RemoteStatus("north", RemoteState.CREDENTIALS, "no Secret")],
+                       2.0) is None
+    out = firsts.take([first_list("south")], 3.0)
+    assert out is not None and [getattr(e, "cluster", None) for e in out] == [
+        "west", "north", "south"]
+    # Synced clusters' events are not held.
+    upsert = [Remote("west", Replace(frozenset({Kind.SLICE}), ()))]
+    assert firsts.take(upsert, 4.0) == upsert and firsts.timeout(4.0) is None
+
+
+def test_a_slow_cluster_holds_the_others_back_for_wait_seconds_at_most() -> None:
+    firsts = FirstLists(wait=2.0)
+    firsts.started("west")
+    firsts.started("north")
+    assert firsts.take([first_list("west")], 10.0) is None
+    assert firsts.flush(11.0) is None
+    out = firsts.flush(12.0)
+    assert out is not None and len(out) == 1
+    late = [first_list("north")]
+    assert firsts.take(late, 20.0) == late  # nothing held any more: at once

@@ -121,6 +121,57 @@ class _Health:
         return [] if self.down_watches else [self.status(RemoteState.SYNCED, "")]
 
 
+class FirstLists:
+    """Holds back the first lists of linked clusters started together until all of them
+    have listed (or failed), for at most ``wait`` seconds, and hands them on as one batch.
+
+    Why: the same StatefulSet runs in every cluster, so each cluster's list touches the
+    same global services, and the index rebuilds each with the members of every cluster
+    synced so far. One list after another costs N(N+1)/2 rebuilds of a service for N
+    clusters; together, N (bench/FLAT_RESULTS.md). Only the first lists wait: once
+    synced, a cluster's events go on at once.
+    """
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self.pending: set[str] = set()  # started, neither listed nor failed yet
+        self.held: list[Event] = []
+        self.deadline = 0.0
+
+    def started(self, cluster: str) -> None:
+        self.pending.add(cluster)
+
+    def stopped(self, cluster: str) -> None:
+        self.pending.discard(cluster)
+
+    def take(self, batch: list[Event], now: float) -> list[Event] | None:
+        """What to hand on now (None: hold it)."""
+        first = False
+        for e in batch:
+            if isinstance(e, Remote) and e.cluster in self.pending:
+                first = first or isinstance(e.event, Replace)
+                self.pending.discard(e.cluster)
+            elif (isinstance(e, RemoteStatus) and e.cluster in self.pending
+                  and (e.state is not RemoteState.CONNECTING or e.detail)):
+                self.pending.discard(e.cluster)  # failing: not worth waiting for
+        if not self.held and not first:
+            return batch
+        if not self.held:
+            self.deadline = now + self.wait
+        self.held.extend(batch)
+        return self.flush(now)
+
+    def flush(self, now: float) -> list[Event] | None:
+        if self.held and (not self.pending or now >= self.deadline):
+            out, self.held = self.held, []
+            return out
+        return None
+
+    def timeout(self, now: float) -> float | None:
+        """How long the caller may wait for more before it must flush."""
+        return max(0.0, self.deadline - now) if self.held else None
+
+
 class FlatNetworkSource:
     """Watches every linked cluster directly, following the Links the index holds."""
 
@@ -134,6 +185,7 @@ class FlatNetworkSource:
         pacing: Pacing = DEFAULT_PACING,
         queue_size: int = 64,
         secret_recheck: float = 60.0,
+        first_lists_wait: float = 5.0,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
@@ -141,6 +193,7 @@ class FlatNetworkSource:
         self.pacing = pacing
         self.queue_size = queue_size
         self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
+        self.first_lists = FirstLists(first_lists_wait)
         self._changed = asyncio.Event()
         self.rng = random.Random()
 
@@ -155,17 +208,23 @@ class FlatNetworkSource:
         running: dict[str, tuple[Target, asyncio.Task[None]]] = {}
         reconciler = asyncio.create_task(self._reconcile(local, queue, running),
                                          name="flat-network")
+        loop = asyncio.get_running_loop()
+        firsts = self.first_lists
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, reconciler},
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({getter, reconciler}, timeout=firsts.timeout(
+                    loop.time()), return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
                     getter.cancel()
-                    reconciler.result()  # a bug in the reconciler: surface it
-                batch = await getter
-                if batch is not None:
-                    yield batch
+                    if reconciler in done:
+                        reconciler.result()  # a bug in the reconciler: surface it
+                    out = firsts.flush(loop.time())  # waited long enough for the rest
+                else:
+                    batch = await getter
+                    out = firsts.take(batch, loop.time()) if batch is not None else None
+                if out:
+                    yield out
         finally:
             reconciler.cancel()
             tasks = [task for _, task in running.values()]
@@ -190,10 +249,12 @@ class FlatNetworkSource:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
                     del running[cluster]
+                    self.first_lists.stopped(cluster)
                     log.info("cluster %s: %s", cluster, "Link changed: watching it afresh"
                              if cluster in wanted else "Link gone: its watch stopped")
             for cluster, target in wanted.items():
                 if cluster not in running:
+                    self.first_lists.started(cluster)
                     running[cluster] = (target, asyncio.create_task(
                         self._cluster(local, target, queue), name=f"flat-network-{cluster}"))
 
@@ -363,4 +424,4 @@ def _rejection(cluster: str, exc: ApiError) -> str:
     return f"the credentials may not read what dnsside needs in cluster {cluster}: {exc}"
 
 
-__all__ = ["FlatNetworkSource", "Target"]
+__all__ = ["FirstLists", "FlatNetworkSource", "Target"]
