@@ -31,7 +31,7 @@ from dnsside.linkerd import (
     SliceRecord,
     parse_service,
 )
-from dnsside.tables import Key, Names, Table, names_with, names_without
+from dnsside.tables import Key, Slices, Table
 
 
 def parse_remote_service(obj: Mapping[str, Any], where: str, cluster: str,
@@ -60,8 +60,8 @@ class RemoteCluster:
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
         self.services: Table[ServiceRecord] = Table()
-        self.slices: Table[SliceRecord] = Table()
-        self.slices_by_service: Table[Names] = Table()
+        self._slices: Slices[SliceRecord] = Slices()
+        self.slices = self._slices.records
         self.synced = False  # a complete list arrived: its members count
 
     def keys(self) -> Iterator[Key]:
@@ -73,8 +73,7 @@ class RemoteCluster:
         return found
 
     def slices_of(self, key: Key) -> list[SliceRecord]:
-        namespace = key[0]
-        return [self.slices[(namespace, n)] for n in sorted(self.slices_by_service.get(key, ()))]
+        return self._slices.of(*key)
 
     def apply(self, event: Upsert | Delete | Replace) -> set[Key]:
         dirty: set[Key] = set()
@@ -110,34 +109,20 @@ class RemoteCluster:
             if self.services.get(key) != record:
                 self.services[key] = record
                 dirty.add(key)
-        elif isinstance(record, SliceRecord):
-            if self.slices.get(key) == record:
-                return
-            self._delete(Kind.SLICE, key, dirty)
-            self.slices[key] = record
-            owner = (record.namespace, record.service_name)
-            self.slices_by_service[owner] = names_with(self.slices_by_service.get(owner),
-                                                       record.name)
-            if owner in self.services:
-                dirty.add(owner)
+        elif isinstance(record, SliceRecord) and self.slices.get(key) != record:
+            old = self._slices.put(record)
+            for owner in {(r.namespace, r.service_name) for r in (old, record) if r}:
+                if owner in self.services:
+                    dirty.add(owner)
 
     def _delete(self, kind: Kind, key: Key, dirty: set[Key]) -> None:
         if kind is Kind.SERVICE:
             if self.services.pop(key, None) is not None:
                 dirty.add(key)
             return
-        old = self.slices.pop(key, None)
-        if old is None:
-            return
-        owner = (old.namespace, old.service_name)
-        names = self.slices_by_service.get(owner)
-        rest = names_without(names, old.name) if names is not None else None
-        if rest is None:
-            self.slices_by_service.pop(owner, None)
-        else:
-            self.slices_by_service[owner] = rest
-        if owner in self.services:
-            dirty.add(owner)
+        old = self._slices.pop(key)
+        if old is not None and (old.namespace, old.service_name) in self.services:
+            dirty.add((old.namespace, old.service_name))
 
 
 __all__ = ["RemoteCluster", "parse_remote_service"]

@@ -57,7 +57,7 @@ from dnsside.linkerd import (
 )
 from dnsside.publishing import Publisher
 from dnsside.responder import Responder
-from dnsside.tables import Key, Names, Table, names_with, names_without
+from dnsside.tables import Key, Names, Slices, Table, add_name, remove_name
 
 # A global service's contribution to the member, orphan and clash counts, flat:
 # (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the
@@ -138,9 +138,10 @@ class Index:
         self.options = options
         self.observer = observer
         self.services: Table[ServiceRecord] = Table()
-        self.slices: Table[SliceRecord] = Table()
+        self._slices: Slices[SliceRecord] = Slices()
+        self.slices = self._slices.records  # by (namespace, name)
         self.links: dict[Key, LinkRecord] = {}
-        self.slices_by_service: Table[Names] = Table()
+        self.slices_by_service = self._slices.by_service  # a Service's slice names
         self.mirrors_by_key: dict[Key, Names] = {}
         # Every global service that exists, by the counts it adds to the metrics.
         self._tallies: dict[Key, Tally] = {}
@@ -420,15 +421,9 @@ class Index:
             self.services[key] = record
             self._remember_service(record, dirty)
         else:
-            key = (record.namespace, record.name)
-            if self.slices.get(key) == record:
+            if self.slices.get((record.namespace, record.name)) == record:
                 return
-            self._forget_slice(key, dirty)
-            self.slices[key] = record
-            svc_key = (record.namespace, record.service_name)
-            self.slices_by_service[svc_key] = names_with(self.slices_by_service.get(svc_key),
-                                                     record.name)
-            self._touch_service(svc_key, dirty)
+            self._put_slice(record, dirty)
 
     def _insert(self, record: Record, dirty: set[Key]) -> None:
         """:meth:`_upsert` of a record whose key the index does not hold."""
@@ -436,11 +431,7 @@ class Index:
             self.services[(record.namespace, record.name)] = record
             self._remember_service(record, dirty)
         elif isinstance(record, SliceRecord):
-            self.slices[(record.namespace, record.name)] = record
-            svc_key = (record.namespace, record.service_name)
-            self.slices_by_service[svc_key] = names_with(self.slices_by_service.get(svc_key),
-                                                     record.name)
-            self._touch_service(svc_key, dirty)
+            self._put_slice(record, dirty)
         else:
             self._upsert(record, dirty)
 
@@ -483,7 +474,7 @@ class Index:
         if key is None:
             return
         if svc.role is not Role.LOCAL:
-            self.mirrors_by_key[key] = names_with(self.mirrors_by_key.get(key), svc.name)
+            add_name(self.mirrors_by_key, key, svc.name)
         dirty.add(key)
 
     def _forget_service(self, key: Key, dirty: set[Key]) -> None:
@@ -493,27 +484,19 @@ class Index:
         if old is None or old_key is None:
             return
         if old.role is not Role.LOCAL:
-            names = self.mirrors_by_key.get(old_key)
-            if names is not None:
-                rest = names_without(names, old.name)
-                if rest is None:
-                    del self.mirrors_by_key[old_key]
-                else:
-                    self.mirrors_by_key[old_key] = rest
+            remove_name(self.mirrors_by_key, old_key, old.name)
         dirty.add(old_key)
 
+    def _put_slice(self, record: SliceRecord, dirty: set[Key]) -> None:
+        old = self._slices.put(record)
+        if old is not None and old.service_name != record.service_name:
+            self._touch_service((old.namespace, old.service_name), dirty)
+        self._touch_service((record.namespace, record.service_name), dirty)
+
     def _forget_slice(self, key: Key, dirty: set[Key]) -> None:
-        old = self.slices.pop(key, None)
-        if old is None:
-            return
-        svc_key = (old.namespace, old.service_name)
-        names = self.slices_by_service.get(svc_key)
-        rest = names_without(names, old.name) if names is not None else None
-        if rest is not None:
-            self.slices_by_service[svc_key] = rest
-        else:
-            self.slices_by_service.pop(svc_key, None)
-        self._touch_service(svc_key, dirty)
+        old = self._slices.pop(key)
+        if old is not None:
+            self._touch_service((old.namespace, old.service_name), dirty)
 
     def _touch_service(self, svc_key: Key, dirty: set[Key]) -> None:
         key = _key_of(self.services.get(svc_key))
@@ -523,8 +506,7 @@ class Index:
     # ----------------------------------------------------------------- rebuild
 
     def slices_of(self, namespace: str, service: str) -> list[SliceRecord]:
-        names = self.slices_by_service.get((namespace, service), ())
-        return [self.slices[(namespace, n)] for n in sorted(names)]
+        return self._slices.of(namespace, service)
 
     def assemble(self, key: Key) -> GlobalService | None:
         namespace, name = key

@@ -9,7 +9,7 @@ are stored in the cheapest shape that still answers in constant time.
 from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 Key = tuple[str, str]  # (namespace, name)
 V = TypeVar("V")
@@ -107,3 +107,61 @@ def names_without(names: Names, name: str) -> Names | None:
         names.discard(name)
         return names or None
     return tuple(n for n in names if n != name) or None
+
+
+def add_name(groups: MutableMapping[Key, Names], key: Key, name: str) -> None:
+    """``name`` among the names under ``key``."""
+    groups[key] = names_with(groups.get(key), name)
+
+
+def remove_name(groups: MutableMapping[Key, Names], key: Key, name: str) -> None:
+    """``name`` no longer under ``key`` (the key goes with its last name)."""
+    names = groups.get(key)
+    if names is None:
+        return
+    rest = names_without(names, name)
+    if rest is None:
+        del groups[key]
+    else:
+        groups[key] = rest
+
+
+class _Sliced(Protocol):
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def service_name(self) -> str: ...
+
+
+S = TypeVar("S", bound=_Sliced)
+
+
+class Slices(Generic[S]):
+    """EndpointSlices by key, and the names of each Service's slices: what the index keeps
+    for the local cluster and for every linked cluster watched directly."""
+
+    __slots__ = ("by_service", "records")
+
+    def __init__(self) -> None:
+        self.records: Table[S] = Table()
+        self.by_service: Table[Names] = Table()
+
+    def put(self, record: S) -> S | None:
+        """Hold ``record`` in place of the slice of its key; the one it replaced."""
+        old = self.pop((record.namespace, record.name))
+        self.records[(record.namespace, record.name)] = record
+        add_name(self.by_service, (record.namespace, record.service_name), record.name)
+        return old
+
+    def pop(self, key: Key) -> S | None:
+        old: S | None = self.records.pop(key, None)
+        if old is not None:
+            remove_name(self.by_service, (old.namespace, old.service_name), old.name)
+        return old
+
+    def of(self, namespace: str, service: str) -> list[S]:
+        """The slices of Service ``namespace/service``, by name."""
+        names = self.by_service.get((namespace, service), ())
+        return [self.records[(namespace, n)] for n in sorted(names)]
