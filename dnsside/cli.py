@@ -23,7 +23,7 @@ from typing import Any
 
 from dnsside import __version__
 from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
-from dnsside.serving.app import App, make_source, pacing
+from dnsside.serving.app import App, flat_network_source, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
 
@@ -134,11 +134,10 @@ async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
     synced or failed on its credentials (or ``timeout``: then what is known is shown,
     and the report says which cluster was still connecting)."""
     from dnsside.events import RemoteState
-    from dnsside.sources.remote import FlatNetworkSource, Target
+    from dnsside.sources.remote import Target
 
     index = app.index
-    flat = FlatNetworkSource(lambda: index.links.values(), app.config.kubeconfig,
-                             app.config.namespaces, pacing(app.config))
+    flat = flat_network_source(app.config, index)
     clusters = set(Target.of(index.links.values()))
     settled = (RemoteState.SYNCED, RemoteState.CREDENTIALS)
     flat.links_changed()

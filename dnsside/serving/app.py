@@ -55,6 +55,14 @@ def pacing(config: Config) -> Pacing:
                   backoff_cap=config.kube_backoff_cap)
 
 
+def flat_network_source(config: Config, index: Index) -> FlatNetworkSource:
+    """--flat-network: every linked cluster the index's Links name, once it has synced."""
+    from dnsside.sources.remote import FlatNetworkSource
+
+    return FlatNetworkSource(lambda: index.links.values() if index.synced else (),
+                             config.kubeconfig, config.namespaces, pacing(config))
+
+
 def make_source(config: Config) -> Source:
     namespaces = frozenset(config.namespaces)
     if config.source == "kube":
@@ -169,12 +177,7 @@ class App:
         else:
             log.info("gateway probe off: Linkerd's readiness of the mirrors is used as is")
         if self.config.flat_network:
-            from dnsside.sources.remote import FlatNetworkSource
-
-            index = self.index
-            self.flat = FlatNetworkSource(
-                lambda: index.links.values() if index.synced else (),
-                self.config.kubeconfig, self.config.namespaces, pacing(self.config))
+            self.flat = flat_network_source(self.config, self.index)
             tasks.append(asyncio.create_task(self._consume(self.flat), name=self.flat.name))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
