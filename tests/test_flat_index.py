@@ -22,8 +22,11 @@ from flatnet import (
 
 from dnsside import metrics
 from dnsside.dns import ZoneOptions
+from dnsside.diagnosis import Exclusion
 from dnsside.events import (
     Delete,
+    Gateway,
+    GatewayState,
     Kind,
     Remote,
     RemoteState,
@@ -287,3 +290,31 @@ def test_explain_says_flat_network_and_the_watch_state(index: Index) -> None:
 
 def test_link_record_defaults_keep_the_file_source_working() -> None:
     assert LinkRecord("ns", "l", "west", "/ready").remote_selector.matches({}) is False
+
+
+def test_per_pod_mirrors_of_a_cluster_served_directly_are_left_out_too() -> None:
+    import topology as t
+
+    idx = make_index()
+    gateway_mode = [parse_object(o) for o in t.headless_link(
+        "data", "db", "west", {"db-0": ["10.96.88.12"], "db-1": ["10.96.88.13"]},
+        [("grpc", 26257), ("http", 8080)])]
+    idx.apply([Replace(ALL, (*local_records(), *(r for r in gateway_mode if r))), Synced()])
+    assert {"10.96.88.12", "10.96.88.13"} <= addrs(idx, DB)
+    west_synced(idx)
+    assert addrs(idx, DB) == {"10.42.0.10", "10.42.0.11", "10.244.1.5"}
+    assert addrs(idx, "db-0.west.db.data.svc-global") == {"10.244.1.5"}
+    left_out = {m.source for m in idx.global_services[("data", "db")].excluded
+                if m.exclusion is Exclusion.SERVED_FLAT}
+    # (gateway mode's root mirror `db-west` took the remote-discovery mirror's name: it
+    # is never a member itself)
+    assert left_out == {"db-0-west", "db-1-west"}
+
+
+def test_the_gateway_probe_does_not_apply_to_pods_served_directly(index: Index) -> None:
+    west_synced(index)
+    index.apply([GatewayState("west", Gateway.FAILING, "connection refused")])
+    assert "10.244.1.5" in addrs(index, DB)
+    member = next(m for m in index.global_services[("data", "db")].members
+                  if m.cluster == "west" and m.hostname == "db-0")
+    assert member.ready and not member.via.through_gateway
