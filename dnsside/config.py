@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
 SERVE, EXPLAIN, INSTALL = "serve", "explain", "install"
 # Which commands take a flag; "install" means install offers it and bakes it into the
 # ConfigMap as DNSSIDE_<FLAG>.
@@ -115,6 +117,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--listen", str, "127.0.0.1:5353", "DNS address (UDP and TCP)", frozenset({SERVE})),
     Flag("--http-listen", str, "127.0.0.1:9153",
          "/metrics, /healthz, /readyz, /debug/explain", frozenset({SERVE})),
+    Flag("--explain-from", str, ("127.0.0.0/8", "::1/128"), "networks whose clients may "
+         "read /debug/explain (it names objects, Secrets and failures); repeatable (default "
+         "loopback only, which `kubectl port-forward` reaches)", _SERVING, repeatable=True,
+         metavar="CIDR"),
     Flag("--tcp-idle-timeout", float, 10.0, "seconds", _SERVING),
     Flag("--tcp-max-connections", int, 512, None, _SERVING),
     Flag("--query-log", bool, False, "log every query (slow)", _SERVING),
@@ -221,6 +227,30 @@ def parse_hostport(value: str, what: str) -> tuple[str, int]:
     return host or "0.0.0.0", port
 
 
+def networks(values: Sequence[str], what: str) -> tuple[IPNetwork, ...]:
+    """CIDRs (a bare address is its own /32 or /128); ValueError naming ``what``."""
+    out = []
+    for value in values:
+        try:
+            out.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not a network such as 10.0.0.0/8 or "
+                             "::1/128") from None
+    return tuple(out)
+
+
+def allowed_peer(address: str, nets: Sequence[IPNetwork]) -> bool:
+    """``address`` (an IPv4-mapped IPv6 peer of a dual-stack socket counts as its IPv4)
+    is in one of ``nets``."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip.version == net.version and ip in net for net in nets)
+
+
 def format_hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -270,6 +300,7 @@ class Config:
     mcs_zones: Sequence[str] = default("--mcs-zone")  # KEP-1645 names, e.g. clusterset.local.
     listen: str = default("--listen")
     http_listen: str = default("--http-listen")
+    explain_from: Sequence[str] = default("--explain-from")  # CIDRs that may read it
     ttl: int = default("--ttl")
     publish_not_ready: bool = default("--publish-not-ready")
     no_local: bool = default("--no-local")
@@ -308,6 +339,7 @@ class Config:
         config.zones = normal_zones(get("--zone")) or default("--zone")
         config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
         config.namespaces = tuple(get("--namespace"))
+        config.explain_from = tuple(get("--explain-from"))
         config.ns_addresses = ns_addresses(get("--ns-address"), pod_ip,
                                            get("--listen") if command == SERVE else None)
         return config
@@ -349,3 +381,4 @@ class Config:
             raise ValueError("--lameduck must be >= 0")
         parse_hostport(self.listen, "--listen")
         parse_hostport(self.http_listen, "--http-listen")
+        networks(self.explain_from, "--explain-from")

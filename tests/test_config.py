@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dnsside.cli import build_parser, serve_parser
@@ -107,3 +109,23 @@ def test_config_check_names_the_flag() -> None:
                          ({"gateway_probe_failures": 0}, "--gateway-probe-failures")):
         with pytest.raises(ValueError, match=word):
             Config(**kwargs).check()
+
+
+def test_every_serve_flag_is_in_the_readme_flag_table() -> None:
+    """The README's flag table is what users read: a flag missing there does not exist
+    for them."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = text.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
+    missing = [f.name for f in flags_for(SERVE) if f"`{f.name}" not in table]
+    assert not missing, f"README's flag table lacks {missing}"
+
+
+def test_explain_from_accepts_networks_and_counts_mapped_loopback() -> None:
+    from dnsside.config import allowed_peer, networks
+    nets = networks(["127.0.0.0/8", "::1", "10.1.2.3"], "--explain-from")
+    assert allowed_peer("127.0.0.1", nets) and allowed_peer("::ffff:127.0.0.5", nets)
+    assert allowed_peer("::1", nets) and allowed_peer("10.1.2.3", nets)
+    assert not allowed_peer("10.1.2.4", nets) and not allowed_peer("fe80::1%eth0", nets)
+    assert not allowed_peer("", nets) and not allowed_peer("127.0.0.1", ())
+    with pytest.raises(ValueError, match="--explain-from 'lo' is not a network"):
+        networks(["lo"], "--explain-from")

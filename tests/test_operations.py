@@ -126,3 +126,22 @@ def test_tcp_answers_are_timed() -> None:
                           srv.host, port=srv.port, timeout=5)
         _, text = srv.http("/metrics")
         assert metric(text, "dnsside_answer_duration_seconds_count", transport="tcp") == 3
+
+
+def test_explain_only_for_explain_from_and_metrics_for_all() -> None:
+    """/debug/explain names objects, Secrets and failures: only clients in --explain-from
+    (default loopback) read it; /metrics and the probes stay open to the listener's peers."""
+    path = "/debug/explain?name=web.default.svc-global&type=A"
+    with demo_server("--explain-from", "10.0.0.0/8", "--explain-from", "fd00::/8") as srv:
+        status, body = srv.http(path)
+        assert status == 403 and "--explain-from" in body
+        assert srv.http("/metrics")[0] == 200 and srv.http("/readyz")[0] == 200
+    # A dual-stack listener sees an IPv4 client as ::ffff:127.0.0.1: still loopback.
+    with demo_server("--http-listen", "[::]:0") as srv:
+        assert srv.http(path)[0] == 200
+
+
+def test_explain_from_must_be_networks() -> None:
+    out = run_cli(["serve", "--source", str(DEMO), "--explain-from", "loopback"])
+    assert out.returncode != 0
+    assert "--explain-from 'loopback' is not a network" in out.stderr

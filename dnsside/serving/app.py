@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dnsside import metrics
-from dnsside.config import Config, parse_hostport
+from dnsside.config import Config, networks, parse_hostport
 from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
 from dnsside.dns import ZoneOptions
 from dnsside.index import Index, IndexOptions, make_responder
@@ -125,7 +125,8 @@ class App:
                  ", ".join(self.config.ns_addresses))
         from dnsside.explain import Explainer
 
-        http = HttpServer(self.is_ready, Explainer(self.index).explain)
+        http = HttpServer(self.is_ready, Explainer(self.index).explain,
+                          networks(self.config.explain_from, "--explain-from"))
         hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
         started = False
         for bind_host in _families(hhost):
