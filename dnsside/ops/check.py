@@ -123,12 +123,12 @@ CHECKS: dict[str, Check] = {
                                  "and this cluster's would share names; set " + CLUSTER_KEY
                                  + " to " + _NAME_FIX),
     # --flat-network (dnsside/ops/flatcheck.py runs these)
-    "flat-rbac": Check(FLAT, "{who} can get and list secrets in {namespace}",
+    "flat-rbac": Check(FLAT, "{who} can get secrets in {namespace}",
                        "{error}; dnsside reads each Link's credentials Secret there: re-apply "
-                       "`dnsside install --flat-network ...` (its Role grants get, list and "
-                       "watch on secrets in that namespace only; --links-namespace {namespace} "
-                       "when it is not linkerd-multicluster), then `kubectl auth can-i list "
-                       "secrets -n {namespace} --as {user}`"),
+                       "`dnsside install --flat-network ...` (its Role grants get on secrets "
+                       "in that namespace only; --links-namespace {namespace} when it is not "
+                       "linkerd-multicluster), then `kubectl auth can-i get secrets -n "
+                       "{namespace} --as {user}`"),
     "flat-selector": Check(FLAT, "link {cluster}: remoteDiscoverySelector is readable",
                            "{error}: it selects nothing, so dnsside serves none of {cluster}'s "
                            "pods directly; fix the Link (`kubectl -n {namespace} edit "

@@ -193,7 +193,8 @@ def _binding(name: str, sa_namespace: str, sa_name: str) -> dict[str, Any]:
 
 def _secrets_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[str, Any]]:
     """--flat-network: a Role (not a ClusterRole) so the grant stops at the namespace of
-    the Links' credentials Secrets; nothing without the flag."""
+    the Links' credentials Secrets, and only ``get``: dnsside reads each Link's Secret by
+    its name and never needs to list the others there; nothing without the flag."""
     if not opts.flat_network:
         return []
     ns = opts.secrets_namespace
@@ -201,8 +202,7 @@ def _secrets_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[st
     return [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": meta(name, ns),
-         "rules": [{"apiGroups": [group], "resources": [resource],
-                    "verbs": ["get", "list", "watch"]}]},
+         "rules": [{"apiGroups": [group], "resources": [resource], "verbs": ["get"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": meta(name, ns),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
