@@ -45,6 +45,7 @@ from dnsside.sources.kubeapi import (
     KubeApi,
     KubeConfigError,
     NotFound,
+    RefusedCredentials,
     Unauthorized,
     describe_error,
     kubeconfig_in_secret,
@@ -186,6 +187,7 @@ class FlatNetworkSource:
         queue_size: int = 64,
         secret_recheck: float = 60.0,
         first_lists_wait: float = 5.0,
+        insecure_tls: bool = False,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
@@ -194,6 +196,10 @@ class FlatNetworkSource:
         self.queue_size = queue_size
         self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
         self.first_lists = FirstLists(first_lists_wait)
+        # --insecure-remote-tls: a Link's kubeconfig may weaken TLS (linkcreds); how it
+        # does, by cluster, as last warned about (once per cluster and change).
+        self.insecure_tls = insecure_tls
+        self.weakened: dict[str, tuple[str, ...]] = {}
         self._changed = asyncio.Event()
         self.rng = random.Random()
 
@@ -279,7 +285,22 @@ class _LinkedCluster:
         self.synced = False
 
     def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
+        weakened = self.source.weakened.get(self.cluster)
+        if state is RemoteState.SYNCED and weakened and not detail:
+            detail = "TLS weakened (--insecure-remote-tls): " + "; ".join(weakened)
         return RemoteStatus(self.cluster, state, detail, self.target.secret_ref)
+
+    def tls_weakened(self, weakened: tuple[str, ...]) -> None:
+        """Warn once per cluster (and change) that its Secret weakens TLS, as the operator
+        allowed with --insecure-remote-tls."""
+        if self.source.weakened.get(self.cluster, ()) == weakened:
+            return
+        self.source.weakened[self.cluster] = weakened
+        if weakened:
+            target = self.target
+            log.warning("cluster %s: TLS is weakened for it (--insecure-remote-tls): Secret "
+                        "%s of Link %s/%s: %s", self.cluster, target.secret_ref,
+                        target.namespace, target.link, "; ".join(weakened))
 
     async def run(self) -> None:
         """Connect, sync and follow, forever; every failure is reported and retried after a
@@ -337,11 +358,18 @@ class _LinkedCluster:
         except ValueError as exc:
             raise CredentialsError(f"{where}: {exc}") from None
         try:
-            return await KubeApi.from_kubeconfig_text(
+            api = await KubeApi.from_kubeconfig_text(
                 text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
-                self.source.pacing.request_timeout), text
+                self.source.pacing.request_timeout, self.source.insecure_tls)
+        except RefusedCredentials as exc:
+            # Named once (the index tells a credentials state again only when its detail
+            # changes, and this one is the same at every retry): Secret, Link and field.
+            raise CredentialsError(f"{exc} (Link {target.namespace}/{target.link})"
+                                   ) from None
         except KubeConfigError as exc:
             raise CredentialsError(str(exc)) from None
+        self.tls_weakened(api.weakened)
+        return api, text
 
     async def secret_unchanged(self, kubeconfig: str) -> None:
         """Read the Secret again every ``secret_recheck`` seconds; raise SecretChanged when
