@@ -65,6 +65,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ from fakekube_rbac import REMOTE_ACCESS_RULES as REMOTE_ACCESS_RULES  # re-expor
 from fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214 as REMOTE_ACCESS_RULES_PRE_214
 from fakekube_rbac import Access, Users, forbidden_message, impersonation_message
 from fakekube_rbac import Rule as Rule
+from testca import test_ca
 
 # --------------------------------------------------------------------------- resources
 
@@ -380,8 +382,12 @@ class FakeKube:
     _item_json: dict[int, tuple[dict[str, Any], bytes]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     _site: web.SockSite | None = None
+    _tls_site: web.SockSite | None = None
     host: str = "127.0.0.1"
     port: int = 0
+    # The same API over TLS (tests/testca.py), as a linked cluster's is reached: a Link's
+    # kubeconfig must name an https server with its CA (dnsside/sources/linkcreds.py).
+    tls_port: int = 0
     kubeconfig: str = ""
 
     # ------------------------------------------------------------------ lifecycle
@@ -389,6 +395,10 @@ class FakeKube:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        return f"https://{self.host}:{self.tls_port}"
 
     async def start(self, kubeconfig_dir: str | os.PathLike[str] | None = None) -> None:
         app = web.Application(middlewares=[self._middleware])
@@ -405,30 +415,43 @@ class FakeKube:
             await self._runner.cleanup()
             self._runner = None
             self._site = None
+            self._tls_site = None
 
     async def _listen(self) -> None:
         assert self._runner is not None
+        self._site, self.port = await self._bind(self.port, None)
+        self._tls_site, self.tls_port = await self._bind(self.tls_port,
+                                                         test_ca().server_context())
+
+    async def _bind(self, port: int, tls: ssl.SSLContext | None) -> tuple[web.SockSite, int]:
+        assert self._runner is not None
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        self._site = web.SockSite(self._runner, sock)
-        await self._site.start()
+        sock.bind((self.host, port))
+        site = web.SockSite(self._runner, sock, ssl_context=tls)
+        await site.start()
+        return site, sock.getsockname()[1]
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
         Path(path).write_text(self.kubeconfig_text())
         return str(path)
 
-    def kubeconfig_text(self, token: str | None = None, name: str = "fake") -> str:
+    def kubeconfig_text(self, token: str | None = None, name: str = "fake",
+                        tls: bool = False) -> str:
         """A kubeconfig (YAML) for this server with one cluster, user and context, all
         called ``name``, the current one; its user sends ``token`` (default :attr:`token`;
-        none at all when both are None)."""
+        none at all when both are None). ``tls``: the https listener, with the test CA as
+        certificate-authority-data."""
         token = token if token is not None else self.token
         user: dict[str, Any] = {"token": token} if token else {}
+        cluster: dict[str, Any] = {"server": self.url}
+        if tls:
+            cluster = {"server": self.tls_url, "certificate-authority-data":
+                       base64.b64encode(test_ca().ca_pem.encode()).decode()}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "clusters": [{"name": name, "cluster": cluster}],
             "users": [{"name": name, "user": user}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
             "current-context": name,
@@ -440,9 +463,10 @@ class FakeKube:
         """The Secret ``linkerd multicluster link --cluster-name <name>`` writes into the
         *local* cluster for this (remote) fake: ``cluster-credentials-<name>`` of type
         ``mirror.linkerd.io/remote-kubeconfig``, data ``kubeconfig`` = a kubeconfig for
-        this server authenticating with ``token`` (default :attr:`token`). Pass it to the
-        local fake's :meth:`apply`; a Link's ``spec.clusterCredentialsSecret`` names it."""
-        text = self.kubeconfig_text(token, name)
+        this server's https listener (with the test CA) authenticating with ``token``
+        (default :attr:`token`). Pass it to the local fake's :meth:`apply`; a Link's
+        ``spec.clusterCredentialsSecret`` names it."""
+        text = self.kubeconfig_text(token, name, tls=True)
         return {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -639,9 +663,10 @@ class FakeKube:
         self._unreachable = unreachable
         if unreachable:
             self.drop_streams()
-            if self._site is not None:
-                await self._site.stop()
-                self._site = None
+            for site in (self._site, self._tls_site):
+                if site is not None:
+                    await site.stop()
+            self._site = self._tls_site = None
         else:
             await self._listen()
 
