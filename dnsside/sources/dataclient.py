@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from dnsside.sources.linkcreds import Credentials, Refused
+from dnsside.sources.linkcreds import Credentials, Unusable
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class Host:
 
 def tls_context(creds: Credentials) -> ssl.SSLContext:
     """The TLS context of ``creds``: verification on and the server's name checked, unless
-    the operator allowed ``insecure-skip-tls-verify`` for it. Refused (naming the field)
+    the operator allowed ``insecure-skip-tls-verify`` for it. Unusable (naming the field)
     for a CA, certificate or key that does not load."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -54,8 +54,8 @@ def tls_context(creds: Credentials) -> ssl.SSLContext:
         try:
             ctx.load_verify_locations(cadata=creds.ca_pem)
         except (ssl.SSLError, ValueError) as exc:
-            raise Refused(f"{creds.cluster_path}.certificate-authority-data",
-                          f"not a CA certificate: {exc}", refused=False) from None
+            raise Unusable(f"{creds.cluster_path}.certificate-authority-data",
+                           f"not a CA certificate: {exc}") from None
     else:
         ctx.load_default_certs()
     if creds.client_cert_pem:
@@ -78,8 +78,8 @@ def _load_client_cert(ctx: ssl.SSLContext, creds: Credentials) -> None:
             paths.append(path)
         ctx.load_cert_chain(paths[0], paths[1])
     except (ssl.SSLError, ValueError) as exc:
-        raise Refused(f"{creds.user_path}.client-certificate-data",
-                      f"the certificate and key do not load: {exc}", refused=False) from None
+        raise Unusable(f"{creds.user_path}.client-certificate-data",
+                       f"the certificate and key do not load: {exc}") from None
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -92,7 +92,7 @@ class DataClient:
         self.configuration = Host(creds.server)
         self.user_agent = user_agent
         https = creds.server.startswith("https://")
-        # Built before the session, so a Refused leaves nothing to close.
+        # Built before the session, so an Unusable leaves nothing to close.
         context: ssl.SSLContext | bool = tls_context(creds) if https else False
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=pool, ssl=context),

@@ -35,7 +35,7 @@ import aiohttp
 from dnsside import __version__
 from dnsside.sources.dataclient import DataClient
 from dnsside.sources.kubeclient import load as load_client
-from dnsside.sources.linkcreds import Refused
+from dnsside.sources.linkcreds import Refused, Unusable
 from dnsside.sources.linkcreds import parse as parse_credentials
 
 log = logging.getLogger("dnsside.kube")
@@ -73,7 +73,7 @@ class KubeConfigError(Exception):
 
 class RefusedCredentials(KubeConfigError):
     """A Link's kubeconfig holds what a Secret may not (an exec user, a file, insecure
-    TLS, ...), or is no kubeconfig; ``field`` names where (``users[0].user.exec``)."""
+    TLS, ...); ``field`` names where (``users[0].user.exec``)."""
 
     def __init__(self, message: str, field: str) -> None:
         super().__init__(message)
@@ -231,6 +231,8 @@ class KubeApi:
             client = DataClient(creds, f"dnsside/{__version__}")
         except Refused as exc:
             raise RefusedCredentials(f"{where}: {exc}", exc.field) from None
+        except Unusable as exc:
+            raise KubeConfigError(f"{where}: {exc}") from None
         api = cls(client, None, request_timeout)
         api.weakened = creds.weakened
         return api

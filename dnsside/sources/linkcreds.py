@@ -11,9 +11,10 @@ it with ``yaml.safe_load``, selects the current context's cluster and user by na
 and allows only inline data: the server URL (``https``), ``certificate-authority-data``,
 ``tls-server-name``, a ``token``, ``client-certificate-data`` with ``client-key-data``.
 Everything else in that cluster or user is refused with a :class:`Refused` naming the
-field as a path (``users[0].user.exec``). Nothing here runs, opens or connects to
-anything: the caller builds a client from the :class:`Credentials` only after the
-decision, and only from them (:mod:`dnsside.sources.dataclient`).
+field as a path (``users[0].user.exec``); a malformed one is :class:`Unusable`.
+Nothing here runs, opens or connects to anything: the caller builds a client from the
+:class:`Credentials` only after the decision, and only from them
+(:mod:`dnsside.sources.dataclient`).
 
 The choices, and why:
 
@@ -90,15 +91,22 @@ CLUSTER_FIELDS = frozenset({"server", "certificate-authority-data", "tls-server-
 USER_FIELDS = frozenset({"token", "client-certificate-data", "client-key-data"})
 
 
-class Refused(ValueError):
-    """The kubeconfig holds something a Link's Secret may not (or is not a kubeconfig);
-    ``field`` is where (``users[0].user.exec``), "" for the document itself."""
+class Unusable(ValueError):
+    """The kubeconfig cannot be used: not a kubeconfig, or a field malformed; ``field`` is
+    where (``clusters[0].cluster.server``), "" for the document itself."""
 
-    def __init__(self, field: str, why: str, refused: bool = True) -> None:
+    verb = ": "
+
+    def __init__(self, field: str, why: str) -> None:
         self.field = field
         self.why = why
-        verb = " is refused: " if refused else ": "
-        super().__init__(f"{field}{verb}{why}" if field else why)
+        super().__init__(f"{field}{self.verb}{why}" if field else why)
+
+
+class Refused(Unusable):
+    """The kubeconfig holds what a Link's Secret may not (``users[0].user.exec``)."""
+
+    verb = " is refused: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,36 +143,36 @@ def parse(text: str | bytes, allow_insecure_tls: bool = False) -> Credentials:
     that may not be used is named (the first as ``field``). Pure: reads, runs and opens
     nothing."""
     if len(text) > MAX_KUBECONFIG:
-        raise Refused("", f"not a kubeconfig: over {MAX_KUBECONFIG} bytes")
+        raise Unusable("", f"not a kubeconfig: over {MAX_KUBECONFIG} bytes")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise Refused("", f"not YAML: {exc}") from None
+        raise Unusable("", f"not YAML: {exc}") from None
     if not isinstance(doc, Mapping):
-        raise Refused("", "not a kubeconfig (expected a mapping)")
+        raise Unusable("", "not a kubeconfig (expected a mapping)")
     current = doc.get("current-context")
     if not isinstance(current, str) or not current:
-        raise Refused("current-context", "not set: dnsside uses the current context only",
-                      refused=False)
+        raise Unusable("current-context", "not set: dnsside uses the current context only")
     ctx_path, context = _named(doc, "contexts", "context", current)
     cluster_name = context.get("cluster")
     if not isinstance(cluster_name, str) or not cluster_name:
-        raise Refused(f"{ctx_path}.cluster", "names no cluster", refused=False)
+        raise Unusable(f"{ctx_path}.cluster", "names no cluster")
     cluster_path, cluster = _named(doc, "clusters", "cluster", cluster_name)
     user_name = context.get("user")
     user_path = ""  # no user: anonymous (the remote decides what it may read)
     user: Mapping[str, Any] = {}
     if user_name not in (None, ""):
         if not isinstance(user_name, str):
-            raise Refused(f"{ctx_path}.user", "not a name", refused=False)
+            raise Unusable(f"{ctx_path}.user", "not a name")
         user_path, user = _named(doc, "users", "user", user_name)
-    problems: list[Refused] = []
+    problems: list[Unusable] = []
     creds = _judge_cluster(cluster, cluster_path, allow_insecure_tls, problems)
     values = _judge_user(user, user_path, problems)
-    if problems:
+    if problems:  # a refusal first: it is what the operator must hear about
+        problems.sort(key=lambda p: not isinstance(p, Refused))
         first = problems[0]
         more = "; ".join(str(p) for p in problems[1:])
-        raise Refused(first.field, first.why + (f" (and {more})" if more else ""))
+        raise type(first)(first.field, first.why + (f" (and {more})" if more else ""))
     return Credentials(**creds, **values, cluster_path=cluster_path,
                        user_path=user_path or "users[?].user")
 
@@ -175,7 +183,7 @@ def _named(doc: Mapping[str, Any], plural: str, inner: str, name: str
     its path."""
     entries = doc.get(plural)
     if not isinstance(entries, Sequence) or isinstance(entries, str):
-        raise Refused(plural, f"no list of {plural}, so no {inner} {name!r}", refused=False)
+        raise Unusable(plural, f"no list of {plural}, so no {inner} {name!r}")
     for i, entry in enumerate(entries):
         if isinstance(entry, Mapping) and entry.get("name") == name:
             body = entry.get(inner)
@@ -183,13 +191,13 @@ def _named(doc: Mapping[str, Any], plural: str, inner: str, name: str
             if body is None:
                 return path, {}
             if not isinstance(body, Mapping):
-                raise Refused(path, "not a mapping", refused=False)
+                raise Unusable(path, "not a mapping")
             return path, body
-    raise Refused(plural, f"no {inner} named {name!r} (the current context's)", refused=False)
+    raise Unusable(plural, f"no {inner} named {name!r} (the current context's)")
 
 
 def _judge_cluster(cluster: Mapping[str, Any], path: str, allow_insecure: bool,
-                   problems: list[Refused]) -> dict[str, Any]:
+                   problems: list[Unusable]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in cluster.items():
         where = f"{path}.{key}"
@@ -211,12 +219,12 @@ def _judge_cluster(cluster: Mapping[str, Any], path: str, allow_insecure: bool,
         elif key == "tls-server-name":
             if not isinstance(value, str) or not value or not value.isascii() or any(
                     c in value for c in "/:@ \t\r\n"):
-                problems.append(Refused(where, "not a host name", refused=False))
+                problems.append(Unusable(where, "not a host name"))
             else:
                 out["tls_server_name"] = value
         elif key == "insecure-skip-tls-verify":
             if not isinstance(value, bool):
-                problems.append(Refused(where, "not true or false", refused=False))
+                problems.append(Unusable(where, "not true or false"))
             elif value and not allow_insecure:
                 problems.append(Refused(where, f"{WEAKENING[key]} (allowed only with "
                                         f"{INSECURE_FLAG})"))
@@ -227,12 +235,11 @@ def _judge_cluster(cluster: Mapping[str, Any], path: str, allow_insecure: bool,
             if proxy:
                 out["proxy_url"] = proxy
     if "server" not in cluster:
-        problems.append(Refused(f"{path}.server", "missing: the cluster has no server URL",
-                                refused=False))
+        problems.append(Unusable(f"{path}.server", "missing: the cluster has no server URL"))
     return out
 
 
-def _judge_user(user: Mapping[str, Any], path: str, problems: list[Refused]
+def _judge_user(user: Mapping[str, Any], path: str, problems: list[Unusable]
                 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in user.items():
@@ -247,8 +254,8 @@ def _judge_user(user: Mapping[str, Any], path: str, problems: list[Refused]
         elif key == "token":
             if not isinstance(value, str) or not value.isascii() or not value.isprintable() \
                     or value != value.strip():
-                problems.append(Refused(where, "not a token (printable ASCII, no spaces "
-                                        "around it)", refused=False))
+                problems.append(Unusable(where, "not a token (printable ASCII, no spaces "
+                                        "around it)"))
             elif value:
                 out["token"] = value
         elif key == "client-certificate-data":
@@ -257,25 +264,24 @@ def _judge_user(user: Mapping[str, Any], path: str, problems: list[Refused]
             out["client_key_pem"] = _pem(value, where, PEM_KEY, problems)
     if bool(out.get("client_cert_pem")) != bool(out.get("client_key_pem")):
         missing = "client-key-data" if out.get("client_cert_pem") else "client-certificate-data"
-        problems.append(Refused(f"{path}.{missing}", "missing: a client certificate needs "
-                                "its key, and a key its certificate", refused=False))
+        problems.append(Unusable(f"{path}.{missing}", "missing: a client certificate needs "
+                                "its key, and a key its certificate"))
     return out
 
 
-def _pem(value: Any, where: str, marker: str, problems: list[Refused]) -> bytes:
+def _pem(value: Any, where: str, marker: str, problems: list[Unusable]) -> bytes:
     """The PEM text a ``*-data`` field holds as base64, or b"" with a problem noted."""
     try:
         pem = base64.b64decode(value, validate=True) if isinstance(value, str) else b""
     except binascii.Error:
         pem = b""
     if marker.encode() not in pem:
-        problems.append(Refused(where, f"not base64 of PEM text ({marker.strip('-')})",
-                                refused=False))
+        problems.append(Unusable(where, f"not base64 of PEM text ({marker.strip('-')})"))
         return b""
     return pem
 
 
-def _url(value: Any, where: str, problems: list[Refused]) -> SplitResult | None:
+def _url(value: Any, where: str, problems: list[Unusable]) -> SplitResult | None:
     try:
         url = urlsplit(value) if isinstance(value, str) else None
         port_ok = url is not None and (url.port is None or url.port > 0)
@@ -283,7 +289,7 @@ def _url(value: Any, where: str, problems: list[Refused]) -> SplitResult | None:
         url, port_ok = None, False
     if url is None or not port_ok or not url.hostname or not value.isascii() or any(
             c.isspace() for c in value):
-        problems.append(Refused(where, f"not a URL: {str(value)[:100]!r}", refused=False))
+        problems.append(Unusable(where, f"not a URL: {str(value)[:100]!r}"))
         return None
     if url.username is not None or url.password is not None:
         problems.append(Refused(where, "a user name or password in the URL"))
@@ -291,26 +297,24 @@ def _url(value: Any, where: str, problems: list[Refused]) -> SplitResult | None:
     return url
 
 
-def _server(value: Any, where: str, allow_insecure: bool, problems: list[Refused]) -> str:
+def _server(value: Any, where: str, allow_insecure: bool, problems: list[Unusable]) -> str:
     url = _url(value, where, problems)
     if url is None:
         return ""
     if url.query or url.fragment:
-        problems.append(Refused(where, "a query or fragment in the server URL",
-                                refused=False))
+        problems.append(Unusable(where, "a query or fragment in the server URL"))
         return ""
     if url.scheme == "http" and not allow_insecure:
         problems.append(Refused(where, f"{WEAKENING['http']} (allowed only with "
                                 f"{INSECURE_FLAG})"))
         return ""
     if url.scheme not in ("https", "http"):
-        problems.append(Refused(where, f"the scheme {url.scheme!r}: https only",
-                                refused=False))
+        problems.append(Unusable(where, f"the scheme {url.scheme!r}: https only"))
         return ""
     return url.geturl().rstrip("/")
 
 
-def _proxy(value: Any, where: str, allow_insecure: bool, problems: list[Refused]) -> str:
+def _proxy(value: Any, where: str, allow_insecure: bool, problems: list[Unusable]) -> str:
     if not allow_insecure:
         problems.append(Refused(where, f"{WEAKENING['proxy-url']} (allowed only with "
                                 f"{INSECURE_FLAG})"))
@@ -319,10 +323,10 @@ def _proxy(value: Any, where: str, allow_insecure: bool, problems: list[Refused]
     if url is None:
         return ""
     if url.scheme not in ("http", "https"):
-        problems.append(Refused(where, f"the scheme {url.scheme!r}: dnsside speaks to "
-                                "http and https proxies only", refused=False))
+        problems.append(Unusable(where, f"the scheme {url.scheme!r}: dnsside speaks to "
+                                "http and https proxies only"))
         return ""
     return url.geturl()
 
 
-__all__ = ["ALWAYS_REFUSED", "INSECURE_FLAG", "Credentials", "Refused", "parse"]
+__all__ = ["ALWAYS_REFUSED", "INSECURE_FLAG", "Credentials", "Refused", "Unusable", "parse"]

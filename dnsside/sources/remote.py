@@ -45,7 +45,6 @@ from dnsside.sources.kubeapi import (
     KubeApi,
     KubeConfigError,
     NotFound,
-    RefusedCredentials,
     Unauthorized,
     describe_error,
     kubeconfig_in_secret,
@@ -361,13 +360,11 @@ class _LinkedCluster:
             api = await KubeApi.from_kubeconfig_text(
                 text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
                 self.source.pacing.request_timeout, self.source.insecure_tls)
-        except RefusedCredentials as exc:
-            # Named once (the index tells a credentials state again only when its detail
+        except KubeConfigError as exc:
+            # Told once (the index tells a credentials state again only when its detail
             # changes, and this one is the same at every retry): Secret, Link and field.
             raise CredentialsError(f"{exc} (Link {target.namespace}/{target.link})"
                                    ) from None
-        except KubeConfigError as exc:
-            raise CredentialsError(str(exc)) from None
         self.tls_weakened(api.weakened)
         return api, text
 
