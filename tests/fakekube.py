@@ -78,7 +78,7 @@ from fakekube_rbac import REMOTE_ACCESS_RULES as REMOTE_ACCESS_RULES  # re-expor
 from fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214 as REMOTE_ACCESS_RULES_PRE_214
 from fakekube_rbac import Access, Users, forbidden_message, impersonation_message
 from fakekube_rbac import Rule as Rule
-from testca import test_ca
+from testca import fake_ca
 
 # --------------------------------------------------------------------------- resources
 
@@ -350,6 +350,10 @@ class FakeKube:
     token: str | None = "fake-token"  # None: accept unauthenticated requests
     requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     request_log: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
+    # Requests that came without TLS (on :attr:`url`, not :attr:`tls_url`), and every
+    # Authorization header value seen: what a client sent, and how.
+    plain_requests: int = 0
+    authorizations: collections.Counter[str] = field(default_factory=collections.Counter)
 
     _rv: int = 0
     _compacted: int = 0
@@ -421,7 +425,7 @@ class FakeKube:
         assert self._runner is not None
         self._site, self.port = await self._bind(self.port, None)
         self._tls_site, self.tls_port = await self._bind(self.tls_port,
-                                                         test_ca().server_context())
+                                                         fake_ca().server_context())
 
     async def _bind(self, port: int, tls: ssl.SSLContext | None) -> tuple[web.SockSite, int]:
         assert self._runner is not None
@@ -447,7 +451,7 @@ class FakeKube:
         cluster: dict[str, Any] = {"server": self.url}
         if tls:
             cluster = {"server": self.tls_url, "certificate-authority-data":
-                       base64.b64encode(test_ca().ca_pem.encode()).decode()}
+                       base64.b64encode(fake_ca().ca_pem.encode()).decode()}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -723,6 +727,8 @@ class FakeKube:
     ) -> web.StreamResponse:
         self.requests[(request.method, request.path)] += 1
         self.request_log.append((request.method, request.path_qs))
+        self.plain_requests += not request.secure
+        self.authorizations[request.headers.get("Authorization", "")] += 1
         if self._unreachable:
             if request.transport is not None:
                 request.transport.abort()

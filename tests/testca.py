@@ -21,7 +21,7 @@ SERVER_NAMES = ("127.0.0.1", "localhost", "api.west.example")
 
 
 @dataclass(frozen=True)
-class TestCA:
+class FakeCA:
     ca_pem: str  # the CA certificate, PEM
     cert_file: Path  # the server's certificate chain (server, then CA)
     key_file: Path
@@ -45,7 +45,7 @@ def _make_ca(where: Path, name: str) -> None:
 
 
 @functools.cache
-def test_ca() -> TestCA:
+def fake_ca() -> FakeCA:
     """The run's CA and the fakes' server certificate (made on first use)."""
     where = Path(tempfile.mkdtemp(prefix="dnsside-test-ca-"))
     _make_ca(where, "ca")
@@ -61,7 +61,7 @@ def test_ca() -> TestCA:
              cwd=where)
     ca = (where / "ca.pem").read_text()
     (where / "chain.pem").write_text((where / "server.pem").read_text() + ca)
-    return TestCA(ca, where / "chain.pem", where / "server.key")
+    return FakeCA(ca, where / "chain.pem", where / "server.key")
 
 
 @functools.cache
