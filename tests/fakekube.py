@@ -24,7 +24,9 @@ way a real API server does, as far as a list/watch client can tell:
   DELETED, one entering it is ADDED);
 * bearer-token auth (401 without a known token): :attr:`FakeKube.token` is user
   ``admin``, :meth:`FakeKube.add_token` adds more users, and an unrestricted user may
-  act as another with the ``Impersonate-User`` header;
+  act as another with the ``Impersonate-User`` header; on the TLS listener
+  (:attr:`FakeKube.tls_url`, tests/testca.py) a request without a token may present a
+  client certificate the test CA signed, and is its CN;
 * RBAC: :meth:`FakeKube.forbid` denies a resource to a user (or everyone), and
   :meth:`FakeKube.restrict` limits a user to an allow-list of :class:`Rule` s
   (tests/fakekube_rbac.py; :data:`REMOTE_ACCESS_RULES` is what a Linkerd Link's
@@ -604,6 +606,8 @@ class FakeKube:
         middleware refused it to restricted users), else its token's user. Derived again
         rather than kept on the request, which aiohttp < 3.12 has no typed keys for."""
         user = self.users.authenticate(request.headers.get("Authorization"), self.token, "admin")
+        if user is None and "Authorization" not in request.headers:
+            user = _certificate_user(request)  # x509: the verified client certificate's CN
         return request.headers.get("Impersonate-User") or user or "admin"
 
     def _denied(self, request: web.Request, res: Resource, namespace: str | None,
@@ -742,6 +746,8 @@ class FakeKube:
                 del self._failures[i]
                 return _status_response(failure.status, failure.message)
         user = self.users.authenticate(request.headers.get("Authorization"), self.token, "admin")
+        if user is None and "Authorization" not in request.headers:
+            user = _certificate_user(request)  # x509: the verified client certificate's CN
         if user is None:
             return _status_response(401, "Unauthorized")
         target = request.headers.get("Impersonate-User")
@@ -978,6 +984,17 @@ class FakeKube:
             return resp
         finally:
             self._watchers.discard(watcher)
+
+
+def _certificate_user(request: web.Request) -> str | None:
+    """The CN of the client certificate a TLS request presented (verified against the
+    test CA by the handshake), as a real API server's x509 authenticator reads it."""
+    peer = request.transport.get_extra_info("peercert") if request.transport else None
+    for rdn in (peer or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 def _group(name: str, versions: Iterable[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ Seen from outside, as everywhere: the log, /metrics, /debug/explain, `dnsside ex
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import socket
@@ -31,7 +32,7 @@ import yaml
 from fakekube_rbac import REMOTE_ACCESS_RULES
 from flatnet import link, local_objects, west_objects
 from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
-from testca import other_ca, fake_ca
+from testca import fake_ca, other_ca
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
@@ -133,10 +134,8 @@ class ConnectProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self.sock.close()
@@ -437,5 +436,33 @@ def test_tls_is_verified_against_the_secrets_ca_and_name(
                                  for x in list(srv.lines)) >= 3, 15, "three attempts")
             # The handshake failed, so nothing of a request was sent.
             assert west.call(lambda: west.kube.authorizations[f"Bearer {token}"]) == 0
+    finally:
+        east.close()
+
+
+def test_a_client_certificate_from_the_secret_is_used_from_memory(
+        tmp_path: Path, west: ThreadedKube) -> None:
+    """client-certificate-data and client-key-data authenticate (west reads the verified
+    certificate's CN), and the files Python's ssl needs to load them live in a private
+    directory of dnsside's only as long as the loading takes."""
+    user = "remote-access-west-x509"  # a CN has 64 characters at most
+    west.call(west.kube.restrict, user, REMOTE_ACCESS_RULES)
+    cert, key = fake_ca().client_cert(user)
+    text = kubeconfig({"server": west.kube.tls_url,
+                       "certificate-authority-data": b64(fake_ca().ca_pem)},
+                      {"client-certificate-data": b64(cert), "client-key-data": b64(key)})
+    east = local_cluster(tmp_path, west, {"certwest": text})
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    try:
+        with Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name",
+                     "east", "--flat-network", "--kube-backoff-cap", "0.5",
+                     env={"TMPDIR": str(private_tmp)}) as srv:
+            wait_for(lambda: addresses(srv, "db-0.certwest.db.data.svc-global") == {WEST_DB0},
+                     15, "certwest synced with its client certificate")
+            assert metric(srv, "dnsside_remote_credentials_valid", "certwest") == 1
+            # No token was sent for it: its requests carried the certificate only.
+            assert west.call(lambda: west.kube.authorizations[""]) > 0
+            assert list(private_tmp.iterdir()) == []
     finally:
         east.close()

@@ -26,10 +26,31 @@ class FakeCA:
     cert_file: Path  # the server's certificate chain (server, then CA)
     key_file: Path
 
+    where: Path
+
     def server_context(self) -> ssl.SSLContext:
+        """The fakes' TLS: their certificate; a client certificate the CA signed is
+        asked for and verified, not required (a real API server's x509 authentication)."""
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(self.cert_file, self.key_file)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.load_verify_locations(cadata=self.ca_pem)
         return ctx
+
+    def client_cert(self, user: str) -> tuple[str, str]:
+        """A client certificate for ``user`` (its CN, as Kubernetes reads it) and its key,
+        PEM."""
+        name = "".join(c if c.isalnum() else "-" for c in user)
+        (self.where / "client.cnf").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+            "extendedKeyUsage=clientAuth\n")
+        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={user}",
+                 cwd=self.where)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile",
+                 "client.cnf", cwd=self.where)
+        return (self.where / f"{name}.pem").read_text(), (self.where / f"{name}.key").read_text()
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -61,7 +82,7 @@ def fake_ca() -> FakeCA:
              cwd=where)
     ca = (where / "ca.pem").read_text()
     (where / "chain.pem").write_text((where / "server.pem").read_text() + ca)
-    return FakeCA(ca, where / "chain.pem", where / "server.key")
+    return FakeCA(ca, where / "chain.pem", where / "server.key", where)
 
 
 @functools.cache
