@@ -391,9 +391,28 @@ def test_insecure_remote_tls_allows_the_three_tls_forms_and_never_exec_or_a_file
                 print(weak[0])
             _, body = srv.http(f"/debug/explain?name={DB}")
             flat = json.loads(body)["flat_network"]
-            assert "TLS weakened (--insecure-remote-tls)" in flat["insecure"], flat
-            assert "TLS weakened" not in flat["west"]
+            for cluster in allowed:
+                assert flat[cluster].startswith("synced"), flat[cluster]
+                assert "; TLS weakened (--insecure-remote-tls): " in flat[cluster]
+                assert metric(srv, "dnsside_remote_tls_weakened", cluster) == 1
+            for cluster in ("west", *still_refused):
+                assert "TLS weakened" not in flat[cluster]
+                assert metric(srv, "dnsside_remote_tls_weakened", cluster) == 0
             assert WEST_DB0 in addresses(srv)
+        assert not [m for m in hostile.markers.values() if m.exists()]
+
+        checked = run_cli(["check", "--kubeconfig", east.kubeconfig, "--flat-network",
+                           "--insecure-remote-tls"])
+        for cluster in allowed:
+            assert f"‼ link {cluster}: TLS to " in checked.stdout, checked.stdout
+            assert f"✓ link {cluster}: its kubeconfig loads" in checked.stdout
+        assert "link west: TLS to" not in checked.stdout
+        for cluster, (_, field) in still_refused.items():
+            assert f"× link {cluster}: its kubeconfig holds data only" in checked.stdout
+        # Without the flag (and a ConfigMap that does not set it), check refuses them too.
+        strict = run_cli(["check", "--kubeconfig", east.kubeconfig, "--flat-network"])
+        for cluster in allowed:
+            assert f"× link {cluster}: its kubeconfig holds data only" in strict.stdout
         assert not [m for m in hostile.markers.values() if m.exists()]
         assert not [h for h in west.call(lambda: list(west.kube.authorizations))
                     if LOCAL_SECRET in h]

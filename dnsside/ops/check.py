@@ -145,6 +145,12 @@ CHECKS: dict[str, Check] = {
         "and client-key-data: nothing that runs a command or names a file (" +
         INSECURE_REMOTE_TLS.name + " allows insecure-skip-tls-verify, http:// and "
         "proxy-url, never exec); " + CREDENTIALS_FIX),
+    "flat-tls-weakened": Check(
+        FLAT, "link {cluster}: TLS to {server} is verified",
+        "{weakened}: its kubeconfig weakens TLS, as " + INSECURE_REMOTE_TLS.name + " allows; "
+        "whoever is on the path to it can read the token and answer in its place. Put the "
+        "API server's CA in certificate-authority-data and an https server in the Secret "
+        "(`linkerd multicluster link --api-server-address https://...`)", warning=True),
     "flat-remote": Check(FLAT, _REMOTE),  # passed; its failures are the four below
     "flat-remote-rejected": Check(FLAT, _REMOTE,
                                   "{error}: the linked cluster rejects the token in Secret "

@@ -128,6 +128,9 @@ class FlatNetworkChecks:
         try:
             self.report("flat-kubeconfig", True, server=f" (API server {remote.host})",
                         **facts)
+            if remote.weakened:
+                self.report("flat-tls-weakened", False, server=remote.host,
+                            weakened="; ".join(remote.weakened), **facts)
             await self.check_remote(link, remote, secret)
         finally:
             await remote.close()

@@ -255,6 +255,7 @@ class FlatNetworkSource:
                         await task
                     del running[cluster]
                     self.first_lists.stopped(cluster)
+                    self.weakened.pop(cluster, None)
                     log.info("cluster %s: %s", cluster, "Link changed: watching it afresh"
                              if cluster in wanted else "Link gone: its watch stopped")
             for cluster, target in wanted.items():
@@ -284,10 +285,8 @@ class _LinkedCluster:
         self.synced = False
 
     def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
-        weakened = self.source.weakened.get(self.cluster)
-        if state is RemoteState.SYNCED and weakened and not detail:
-            detail = "TLS weakened (--insecure-remote-tls): " + "; ".join(weakened)
-        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref)
+        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref,
+                            self.source.weakened.get(self.cluster, ()))
 
     def tls_weakened(self, weakened: tuple[str, ...]) -> None:
         """Warn once per cluster (and change) that its Secret weakens TLS, as the operator
@@ -361,6 +360,7 @@ class _LinkedCluster:
                 text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
                 self.source.pacing.request_timeout, self.source.insecure_tls)
         except KubeConfigError as exc:
+            self.source.weakened.pop(self.cluster, None)  # nothing is connected now
             # Told once (the index tells a credentials state again only when its detail
             # changes, and this one is the same at every retry): Secret, Link and field.
             raise CredentialsError(f"{exc} (Link {target.namespace}/{target.link})"
