@@ -96,3 +96,17 @@ def test_every_refused_field_is_named_the_first_as_the_field() -> None:
     assert refused.value.field == "clusters[1].cluster.insecure-skip-tls-verify"
     assert "users[0].user.exec is refused" in text
     assert "users[0].user.tokenFile is refused" in text
+
+
+def test_hostile_yaml_is_unusable_quickly() -> None:
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
+        for i in range(8))
+    doc = laughs + "current-context: w\ncontexts: [{name: w, context: {cluster: w}}]\n" \
+        "clusters: [{name: w, cluster: {server: *i}}]\n"
+    with pytest.raises(Unusable, match="not a URL: a list"):
+        parse(doc)  # 10**9 leaves if walked: never walked, never printed
+    with pytest.raises(Unusable, match="nested too deeply"):
+        parse("[" * 100_000)
+    with pytest.raises(Unusable, match="over"):
+        parse("#" * (2 << 20))

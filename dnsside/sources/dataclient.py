@@ -87,7 +87,7 @@ def _load_client_cert(ctx: ssl.SSLContext, creds: Credentials) -> None:
 class DataClient:
     """GET requests to a linked cluster's API with exactly its :class:`Credentials`."""
 
-    def __init__(self, creds: Credentials, user_agent: str, pool: int = 4) -> None:
+    def __init__(self, creds: Credentials, user_agent: str, pool: int = 100) -> None:
         self.creds = creds
         self.configuration = Host(creds.server)
         self.user_agent = user_agent
@@ -95,6 +95,7 @@ class DataClient:
         # Built before the session, so an Unusable leaves nothing to close.
         context: ssl.SSLContext | bool = tls_context(creds) if https else False
         self.session = aiohttp.ClientSession(
+            # As kubernetes-asyncio's default: every watch (two per namespace) holds one.
             connector=aiohttp.TCPConnector(limit=pool, ssl=context),
             trust_env=False,  # no $HTTPS_PROXY, no ~/.netrc: the Secret's data only
             read_bufsize=2**21,  # as kubernetes-asyncio: one watch event may be large

@@ -148,6 +148,8 @@ def parse(text: str | bytes, allow_insecure_tls: bool = False) -> Credentials:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise Unusable("", f"not YAML: {exc}") from None
+    except RecursionError:
+        raise Unusable("", "not a kubeconfig: nested too deeply") from None
     if not isinstance(doc, Mapping):
         raise Unusable("", "not a kubeconfig (expected a mapping)")
     current = doc.get("current-context")
@@ -289,7 +291,9 @@ def _url(value: Any, where: str, problems: list[Unusable]) -> SplitResult | None
         url, port_ok = None, False
     if url is None or not port_ok or not url.hostname or not value.isascii() or any(
             c.isspace() for c in value):
-        problems.append(Unusable(where, f"not a URL: {str(value)[:100]!r}"))
+        # Never str() of what is not a string: YAML aliases make small text a huge value.
+        shown = repr(value[:100]) if isinstance(value, str) else f"a {type(value).__name__}"
+        problems.append(Unusable(where, f"not a URL: {shown}"))
         return None
     if url.username is not None or url.password is not None:
         problems.append(Refused(where, "a user name or password in the URL"))

@@ -13,8 +13,11 @@ network. A missing or unreadable Secret, a kubeconfig that does not load, and a
 401 or 403 from the linked cluster are the operator's to fix: the state is
 ``CREDENTIALS``, the Secret is read again before every retry (and every
 minute while synced: a rotated one is picked up), and nothing learnt is
-dropped. Anything else (a refused connection, a timeout, a 5xx) is the API
-being away: ``LOST`` once it had synced, with its last-known members standing.
+dropped. The kubeconfig is read as data only (:mod:`dnsside.sources.linkcreds`): one
+that holds an exec plugin, a file name or weakened TLS is refused before anything
+is run, read or connected to, and the refusal names the Secret, the Link and the
+field. Anything else (a refused connection, a timeout, a 5xx) is the API being away:
+``LOST`` once it had synced, with its last-known members standing.
 Only a deleted Link changes what is served without a newer complete list (a new
 selector, Secret name or Secret content starts the cluster's watch again, and
 its first list replaces what it held).
