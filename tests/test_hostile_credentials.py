@@ -324,18 +324,27 @@ def test_each_hostile_kubeconfig_is_refused_by_name_and_nothing_runs_or_leaves(
             assert all(len(refusals(srv, c)) == 1 for c in hostile.forms)
             for line in sorted(line for c in hostile.forms for line in refusals(srv, c)):
                 print(line)  # the report pastes them
+            # Another refusal in the same Link's Secret is told again, once.
+            reads = secret_reads(east, "exec")
+            east.call(east.kube.apply, secret("exec", hostile.forms["tokenfile"][0]))
+            wait_for(lambda: len(refusals(srv, "exec")) == 2, 15, "the new refusal told")
+            wait_for(lambda: secret_reads(east, "exec") >= reads + 3, 15, "three more reads")
+            assert len(refusals(srv, "exec")) == 2
+            assert "users[0].user.tokenFile is refused" in refusals(srv, "exec")[1]
+            fields = {c: field for c, (_, field) in hostile.forms.items()}
+            fields["exec"] = "users[0].user.tokenFile"  # what its Secret holds now
         assert not [m for m in hostile.markers.values() if m.exists()]
 
         done = run_cli(["explain", DB, "--source", "kube", "--kubeconfig", east.kubeconfig,
                         "--cluster-name", "east", "--flat-network"])
         assert done.returncode == 0, done.stderr
-        for cluster, (_, field) in hostile.forms.items():
+        for cluster, field in fields.items():
             assert re.search(rf"Flat network: +cluster {cluster}: credentials \(Secret "
                              rf"{NS}/cluster-credentials-{cluster}\): .*{re.escape(field)} "
                              "is refused", done.stdout), (cluster, done.stdout)
 
         checked = run_cli(["check", "--kubeconfig", east.kubeconfig, "--flat-network"])
-        for cluster, (_, field) in hostile.forms.items():
+        for cluster, field in fields.items():
             line = f"× link {cluster}: its kubeconfig holds data only"
             assert line in checked.stdout, checked.stdout
             hint = checked.stdout.split(line, 1)[1].split("\n", 2)[1]
