@@ -130,7 +130,7 @@ class Credentials:
         per way; () when it is not."""
         out = []
         if self.server.startswith("http://"):
-            out.append(WEAKENING["http"].replace("would travel", "travels"))
+            out.append("a plain http:// server: the token travels without TLS")
         if self.insecure_skip_verify:
             out.append("insecure-skip-tls-verify: its certificate is not checked")
         if self.proxy_url:
