@@ -494,3 +494,17 @@ def test_a_client_certificate_from_the_secret_is_used_from_memory(
             assert list(private_tmp.iterdir()) == []
     finally:
         east.close()
+
+
+def test_insecure_remote_tls_is_off_by_default_and_needs_the_flat_network() -> None:
+    baked = run_cli(["install", "--cluster-name", "east", "--flat-network",
+                     "--insecure-remote-tls"])
+    assert baked.returncode == 0, baked.stderr
+    assert "DNSSIDE_INSECURE_REMOTE_TLS: 'true'" in baked.stdout
+    plain = run_cli(["install", "--cluster-name", "east", "--flat-network"])
+    assert "INSECURE_REMOTE_TLS" not in plain.stdout
+    for command in (["install", "--cluster-name", "east", "--insecure-remote-tls"],
+                    ["explain", DB, "--source", "kube", "--insecure-remote-tls"]):
+        done = run_cli(command)
+        assert done.returncode != 0 and "--insecure-remote-tls" in done.stderr, done.stderr
+        assert "needs --flat-network" in done.stderr or "add --flat-network" in done.stderr
