@@ -107,6 +107,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--flat-network", bool, False,
          "also watch each linked cluster with its Link's credentials and answer its pods' "
          "own IPs for headless services exported for remote discovery", _SOURCE),
+    Flag("--insecure-remote-tls", bool, False,
+         "with --flat-network: let a Link's kubeconfig skip the linked cluster's certificate "
+         "check (insecure-skip-tls-verify), use a plain http:// server or a proxy-url; "
+         "never an exec plugin or a file", _SOURCE),
     Flag("--kube-backoff-cap", float, 30.0,
          "longest wait, in seconds, between retries against the API server", _SOURCE),
     Flag("--reload-interval", float, 1.0,
@@ -314,6 +318,7 @@ class Config:
     ns_addresses: tuple[str, ...] = ("127.0.0.1",)
     no_federated: bool = default("--no-federated")
     flat_network: bool = default("--flat-network")  # watch linked clusters directly
+    insecure_remote_tls: bool = default("--insecure-remote-tls")  # Links may weaken TLS
     gateway_probe: str = default("--gateway-probe")  # on, off, or auto: on for kube only
     gateway_probe_period: float = default("--gateway-probe-period")
     gateway_probe_timeout: float = default("--gateway-probe-timeout")
@@ -369,6 +374,9 @@ class Config:
         if self.flat_network and self.source != "kube":
             raise ValueError("--flat-network watches the linked clusters' APIs with the Links' "
                              "credentials: it needs --source kube")
+        if self.insecure_remote_tls and not self.flat_network:
+            raise ValueError("--insecure-remote-tls weakens TLS to the linked clusters "
+                             "--flat-network watches: it needs --flat-network")
         if self.ttl < 0:
             raise ValueError("--ttl must be >= 0")
         for name, value in (("--gateway-probe-period", self.gateway_probe_period),

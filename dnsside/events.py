@@ -129,6 +129,9 @@ class RemoteStatus:
     state: RemoteState
     detail: str = ""
     secret: str = ""  # namespace/name
+    # How its Secret weakens TLS, as --insecure-remote-tls allows (insecure-skip-tls-verify,
+    # http://, proxy-url), one phrase each; () when it does not.
+    weakened: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

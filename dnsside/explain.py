@@ -153,7 +153,10 @@ class Explainer:
         if status is None:
             return "not watched directly"
         text = f"{status.state.value} (Secret {status.secret})"
-        return text + (f": {status.detail}" if status.detail else "")
+        text += f": {status.detail}" if status.detail else ""
+        if status.weakened:  # --insecure-remote-tls let its Secret do it
+            text += "; TLS weakened (--insecure-remote-tls): " + "; ".join(status.weakened)
+        return text
 
     def _gateway(self, cluster: str) -> str:
         known = self.index.gateways.get(cluster)

@@ -159,6 +159,14 @@ REMOTE_CREDENTIALS_VALID = Gauge(
     ["cluster"],
     registry=REGISTRY,
 )
+REMOTE_TLS_WEAKENED = Gauge(
+    "dnsside_remote_tls_weakened",
+    "--flat-network: 1 while the Link's kubeconfig weakens TLS to the linked cluster "
+    "(insecure-skip-tls-verify, a plain http:// server or a proxy-url, which only "
+    "--insecure-remote-tls allows); 0 otherwise.",
+    ["cluster"],
+    registry=REGISTRY,
+)
 ORPHANED_MIRRORS = Gauge(
     "dnsside_orphaned_mirrors",
     "Mirrors of a cluster no Link targets (left behind by a deleted Link), by cluster.",

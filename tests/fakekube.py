@@ -24,7 +24,9 @@ way a real API server does, as far as a list/watch client can tell:
   DELETED, one entering it is ADDED);
 * bearer-token auth (401 without a known token): :attr:`FakeKube.token` is user
   ``admin``, :meth:`FakeKube.add_token` adds more users, and an unrestricted user may
-  act as another with the ``Impersonate-User`` header;
+  act as another with the ``Impersonate-User`` header; on the TLS listener
+  (:attr:`FakeKube.tls_url`, tests/testca.py) a request without a token may present a
+  client certificate the test CA signed, and is its CN;
 * RBAC: :meth:`FakeKube.forbid` denies a resource to a user (or everyone), and
   :meth:`FakeKube.restrict` limits a user to an allow-list of :class:`Rule` s
   (tests/fakekube_rbac.py; :data:`REMOTE_ACCESS_RULES` is what a Linkerd Link's
@@ -65,6 +67,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -77,6 +80,7 @@ from fakekube_rbac import REMOTE_ACCESS_RULES as REMOTE_ACCESS_RULES  # re-expor
 from fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214 as REMOTE_ACCESS_RULES_PRE_214
 from fakekube_rbac import Access, Users, forbidden_message, impersonation_message
 from fakekube_rbac import Rule as Rule
+from testca import fake_ca
 
 # --------------------------------------------------------------------------- resources
 
@@ -348,6 +352,10 @@ class FakeKube:
     token: str | None = "fake-token"  # None: accept unauthenticated requests
     requests: collections.Counter[tuple[str, str]] = field(default_factory=collections.Counter)
     request_log: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
+    # Requests that came without TLS (on :attr:`url`, not :attr:`tls_url`), and every
+    # Authorization header value seen: what a client sent, and how.
+    plain_requests: int = 0
+    authorizations: collections.Counter[str] = field(default_factory=collections.Counter)
 
     _rv: int = 0
     _compacted: int = 0
@@ -380,8 +388,12 @@ class FakeKube:
     _item_json: dict[int, tuple[dict[str, Any], bytes]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     _site: web.SockSite | None = None
+    _tls_site: web.SockSite | None = None
     host: str = "127.0.0.1"
     port: int = 0
+    # The same API over TLS (tests/testca.py), as a linked cluster's is reached: a Link's
+    # kubeconfig must name an https server with its CA (dnsside/sources/linkcreds.py).
+    tls_port: int = 0
     kubeconfig: str = ""
 
     # ------------------------------------------------------------------ lifecycle
@@ -389,6 +401,10 @@ class FakeKube:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def tls_url(self) -> str:
+        return f"https://{self.host}:{self.tls_port}"
 
     async def start(self, kubeconfig_dir: str | os.PathLike[str] | None = None) -> None:
         app = web.Application(middlewares=[self._middleware])
@@ -405,30 +421,43 @@ class FakeKube:
             await self._runner.cleanup()
             self._runner = None
             self._site = None
+            self._tls_site = None
 
     async def _listen(self) -> None:
         assert self._runner is not None
+        self._site, self.port = await self._bind(self.port, None)
+        self._tls_site, self.tls_port = await self._bind(self.tls_port,
+                                                         fake_ca().server_context())
+
+    async def _bind(self, port: int, tls: ssl.SSLContext | None) -> tuple[web.SockSite, int]:
+        assert self._runner is not None
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        self._site = web.SockSite(self._runner, sock)
-        await self._site.start()
+        sock.bind((self.host, port))
+        site = web.SockSite(self._runner, sock, ssl_context=tls)
+        await site.start()
+        return site, sock.getsockname()[1]
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
         Path(path).write_text(self.kubeconfig_text())
         return str(path)
 
-    def kubeconfig_text(self, token: str | None = None, name: str = "fake") -> str:
+    def kubeconfig_text(self, token: str | None = None, name: str = "fake",
+                        tls: bool = False) -> str:
         """A kubeconfig (YAML) for this server with one cluster, user and context, all
         called ``name``, the current one; its user sends ``token`` (default :attr:`token`;
-        none at all when both are None)."""
+        none at all when both are None). ``tls``: the https listener, with the test CA as
+        certificate-authority-data."""
         token = token if token is not None else self.token
         user: dict[str, Any] = {"token": token} if token else {}
+        cluster: dict[str, Any] = {"server": self.url}
+        if tls:
+            cluster = {"server": self.tls_url, "certificate-authority-data":
+                       base64.b64encode(fake_ca().ca_pem.encode()).decode()}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "clusters": [{"name": name, "cluster": cluster}],
             "users": [{"name": name, "user": user}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
             "current-context": name,
@@ -440,9 +469,10 @@ class FakeKube:
         """The Secret ``linkerd multicluster link --cluster-name <name>`` writes into the
         *local* cluster for this (remote) fake: ``cluster-credentials-<name>`` of type
         ``mirror.linkerd.io/remote-kubeconfig``, data ``kubeconfig`` = a kubeconfig for
-        this server authenticating with ``token`` (default :attr:`token`). Pass it to the
-        local fake's :meth:`apply`; a Link's ``spec.clusterCredentialsSecret`` names it."""
-        text = self.kubeconfig_text(token, name)
+        this server's https listener (with the test CA) authenticating with ``token``
+        (default :attr:`token`). Pass it to the local fake's :meth:`apply`; a Link's
+        ``spec.clusterCredentialsSecret`` names it."""
+        text = self.kubeconfig_text(token, name, tls=True)
         return {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -576,6 +606,8 @@ class FakeKube:
         middleware refused it to restricted users), else its token's user. Derived again
         rather than kept on the request, which aiohttp < 3.12 has no typed keys for."""
         user = self.users.authenticate(request.headers.get("Authorization"), self.token, "admin")
+        if user is None and "Authorization" not in request.headers:
+            user = _certificate_user(request)  # x509: the verified client certificate's CN
         return request.headers.get("Impersonate-User") or user or "admin"
 
     def _denied(self, request: web.Request, res: Resource, namespace: str | None,
@@ -639,9 +671,10 @@ class FakeKube:
         self._unreachable = unreachable
         if unreachable:
             self.drop_streams()
-            if self._site is not None:
-                await self._site.stop()
-                self._site = None
+            for site in (self._site, self._tls_site):
+                if site is not None:
+                    await site.stop()
+            self._site = self._tls_site = None
         else:
             await self._listen()
 
@@ -698,6 +731,8 @@ class FakeKube:
     ) -> web.StreamResponse:
         self.requests[(request.method, request.path)] += 1
         self.request_log.append((request.method, request.path_qs))
+        self.plain_requests += not request.secure
+        self.authorizations[request.headers.get("Authorization", "")] += 1
         if self._unreachable:
             if request.transport is not None:
                 request.transport.abort()
@@ -711,6 +746,8 @@ class FakeKube:
                 del self._failures[i]
                 return _status_response(failure.status, failure.message)
         user = self.users.authenticate(request.headers.get("Authorization"), self.token, "admin")
+        if user is None and "Authorization" not in request.headers:
+            user = _certificate_user(request)  # x509: the verified client certificate's CN
         if user is None:
             return _status_response(401, "Unauthorized")
         target = request.headers.get("Impersonate-User")
@@ -947,6 +984,17 @@ class FakeKube:
             return resp
         finally:
             self._watchers.discard(watcher)
+
+
+def _certificate_user(request: web.Request) -> str | None:
+    """The CN of the client certificate a TLS request presented (verified against the
+    test CA by the handshake), as a real API server's x509 authenticator reads it."""
+    peer = request.transport.get_extra_info("peercert") if request.transport else None
+    for rdn in (peer or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 def _group(name: str, versions: Iterable[str]) -> dict[str, Any]:

@@ -403,7 +403,7 @@ async def test_flat_network_all_pass(fake_kube: FakeKube, remote_kube: FakeKube)
     assert ours[0].text == f"{SA} can get secrets in linkerd-multicluster"
     assert len(ours) == 1 + 3 * len(LINKED)  # the grant, then three lines per Link
     assert [r.text.split(":")[0] for r in ours[1:4]] == ["link north"] * 3  # sorted
-    server = remote_kube.url
+    server = remote_kube.tls_url
     assert line(results, "link west: Secret linkerd-multicluster/cluster-credentials-west "
                 "has a kubeconfig").ok
     assert line(results, f"link west: its kubeconfig loads (API server {server})").ok
@@ -485,7 +485,7 @@ async def test_flat_network_kubeconfig_does_not_load(fake_kube: FakeKube,
 async def test_flat_network_the_remote_says_no(fake_kube: FakeKube,
                                                remote_kube: FakeKube) -> None:
     flat_demo(fake_kube, remote_kube)
-    server = remote_kube.url
+    server = remote_kube.tls_url
     # A revoked token: 401.
     fake_kube.apply(remote_kube.link_credentials("west", token="revoked"))
     bad = only_failure(await check(fake_kube), f"link west: the API at {server} lists services",
@@ -536,7 +536,7 @@ async def test_flat_network_a_remote_before_linkerd_2_14_is_a_warning(
     flat_demo(fake_kube, remote_kube)
     remote_kube.restrict(REMOTE_USER, REMOTE_ACCESS_RULES_PRE_214)
     results = await check(fake_kube, as_user=SA)
-    server = remote_kube.url
+    server = remote_kube.tls_url
     warning = line(results, f"link west: the API at {server} lists endpointslices")
     assert not warning.ok and warning.warning
     assert "older than 2.14" in warning.hint and "v1 Endpoints instead" in warning.hint
@@ -607,7 +607,7 @@ def test_cli_flat_network_flag(served_pair: Any) -> None:
     out = run_check("--kubeconfig", local.kubeconfig, "--flat-network")
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{FLAT}\n{'-' * len(FLAT)}\n" in out.stdout
-    assert (f"✓ link south: the API at {remote.kube.url} lists services and endpointslices"
+    assert (f"✓ link south: the API at {remote.kube.tls_url} lists services and endpointslices"
             in out.stdout)
     local.call(local.kube.delete, "Secret", "linkerd-multicluster", "cluster-credentials-west")
     bad = run_check("--kubeconfig", local.kubeconfig, "--flat-network")

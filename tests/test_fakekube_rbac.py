@@ -259,7 +259,7 @@ async def test_link_credentials_authenticate_as_their_user(tmp_path: Path,
         text = base64.b64decode(stored["data"]["kubeconfig"])
         config = yaml.safe_load(text)
         assert config["current-context"] == "east"
-        assert [c["cluster"]["server"] for c in config["clusters"]] == [remote.url]
+        assert [c["cluster"]["server"] for c in config["clusters"]] == [remote.tls_url]
         assert config["users"][0]["user"] == {"token": MIRROR_TOKEN}
 
         api = await KubeApi.from_kubeconfig_text(text, "secret cluster-credentials-east")
@@ -275,7 +275,7 @@ async def test_link_credentials_authenticate_as_their_user(tmp_path: Path,
             await api.close()
 
         # The same kubeconfig against the local cluster, which does not know the token.
-        wrong = text.decode().replace(remote.url, local.url)
+        wrong = text.decode().replace(remote.tls_url, local.tls_url)
         api = await KubeApi.from_kubeconfig_text(wrong, "rewritten")
         try:
             with pytest.raises(Unauthorized):

@@ -48,6 +48,7 @@ CONFIG_NAME = "dnsside"
 CLUSTER_KEY = flag("--cluster-name").env
 ZONE_KEY = flag("--zone").env
 FLAT_NETWORK = flag("--flat-network")
+INSECURE_REMOTE_TLS = flag("--insecure-remote-tls")
 PAGE = 500  # items per list request
 # What a GET can fail with that a check reports: a status, a body that is not an object.
 API_ERRORS = (ApiError, ValueError)
@@ -137,6 +138,19 @@ CHECKS: dict[str, Check] = {
                          "{error}; " + CREDENTIALS_FIX),
     "flat-kubeconfig": Check(FLAT, "link {cluster}: its " + KUBECONFIG_KEY + " loads{server}",
                              "{error}; " + CREDENTIALS_FIX),
+    "flat-kubeconfig-refused": Check(
+        FLAT, "link {cluster}: its " + KUBECONFIG_KEY + " holds data only",
+        "{error}; a Link's kubeconfig may hold a server URL (https), "
+        "certificate-authority-data, tls-server-name, a token, client-certificate-data "
+        "and client-key-data: nothing that runs a command or names a file (" +
+        INSECURE_REMOTE_TLS.name + " allows insecure-skip-tls-verify, http:// and "
+        "proxy-url, never exec); " + CREDENTIALS_FIX),
+    "flat-tls-weakened": Check(
+        FLAT, "link {cluster}: TLS to {server} is verified",
+        "{weakened}: its kubeconfig weakens TLS, as " + INSECURE_REMOTE_TLS.name + " allows; "
+        "whoever is on the path to it can read the token and answer in its place. Put the "
+        "API server's CA in certificate-authority-data and an https server in the Secret "
+        "(`linkerd multicluster link --api-server-address https://...`)", warning=True),
     "flat-remote": Check(FLAT, _REMOTE),  # passed; its failures are the four below
     "flat-remote-rejected": Check(FLAT, _REMOTE,
                                   "{error}: the linked cluster rejects the token in Secret "
@@ -201,6 +215,7 @@ class CheckOptions:
     coredns_deployment: str = "coredns"
     timeout: float = 10.0
     flat_network: bool = False  # check the --flat-network setup even if the ConfigMap is off
+    insecure_remote_tls: bool = False  # as --insecure-remote-tls (or the ConfigMap's) allows
 
 
 @dataclass
@@ -265,8 +280,10 @@ class Checker:
             if self.options.flat_network or FLAT_NETWORK.from_env(
                     install.config.get(FLAT_NETWORK.env) or "false"):
                 assert self.api is not None
+                insecure = self.options.insecure_remote_tls or INSECURE_REMOTE_TLS.from_env(
+                    install.config.get(INSECURE_REMOTE_TLS.env) or "false")
                 await FlatNetworkChecks(self.api, self.report, self.options.as_user,
-                                        self.options.timeout).run(links)
+                                        self.options.timeout, insecure).run(links)
             await self.check_workload(install)
             if self.options.dns:
                 await self.check_dns(install, services, slices, links)

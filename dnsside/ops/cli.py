@@ -194,6 +194,11 @@ def add_admin_commands(sub: Any) -> None:
                        help="check the --flat-network setup (each Link's credentials Secret "
                        "and the linked cluster's API) even if dnsside's ConfigMap does not "
                        "turn it on yet; it is checked whenever the ConfigMap does")
+    check.add_argument("--insecure-remote-tls", dest="check_insecure_remote_tls",
+                       action="store_true",
+                       help="with --flat-network: allow what dnsside's own "
+                       "--insecure-remote-tls allows in a Link's kubeconfig (it is allowed "
+                       "whenever the ConfigMap sets it)")
 
 
 def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
@@ -305,7 +310,8 @@ def _check(args: argparse.Namespace) -> int:
         kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
         mode=args.check_mode, cluster_name=args.check_cluster_name, as_user=args.as_user,
         dns=args.dns, coredns_deployment=args.check_coredns,
-        flat_network=args.check_flat_network)
+        flat_network=args.check_flat_network,
+        insecure_remote_tls=args.check_insecure_remote_tls)
     results = asyncio.run(run_checks(options))
     sys.stdout.write(render(results))
     return 0 if all(passed(r) for r in results) else 1

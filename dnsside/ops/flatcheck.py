@@ -12,8 +12,10 @@ namespace, as the Role of ``dnsside install --flat-network`` allows; a GET of a 
 that does not exist answers 404, not 403, to an identity that may get it, so
 existence is left to the per-Link checks. Then per Link, as the kubeconfig's user
 (like every check that is not about RBAC): the Secret exists with a ``kubeconfig``
-key, the kubeconfig loads, and the linked cluster's API lists services and
-endpointslices with it (``limit=1``: permission and reachability, not contents).
+key, the kubeconfig holds data only and loads (read as dnsside reads it, through
+:meth:`KubeApi.from_kubeconfig_text`: nothing in it is run or opened), and the
+linked cluster's API lists services and endpointslices with it (``limit=1``:
+permission and reachability, not contents).
 A remote that forbids endpointslices but lists v1 Endpoints runs Linkerd older than
 2.14, whose remote-access ClusterRole has no endpointslices: dnsside falls back to
 Endpoints there, so that is a warning, not a failure. Every remote client is closed.
@@ -37,6 +39,7 @@ from dnsside.sources.kubeapi import (
     KubeApi,
     KubeConfigError,
     NotFound,
+    RefusedCredentials,
     Unauthorized,
     describe_error,
     kubeconfig_in_secret,
@@ -63,6 +66,7 @@ class FlatNetworkChecks:
     report: Report
     as_user: str | None  # dnsside's identity for the RBAC check (Impersonate-User)
     timeout: float
+    insecure_tls: bool = False  # --insecure-remote-tls: a kubeconfig may weaken TLS
 
     async def run(self, links: Sequence[LinkRecord] | None) -> None:
         """The grant in every Links' namespace, then each Link (none when the Links
@@ -112,15 +116,22 @@ class FlatNetworkChecks:
             self.report("flat-secret", False, secret=secret, error=describe_error(exc), **facts)
             return
         self.report("flat-secret", True, secret=secret, **facts)
-        try:
+        try:  # as dnsside reads it: data only, nothing run or opened (linkcreds)
             remote = await KubeApi.from_kubeconfig_text(
-                text, f"Secret {secret} key {KUBECONFIG_KEY}", request_timeout=self.timeout)
+                text, f"Secret {secret} key {KUBECONFIG_KEY}", request_timeout=self.timeout,
+                insecure_tls=self.insecure_tls)
+        except RefusedCredentials as exc:
+            self.report("flat-kubeconfig-refused", False, error=exc, **facts)
+            return
         except KubeConfigError as exc:
             self.report("flat-kubeconfig", False, server="", error=exc, **facts)
             return
         try:
             self.report("flat-kubeconfig", True, server=f" (API server {remote.host})",
                         **facts)
+            if remote.weakened:
+                self.report("flat-tls-weakened", False, server=remote.host,
+                            weakened="; ".join(remote.weakened), **facts)
             await self.check_remote(link, remote, secret)
         finally:
             await remote.close()

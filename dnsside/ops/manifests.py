@@ -141,6 +141,10 @@ class InstallOptions:
         if self.links_namespace is not None and not self.flat_network:
             raise InstallError("--links-namespace: only --flat-network reads the Links' "
                                "credentials Secrets; add --flat-network or drop it")
+        if self.settings.get(flag("--insecure-remote-tls").env) == "true" and \
+                not self.flat_network:
+            raise InstallError("--insecure-remote-tls: only --flat-network connects to the "
+                               "linked clusters; add --flat-network or drop it")
         if not is_dns_label(self.secrets_namespace):
             raise InstallError(f"--links-namespace {self.secrets_namespace!r} is not a valid "
                                "namespace name")

@@ -60,7 +60,8 @@ def flat_network_source(config: Config, index: Index) -> FlatNetworkSource:
     from dnsside.sources.remote import FlatNetworkSource
 
     return FlatNetworkSource(lambda: index.links.values() if index.synced else (),
-                             config.kubeconfig, config.namespaces, pacing(config))
+                             config.kubeconfig, config.namespaces, pacing(config),
+                             insecure_tls=config.insecure_remote_tls)
 
 
 def make_source(config: Config) -> Source:

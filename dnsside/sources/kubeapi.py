@@ -8,7 +8,9 @@ subclass its status names (:class:`Forbidden`, :class:`NotFound`,
 
 The one tricky thing: authentication (kubeconfig, exec plugins and their token
 refresh, in-cluster service accounts, TLS, proxies) comes from
-kubernetes-asyncio's ``ApiClient``, but the requests are raw: a watch is read
+kubernetes-asyncio's ``ApiClient`` for the operator's own kubeconfig, and from
+:class:`~dnsside.sources.dataclient.DataClient` for a Link's (data only, never the
+library's loader); but the requests are raw: a watch is read
 line by line off the response and a list page is parsed straight into records,
 so no generated model object ever holds a whole Kubernetes object.
 """
@@ -29,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from dnsside import __version__
+from dnsside.sources.dataclient import DataClient
 from dnsside.sources.kubeclient import load as load_client
+from dnsside.sources.linkcreds import Refused, Unusable
+from dnsside.sources.linkcreds import parse as parse_credentials
 
 log = logging.getLogger("dnsside.kube")
 
@@ -41,7 +45,6 @@ ApiClient: Any = _client["ApiClient"]
 Configuration: Any = _client["Configuration"]
 ConfigException: type[Exception] = _client["ConfigException"]
 load_kube_config: Any = _client["load_kube_config"]
-load_kube_config_from_dict: Any = _client["load_kube_config_from_dict"]
 load_incluster_config: Any = _client["load_incluster_config"]
 refresh_token: Any = _client["refresh_token"]
 
@@ -66,6 +69,15 @@ def kubeconfig_in_secret(secret: Mapping[str, Any], key: str = SECRET_KUBECONFIG
 
 class KubeConfigError(Exception):
     """No usable kubeconfig or in-cluster configuration."""
+
+
+class RefusedCredentials(KubeConfigError):
+    """A Link's kubeconfig holds what a Secret may not (an exec user, a file, insecure
+    TLS, ...); ``field`` names where (``users[0].user.exec``)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class ApiError(Exception):
@@ -171,6 +183,7 @@ class KubeApi:
         self.client = client
         self.refresher = refresher
         self.request_timeout = request_timeout
+        self.weakened: tuple[str, ...] = ()  # how TLS is weakened (--insecure-remote-tls)
 
     @property
     def host(self) -> str:
@@ -206,24 +219,23 @@ class KubeApi:
 
     @classmethod
     async def from_kubeconfig_text(cls, text: str | bytes, where: str,
-                                   request_timeout: float = 60.0) -> KubeApi:
-        """A client for a kubeconfig held in memory (a Link's credentials Secret); its
-        current context is used. KubeConfigError names ``where`` and what is wrong."""
+                                   request_timeout: float = 60.0,
+                                   insecure_tls: bool = False) -> KubeApi:
+        """A client for a Link's kubeconfig (its credentials Secret), read as data only:
+        kubernetes-asyncio's loader never sees it (:mod:`dnsside.sources.linkcreds` says
+        why). ``insecure_tls`` (``--insecure-remote-tls``) allows insecure-skip-tls-verify,
+        http:// and proxy-url; :attr:`weakened` then says which. KubeConfigError (a
+        :class:`RefusedCredentials` naming the field) names ``where`` and what is wrong."""
         try:
-            parsed = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise KubeConfigError(f"{where}: not YAML: {exc}") from exc
-        if not isinstance(parsed, dict):
-            raise KubeConfigError(f"{where}: not a kubeconfig (expected a mapping)")
-        config = Configuration()
-        try:
-            loader = await load_kube_config_from_dict(parsed, client_configuration=config)
-        except (ConfigException, OSError, ValueError, KeyError, TypeError,
-                AttributeError) as exc:
-            raise KubeConfigError(f"{where}: {exc}") from exc
-        if not str(config.host or "").startswith(("https://", "http://")):
-            raise KubeConfigError(f"{where}: the current context has no server URL")
-        return cls.of(config, loader, request_timeout)
+            creds = parse_credentials(text, insecure_tls)
+            client = DataClient(creds, f"dnsside/{__version__}")
+        except Refused as exc:
+            raise RefusedCredentials(f"{where}: {exc}", exc.field) from None
+        except Unusable as exc:
+            raise KubeConfigError(f"{where}: {exc}") from None
+        api = cls(client, None, request_timeout)
+        api.weakened = creds.weakened
+        return api
 
     @classmethod
     def of(cls, config: Any, loader: Any, request_timeout: float) -> KubeApi:
@@ -413,6 +425,7 @@ __all__ = [
     "KubeApi",
     "KubeConfigError",
     "NotFound",
+    "RefusedCredentials",
     "ServerError",
     "TooManyRequests",
     "Unauthorized",

@@ -13,8 +13,11 @@ network. A missing or unreadable Secret, a kubeconfig that does not load, and a
 401 or 403 from the linked cluster are the operator's to fix: the state is
 ``CREDENTIALS``, the Secret is read again before every retry (and every
 minute while synced: a rotated one is picked up), and nothing learnt is
-dropped. Anything else (a refused connection, a timeout, a 5xx) is the API
-being away: ``LOST`` once it had synced, with its last-known members standing.
+dropped. The kubeconfig is read as data only (:mod:`dnsside.sources.linkcreds`): one
+that holds an exec plugin, a file name or weakened TLS is refused before anything
+is run, read or connected to, and the refusal names the Secret, the Link and the
+field. Anything else (a refused connection, a timeout, a 5xx) is the API being away:
+``LOST`` once it had synced, with its last-known members standing.
 Only a deleted Link changes what is served without a newer complete list (a new
 selector, Secret name or Secret content starts the cluster's watch again, and
 its first list replaces what it held).
@@ -186,6 +189,7 @@ class FlatNetworkSource:
         queue_size: int = 64,
         secret_recheck: float = 60.0,
         first_lists_wait: float = 5.0,
+        insecure_tls: bool = False,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
@@ -194,6 +198,10 @@ class FlatNetworkSource:
         self.queue_size = queue_size
         self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
         self.first_lists = FirstLists(first_lists_wait)
+        # --insecure-remote-tls: a Link's kubeconfig may weaken TLS (linkcreds); how it
+        # does, by cluster, as last warned about (once per cluster and change).
+        self.insecure_tls = insecure_tls
+        self.weakened: dict[str, tuple[str, ...]] = {}
         self._changed = asyncio.Event()
         self.rng = random.Random()
 
@@ -250,6 +258,7 @@ class FlatNetworkSource:
                         await task
                     del running[cluster]
                     self.first_lists.stopped(cluster)
+                    self.weakened.pop(cluster, None)
                     log.info("cluster %s: %s", cluster, "Link changed: watching it afresh"
                              if cluster in wanted else "Link gone: its watch stopped")
             for cluster, target in wanted.items():
@@ -279,7 +288,20 @@ class _LinkedCluster:
         self.synced = False
 
     def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
-        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref)
+        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref,
+                            self.source.weakened.get(self.cluster, ()))
+
+    def tls_weakened(self, weakened: tuple[str, ...]) -> None:
+        """Warn once per cluster (and change) that its Secret weakens TLS, as the operator
+        allowed with --insecure-remote-tls."""
+        if self.source.weakened.get(self.cluster, ()) == weakened:
+            return
+        self.source.weakened[self.cluster] = weakened
+        if weakened:
+            target = self.target
+            log.warning("cluster %s: TLS is weakened for it (--insecure-remote-tls): Secret "
+                        "%s of Link %s/%s: %s", self.cluster, target.secret_ref,
+                        target.namespace, target.link, "; ".join(weakened))
 
     async def run(self) -> None:
         """Connect, sync and follow, forever; every failure is reported and retried after a
@@ -337,11 +359,17 @@ class _LinkedCluster:
         except ValueError as exc:
             raise CredentialsError(f"{where}: {exc}") from None
         try:
-            return await KubeApi.from_kubeconfig_text(
+            api = await KubeApi.from_kubeconfig_text(
                 text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
-                self.source.pacing.request_timeout), text
+                self.source.pacing.request_timeout, self.source.insecure_tls)
         except KubeConfigError as exc:
-            raise CredentialsError(str(exc)) from None
+            self.source.weakened.pop(self.cluster, None)  # nothing is connected now
+            # Told once (the index tells a credentials state again only when its detail
+            # changes, and this one is the same at every retry): Secret, Link and field.
+            raise CredentialsError(f"{exc} (Link {target.namespace}/{target.link})"
+                                   ) from None
+        self.tls_weakened(api.weakened)
+        return api, text
 
     async def secret_unchanged(self, kubeconfig: str) -> None:
         """Read the Secret again every ``secret_recheck`` seconds; raise SecretChanged when
