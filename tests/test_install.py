@@ -35,6 +35,7 @@ from corefile import CorefileError, block_for, forward_to, parse
 from support import ROOT, ThreadedKube, run_cli
 
 from dnsside import __version__
+from dnsside.config import flag
 from dnsside.ops import cli as ops_cli
 from dnsside.ops import deploy, manifests, monitoring
 from dnsside.ops.corefile import upstream
@@ -285,9 +286,14 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
     for f in flags:
         action = serve_actions[f.serve_flag]
         words, expected = _sample(f.option, action)
-        objs = install("--cluster-name", "east", *words)
+        # What a linked cluster's connection takes means something only with --flat-network.
+        needs = (["--flat-network"] if f.serve_flag.startswith(("--flat-network-",
+                                                                 "--insecure-remote-"))
+                 else [])
+        objs = install("--cluster-name", "east", *needs, *words)
         data = one(objs, "ConfigMap")["data"]
-        assert set(data) == {"DNSSIDE_CLUSTER_NAME", f.env}, f.option
+        assert set(data) == {"DNSSIDE_CLUSTER_NAME", f.env,
+                             *(flag(n).env for n in needs)}, f.option
         for key in list(os.environ):
             if key.startswith("DNSSIDE_"):
                 monkeypatch.delenv(key)
