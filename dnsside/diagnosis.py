@@ -249,12 +249,22 @@ def name_clash(cluster: str, members: int) -> Told:
         f"this cluster's own name ({cluster} is a linked one)"))
 
 
-def refused(cluster: str, source: str, why: Exclusion, reasons: Iterable[str]) -> Told:
+def refused(cluster: str, source: str, why: Exclusion, items: Sequence[str]) -> Told:
     """What of one object is left out of every answer, told once per object (again only when
-    what is refused of it changes)."""
-    notice = Notice.UNSAFE_ADDRESS if why is Exclusion.UNSAFE_ADDRESS else Notice.INVALID_NAME
-    return Told(notice, f"cluster {cluster}: {source}: left out of every answer: "
-                + "; ".join(reasons))
+    what is refused of it changes); the first few items, and how many more."""
+    shown = (", " if why is Exclusion.UNSAFE_ADDRESS else "; ").join(items[:_SHOWN])
+    if len(items) > _SHOWN:
+        shown += f" and {len(items) - _SHOWN} more"
+    if why is Exclusion.UNSAFE_ADDRESS:
+        s = "es" if len(items) > 1 else ""
+        return Told(Notice.UNSAFE_ADDRESS, (
+            f"cluster {cluster}: {source}: {len(items)} unsafe address{s} left out of every "
+            f"answer (no pod or Service can own one): {shown}"))
+    return Told(Notice.INVALID_NAME, f"cluster {cluster}: {source}: left out of every answer: "
+                + shown)
+
+
+_SHOWN = 10  # items a refusal notice lists
 
 
 def links_unreadable(reason: str) -> Told:

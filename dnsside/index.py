@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsside import diagnosis
-from dnsside.addresses import Unsafe, unsafe_address
+from dnsside.addresses import Unsafe, describe, unsafe_address
 from dnsside.assembly import GlobalService, Member, assemble, probe_url
 from dnsside.bulk import bulk
 from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
@@ -90,15 +90,21 @@ def _tally(gs: GlobalService) -> Tally:
 
 
 def _refusals(gs: GlobalService | None, objects: Callable[[Member], str]
-              ) -> dict[tuple[str, str, Exclusion], tuple[str, ...]]:
-    """What is refused of each object (by cluster, object and kind): the notice's content."""
+              ) -> dict[tuple[str, str, Exclusion], list[str]]:
+    """What is refused of each object (by cluster, object and kind): the notice's items,
+    an unsafe address with its hostname and class, or a name with what is wrong with it."""
     found: dict[tuple[str, str, Exclusion], list[str]] = {}
     for m in gs.excluded if gs is not None else ():
-        if m.exclusion in _REFUSED:
-            assert m.exclusion is not None
-            text = (f"{m.hostname}: " if m.hostname else "") + m.why_not_ready
-            found.setdefault((m.cluster, objects(m), m.exclusion), []).append(text)
-    return {k: tuple(dict.fromkeys(v)) for k, v in found.items()}
+        if m.exclusion not in _REFUSED:
+            continue
+        items = found.setdefault((m.cluster, objects(m), m.exclusion), [])
+        host = f"{m.hostname} " if m.hostname else ""
+        if m.exclusion is Exclusion.UNSAFE_ADDRESS:
+            items.extend(host + describe(a, unsafe_address(a) or Unsafe.UNSPECIFIED)
+                         for a in m.addresses)
+        else:
+            items.append(f"{host.rstrip()}: {m.why_not_ready}" if host else m.why_not_ready)
+    return found
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -176,7 +182,7 @@ class Index:
         self._unsafe: Counter[tuple[str, str]] = Counter()  # unsafe addresses: cluster, reason
         self._invalid: Counter[str] = Counter()  # members and ports with bad names, by cluster
         # What was told refused, of the services that refuse anything (none, usually).
-        self._refused: dict[Key, dict[tuple[str, str, Exclusion], tuple[str, ...]]] = {}
+        self._refused: dict[Key, dict[tuple[str, str, Exclusion], int]] = {}
         # Every name must fit in 255 octets under the longest served zone.
         self._zone_octets = max((len(z.services_wire) for z in responder.zones), default=0)
         self._orphaned_clusters: set[str] = set()  # told already
@@ -613,14 +619,16 @@ class Index:
 
     def _tell_refused(self, key: Key, gs: GlobalService | None) -> None:
         """Once per object, what of it is refused (an unsafe address, an invalid name); again
-        only when that changes, never for a rebuild that changed nothing of it."""
+        only when that changes, never for a rebuild that changed nothing of it. What was told
+        is kept as a hash: a hostile slice may hold thousands of refusals."""
         now = _refusals(gs, lambda m: self._object_of(key[0], m))
         before = self._refused.pop(key, {})
-        for (cluster, source, why), reasons in sorted(now.items(), key=lambda kv: kv[0][:2]):
-            if before.get((cluster, source, why)) != reasons:
-                self._told.append(diagnosis.refused(cluster, source, why, reasons))
-        if now:
-            self._refused[key] = now
+        seen = {k: hash(tuple(items)) for k, items in now.items()}
+        for (cluster, source, why), items in sorted(now.items(), key=lambda kv: kv[0][:2]):
+            if before.get((cluster, source, why)) != seen[(cluster, source, why)]:
+                self._told.append(diagnosis.refused(cluster, source, why, items))
+        if seen:
+            self._refused[key] = seen
 
     def _object_of(self, namespace: str, m: Member) -> str:
         """The object a refused member comes from, for the notice."""
