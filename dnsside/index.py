@@ -637,7 +637,7 @@ class Index:
             found = remote.slices.get((namespace, m.source)) if remote is not None else None
             kind = "Endpoints" if found is not None and found.service_name == found.name \
                 else "EndpointSlice"
-            return f"{kind} {namespace}/{m.source} (cluster {m.cluster}'s API)"
+            return f"{kind} {namespace}/{m.source} (its own API, --flat-network)"
         kind = "EndpointSlice" if m.via is Via.LOCAL_ENDPOINT else "Service"
         return f"{kind} {namespace}/{m.source}"
 

@@ -419,7 +419,7 @@ def test_no_remote_trap_is_answered(clusters: tuple[ThreadedKube, ThreadedKube, 
             ("west", "multicast"): 2, ("west", "broadcast"): 1}
         objects = ["db-v4", "db-v6"] if kind == "EndpointSlice" else ["db"]
         for name in objects:
-            obj = f"{kind} data/{name} (cluster west's API)"
+            obj = f"{kind} data/{name} (its own API, --flat-network)"
             line = srv.wait_log(f"{obj}: ")
             assert "WARNING" in line
             assert "cluster west: " in line
@@ -435,4 +435,4 @@ def test_no_remote_trap_is_answered(clusters: tuple[ThreadedKube, ThreadedKube, 
                 *((ip, h) for h, ip in WEST_V6.items())]))
         wait_for(lambda: "10.244.1.7" in every_address(srv, [DB]), 10, "db-2")
         for name in objects:
-            assert told(srv, f"{kind} data/{name} (cluster west's API)") == 1
+            assert told(srv, f"{kind} data/{name} (its own API, --flat-network)") == 1
