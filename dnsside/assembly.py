@@ -90,6 +90,11 @@ def split_addresses(addresses: tuple[str, ...]
                     ) -> tuple[tuple[str, ...], list[tuple[str, Unsafe]]]:
     """(the addresses a pod or Service can own, the others with why not)."""
     bad: list[tuple[str, Unsafe]] = []
+    if len(addresses) == 1:  # most members: one pod, one ClusterIP
+        reason = unsafe_address(addresses[0])
+        if reason is None:
+            return addresses, bad
+        return (), [(addresses[0], reason)]
     for a in addresses:
         reason = unsafe_address(a)
         if reason is not None:
@@ -123,12 +128,17 @@ class Screen:
     def __init__(self, namespace: str, name: str, zone_octets: int) -> None:
         self.base = 2 + len(name) + len(namespace) + zone_octets  # <svc>.<ns>.<zone>
         self.svc = f"{name}.{namespace}.<zone>"
-        # Could a port's SRV name (_<port>._<proto>.<svc>...) be too long? Rarely.
+        # Could a member's name (<host>.<cluster>.<svc>...), a port's SRV name
+        # (_<port>._<proto>.<svc>...) be too long? Rarely: only then are they measured.
+        self.long_names = self.base + 2 * 64 > MAX_NAME_OCTETS
         self.long_ports = self.base + 4 + 63 + 4 > MAX_NAME_OCTETS
         self.excluded: list[Member] = []
+        self._good_ports: set[int] = set()  # ids of port tuples checked (alive meanwhile)
 
     def name_problem(self, cluster: str, hostname: str | None) -> str:
         """Why a member's own name cannot be published ("" when it can)."""
+        if not self.long_names:
+            return ""
         octets = self.base + 1 + len(cluster) + (1 + len(hostname) if hostname else 0)
         if octets <= MAX_NAME_OCTETS:
             return ""
@@ -138,6 +148,8 @@ class Screen:
     def ports(self, ports: tuple[Port, ...], left_out: Member) -> tuple[Port, ...]:
         """The ports an SRV name can carry; the others are left out as ``left_out`` with
         them (one per object that holds them)."""
+        if id(ports) in self._good_ports:  # port tuples are shared: most were seen already
+            return ports
         bad: list[tuple[Port, str]] = []
         for p in ports:
             if p.protocol not in PROTOCOLS:
@@ -149,6 +161,7 @@ class Screen:
                 bad.append((p, diagnosis.name_too_long(
                     f"_{p.name}._{p.protocol.lower()}.{self.svc}", octets)))
         if not bad:
+            self._good_ports.add(id(ports))
             return ports
         why = diagnosis.bad_ports([f"{p.name or '-'}/{p.protocol}:{p.port}: {w}"
                                    for p, w in bad])

@@ -21,9 +21,9 @@ import enum
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dnsside.addresses import Unsafe, describe
+from dnsside.addresses import Unsafe, describe, unsafe_address
 from dnsside.events import RemoteState
-from dnsside.linkerd import LinkRecord, Role, ServiceRecord
+from dnsside.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord
 
 # --------------------------------------------------------------------------- left out
 
@@ -73,6 +73,30 @@ def invalid_protocol(protocol: str) -> str:
 def name_too_long(name: str, octets: int) -> str:
     return (f"the name {name} would be {octets} octets with the longest served zone, over "
             "DNS's 255")
+
+
+def unsafe_objects(services: Iterable[ServiceRecord], slices: Iterable[SliceRecord]
+                   ) -> list[str]:
+    """The objects whose addresses dnsside would answer (an exported Service's ClusterIPs or,
+    headless, its slices; a mirror's or a federated Service's ClusterIPs) that hold an
+    address no pod or Service can own, each with those addresses: for `dnsside check`."""
+    found: list[str] = []
+    headless: set[tuple[str, str]] = set()
+    for svc in services:
+        if svc.role is Role.LOCAL and svc.exported and svc.headless:
+            headless.add((svc.namespace, svc.name))
+        elif (svc.role is Role.LOCAL and svc.exported) or svc.role in (
+                Role.POD_MIRROR, Role.CLUSTER_MIRROR, Role.FEDERATED):
+            bad = [describe(a, r) for a in svc.cluster_ips if (r := unsafe_address(a))]
+            if bad:
+                found.append(f"Service {svc.namespace}/{svc.name}: {', '.join(bad)}")
+    for s in slices:
+        if (s.namespace, s.service_name) in headless:
+            bad = [describe(a, r) for e in s.endpoints for a in e.addresses
+                   if (r := unsafe_address(a))]
+            if bad:
+                found.append(f"EndpointSlice {s.namespace}/{s.name}: {', '.join(bad)}")
+    return sorted(found)
 
 
 def bad_ports(why: Sequence[str]) -> str:
@@ -318,6 +342,7 @@ __all__ = [
     "orphaned",
     "refused",
     "unsafe_addresses",
+    "unsafe_objects",
 ]
 
 

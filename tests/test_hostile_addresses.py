@@ -29,7 +29,9 @@ from flatnet import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from fakekube import FakeKube
 from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
+from test_check import SA, check, demo, line, only_failure
 from topology import CLUSTER, MIRROR, headless_link, write
 from topology import endpoint_slice as slice_of
 from topology import service as svc_of
@@ -436,3 +438,25 @@ def test_no_remote_trap_is_answered(clusters: tuple[ThreadedKube, ThreadedKube, 
         wait_for(lambda: "10.244.1.7" in every_address(srv, [DB]), 10, "db-2")
         for name in objects:
             assert told(srv, f"{kind} data/{name} (its own API, --flat-network)") == 1
+
+
+# --------------------------------------------------------------------------- dnsside check
+
+
+async def test_check_names_each_object_holding_a_trap(fake_kube: FakeKube) -> None:
+    kube = demo(fake_kube)
+    results = await check(kube, as_user=SA)
+    assert line(results, "no served object holds an address no pod or Service can own").ok
+    # The demo's exported headless nginx-svc gets a loopback endpoint, and west's gateway
+    # mirror of web a link-local ClusterIP.
+    kube.apply(slice_of("default", "nginx-svc-evil", "nginx-svc", [_ep("127.0.0.1", "x")],
+                        PORTS))
+    web_west = kube.get("Service", "default", "web-west")
+    assert web_west is not None
+    web_west["spec"]["clusterIP"], web_west["spec"]["clusterIPs"] = "169.254.169.254", [
+        "169.254.169.254"]
+    kube.apply(web_west)
+    results = await check(kube, as_user=SA)
+    bad = only_failure(results, "2 served objects hold an address no pod or Service can own")
+    assert "EndpointSlice default/nginx-svc-evil: 127.0.0.1 (loopback)" in bad.hint
+    assert "Service default/web-west: 169.254.169.254 (link-local)" in bad.hint
