@@ -20,11 +20,11 @@ with a bad IPv6 one still answers A) and the bad ones are excluded beside it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from dnsside import diagnosis
-from dnsside.addresses import Unsafe, unsafe_address
+from dnsside.addresses import Unsafe, describe, unsafe_address
 from dnsside.config import is_dns_label
 from dnsside.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
 from dnsside.linkerd import (
@@ -402,6 +402,27 @@ def _excluded(member: Member, why: Exclusion, text: str = "") -> Member:
     ``GlobalService.excluded``, not ``members``."""
     return Member(member.cluster, member.hostname, member.addresses, member.ports,
                   member.ready, member.via, member.source, text or why.why(member.cluster), why)
+
+
+_REFUSED = (Exclusion.UNSAFE_ADDRESS, Exclusion.INVALID_NAME)
+
+
+def refusals(gs: GlobalService | None, objects: Callable[[Member], str]
+              ) -> dict[tuple[str, str, Exclusion], list[str]]:
+    """What is refused of each object (by cluster, object and kind): the notice's items,
+    an unsafe address with its hostname and class, or a name with what is wrong with it."""
+    found: dict[tuple[str, str, Exclusion], list[str]] = {}
+    for m in gs.excluded if gs is not None else ():
+        if m.exclusion not in _REFUSED:
+            continue
+        items = found.setdefault((m.cluster, objects(m), m.exclusion), [])
+        host = f"{m.hostname} " if m.hostname else ""
+        if m.exclusion is Exclusion.UNSAFE_ADDRESS:
+            items.extend(host + describe(a, unsafe_address(a) or Unsafe.UNSPECIFIED)
+                         for a in m.addresses)
+        else:
+            items.append(f"{host.rstrip()}: {m.why_not_ready}" if host else m.why_not_ready)
+    return found
 
 
 def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsside import diagnosis
-from dnsside.addresses import Unsafe, describe, unsafe_address
-from dnsside.assembly import GlobalService, Member, assemble, probe_url
+from dnsside.addresses import Unsafe, unsafe_address
+from dnsside.assembly import GlobalService, Member, assemble, probe_url, refusals
 from dnsside.bulk import bulk
 from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.dns import McsZone, Zone, ZoneOptions
@@ -69,7 +69,6 @@ Tally = tuple[Any, ...]
 _READY, _NOT_READY, _ORPHAN, _CLASH = "ready", "not-ready", "orphan", "clash"
 _INVALID = "invalid-name"
 _UNSAFE = {reason: "unsafe:" + reason for reason in Unsafe}  # an unsafe address, by reason
-_REFUSED = (Exclusion.UNSAFE_ADDRESS, Exclusion.INVALID_NAME)
 
 
 def _tally(gs: GlobalService) -> Tally:
@@ -87,24 +86,6 @@ def _tally(gs: GlobalService) -> Tally:
         elif m.exclusion is Exclusion.INVALID_NAME:  # a member, or the ports of one object
             counts[(_INVALID, m.cluster)] += len(m.ports) if not m.addresses else 1
     return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
-
-
-def _refusals(gs: GlobalService | None, objects: Callable[[Member], str]
-              ) -> dict[tuple[str, str, Exclusion], list[str]]:
-    """What is refused of each object (by cluster, object and kind): the notice's items,
-    an unsafe address with its hostname and class, or a name with what is wrong with it."""
-    found: dict[tuple[str, str, Exclusion], list[str]] = {}
-    for m in gs.excluded if gs is not None else ():
-        if m.exclusion not in _REFUSED:
-            continue
-        items = found.setdefault((m.cluster, objects(m), m.exclusion), [])
-        host = f"{m.hostname} " if m.hostname else ""
-        if m.exclusion is Exclusion.UNSAFE_ADDRESS:
-            items.extend(host + describe(a, unsafe_address(a) or Unsafe.UNSPECIFIED)
-                         for a in m.addresses)
-        else:
-            items.append(f"{host.rstrip()}: {m.why_not_ready}" if host else m.why_not_ready)
-    return found
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -621,7 +602,7 @@ class Index:
         """Once per object, what of it is refused (an unsafe address, an invalid name); again
         only when that changes, never for a rebuild that changed nothing of it. What was told
         is kept as a hash: a hostile slice may hold thousands of refusals."""
-        now = _refusals(gs, lambda m: self._object_of(key[0], m))
+        now = refusals(gs, lambda m: self._object_of(key[0], m))
         before = self._refused.pop(key, {})
         seen = {k: hash(tuple(items)) for k, items in now.items()}
         for (cluster, source, why), items in sorted(now.items(), key=lambda kv: kv[0][:2]):
