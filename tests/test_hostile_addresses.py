@@ -18,6 +18,7 @@ from typing import Any
 
 import dns.rcode
 import pytest
+from fakekube import FakeKube
 from fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
 from flatnet import (
     REMOTE_DISCOVERY_LABELS,
@@ -29,7 +30,6 @@ from flatnet import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from fakekube import FakeKube
 from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
 from test_check import SA, check, demo, line, only_failure
 from topology import CLUSTER, MIRROR, headless_link, write
