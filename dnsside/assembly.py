@@ -8,14 +8,23 @@ finds through :attr:`~dnsside.linkerd.ServiceRecord.original`.
 The one tricky rule: a member that must never be served whatever the flags (an
 orphaned link's mirror, the loser of a name clash) is not dropped but kept in
 ``GlobalService.excluded`` with its :class:`~dnsside.diagnosis.Exclusion`, so
-`explain` can say why it is missing, and its readiness stays Linkerd's.
+`explain` can say why it is missing, and its readiness stays Linkerd's. The same
+holds for what no source may put into an answer, whoever sends it (a linked
+cluster's API validates nothing): an address no pod or Service can own
+(:mod:`dnsside.addresses`) and a name DNS cannot carry (a hostname that is no
+label, a port name or protocol an SRV name cannot hold, an owner name over 255
+octets with the longest served zone). :class:`Screen` checks them here, once per
+assembly, never per query; an endpoint keeps its good addresses (a dual-stack pod
+with a bad IPv6 one still answers A) and the bad ones are excluded beside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
 
+from dnsside import diagnosis
+from dnsside.addresses import Unsafe, describe, unsafe_address
 from dnsside.config import is_dns_label
 from dnsside.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
 from dnsside.linkerd import (
@@ -70,12 +79,124 @@ def dashed_ip(address: str) -> str:
     return address.replace(".", "-").replace(":", "-")
 
 
+# The longest DNS name, in wire octets; what the default zone `svc-global.` adds to every
+# name (its labels and the root); the protocols an SRV name has a label for.
+MAX_NAME_OCTETS = 255
+DEFAULT_ZONE_OCTETS = 12
+PROTOCOLS = frozenset({"TCP", "UDP", "SCTP"})
+
+
+def split_addresses(addresses: tuple[str, ...]
+                    ) -> tuple[tuple[str, ...], list[tuple[str, Unsafe]]]:
+    """(the addresses a pod or Service can own, the others with why not)."""
+    bad: list[tuple[str, Unsafe]] = []
+    if len(addresses) == 1:  # most members: one pod, one ClusterIP
+        reason = unsafe_address(addresses[0])
+        if reason is None:
+            return addresses, bad
+        return (), [(addresses[0], reason)]
+    for a in addresses:
+        reason = unsafe_address(a)
+        if reason is not None:
+            bad.append((a, reason))
+    if not bad:
+        return addresses, bad
+    return tuple(a for a in addresses if unsafe_address(a) is None), bad
+
+
+# Port names already found to be labels: a few dozen, checked for every member.
+_PORT_NAMES: set[str] = set()
+
+
+def _port_name(name: str) -> bool:
+    if not is_dns_label(name):
+        return False
+    if len(_PORT_NAMES) >= 4096:
+        _PORT_NAMES.clear()
+    _PORT_NAMES.add(name)
+    return True
+
+
+class Screen:
+    """What of one global service's members may be published, checked as it is assembled.
+
+    ``zone_octets`` is what the longest served zone adds to a name below it (``<ns>.Z``
+    or ``<ns>.svc.M``, in wire octets with the root): every name of the service must fit
+    in 255 octets in every zone. What is refused is collected in ``excluded``.
+    """
+
+    def __init__(self, namespace: str, name: str, zone_octets: int) -> None:
+        self.base = 2 + len(name) + len(namespace) + zone_octets  # <svc>.<ns>.<zone>
+        self.svc = f"{name}.{namespace}.<zone>"
+        # Could a member's name (<host>.<cluster>.<svc>...), a port's SRV name
+        # (_<port>._<proto>.<svc>...) be too long? Rarely: only then are they measured.
+        self.long_names = self.base + 2 * 64 > MAX_NAME_OCTETS
+        self.long_ports = self.base + 4 + 63 + 4 > MAX_NAME_OCTETS
+        self.excluded: list[Member] = []
+        self._good_ports: set[int] = set()  # ids of port tuples checked (alive meanwhile)
+
+    def name_problem(self, cluster: str, hostname: str | None) -> str:
+        """Why a member's own name cannot be published ("" when it can)."""
+        if not self.long_names:
+            return ""
+        octets = self.base + 1 + len(cluster) + (1 + len(hostname) if hostname else 0)
+        if octets <= MAX_NAME_OCTETS:
+            return ""
+        name = f"{hostname}.{cluster}.{self.svc}" if hostname else f"{cluster}.{self.svc}"
+        return diagnosis.name_too_long(name, octets)
+
+    def ports(self, ports: tuple[Port, ...], left_out: Member) -> tuple[Port, ...]:
+        """The ports an SRV name can carry; the others are left out as ``left_out`` with
+        them (one per object that holds them)."""
+        if id(ports) in self._good_ports:  # port tuples are shared: most were seen already
+            return ports
+        bad: list[tuple[Port, str]] = []
+        for p in ports:
+            if p.protocol not in PROTOCOLS:
+                bad.append((p, diagnosis.invalid_protocol(p.protocol)))
+            elif p.name and p.name not in _PORT_NAMES and not _port_name(p.name):
+                bad.append((p, diagnosis.invalid_label("name", p.name)))
+            elif p.name and self.long_ports and (
+                    octets := self.base + 4 + len(p.name) + len(p.protocol)) > MAX_NAME_OCTETS:
+                bad.append((p, diagnosis.name_too_long(
+                    f"_{p.name}._{p.protocol.lower()}.{self.svc}", octets)))
+        if not bad:
+            self._good_ports.add(id(ports))
+            return ports
+        why = diagnosis.bad_ports([f"{p.name or '-'}/{p.protocol}:{p.port}: {w}"
+                                   for p, w in bad])
+        self.left_out(replace(left_out, addresses=(), ports=tuple(p for p, _ in bad)),
+                      Exclusion.INVALID_NAME, why)
+        return tuple(p for p in ports if all(p is not b for b, _ in bad))
+
+    def member(self, m: Member) -> Member | None:
+        """A member with one name (a ClusterIP, a per-pod mirror): its name, its
+        addresses and its ports checked; None when nothing of it may be published."""
+        problem = self.name_problem(m.cluster, m.hostname)
+        if problem:
+            self.left_out(m, Exclusion.INVALID_NAME, problem)
+            return None
+        good, bad = split_addresses(m.addresses)
+        if bad:
+            self.left_out(replace(m, addresses=tuple(a for a, _ in bad)),
+                          Exclusion.UNSAFE_ADDRESS, diagnosis.unsafe_addresses(bad))
+            if not good:
+                return None
+        ports = self.ports(m.ports, m)
+        if good is m.addresses and ports is m.ports:
+            return m
+        return replace(m, addresses=good, ports=ports)
+
+    def left_out(self, m: Member, why: Exclusion, text: str) -> None:
+        self.excluded.append(_excluded(m, why, text))
+
+
 def _local_members(
-    svc: ServiceRecord, slices: Sequence[SliceRecord], cluster_name: str
+    svc: ServiceRecord, slices: Sequence[SliceRecord], cluster_name: str, screen: Screen
 ) -> list[Member]:
     if not svc.headless:
         ready = any(s.has_ready_endpoint for s in slices)
-        return [
+        member = screen.member(
             Member(
                 cluster=cluster_name,
                 hostname=None,
@@ -86,28 +207,43 @@ def _local_members(
                 source=svc.name,
                 why_not_ready="" if ready else "its EndpointSlices have no ready endpoint",
             )
-        ]
-    return endpoint_members(slices, cluster_name, Via.LOCAL_ENDPOINT)
+        )
+        return [member] if member is not None else []
+    return endpoint_members(slices, cluster_name, Via.LOCAL_ENDPOINT, screen)
 
 
-def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via) -> list[Member]:
+def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via, screen: Screen
+                     ) -> list[Member]:
     """One member per endpoint hostname of a headless Service's slices: the endpoint's
     hostname, else (local only, as dnsside always did) its Pod's name, else its dashed
     address as Kubernetes DNS names it. A dual-stack pod shows up once per address
-    family, in two slices, under the same hostname: merge those."""
+    family, in two slices, under the same hostname: merge those. What ``screen`` refuses
+    (an endpoint's unsafe addresses, a bad hostname, a slice's bad ports) it keeps, per
+    slice."""
     pod_names = via is Via.LOCAL_ENDPOINT
     merged: dict[str, tuple[list[str], list[Port], bool, str]] = {}
     for s in sorted(slices, key=lambda s: s.name):
+        slice_ports = screen.ports(s.ports, Member(cluster, None, (), (), True, via, s.name))
         for e in s.endpoints:
             if not e.addresses:
                 continue
+            good, bad = split_addresses(e.addresses)
             host = (e.hostname or (e.pod_name if pod_names else None)
-                    or dashed_ip(e.addresses[0])).lower()
-            if not is_dns_label(host):
-                continue
+                    or dashed_ip((good or e.addresses)[0])).lower()
+            problem = (diagnosis.invalid_label("hostname", host) if not is_dns_label(host)
+                       else screen.name_problem(cluster, host))
+            if problem or bad:
+                out = Member(cluster, host, e.addresses, slice_ports, e.ready, via, s.name)
+                if problem:
+                    screen.left_out(out, Exclusion.INVALID_NAME, problem)
+                    continue
+                screen.left_out(replace(out, addresses=tuple(a for a, _ in bad)),
+                                Exclusion.UNSAFE_ADDRESS, diagnosis.unsafe_addresses(bad))
+                if not good:
+                    continue
             addrs, ports, ready, first_slice = merged.setdefault(host, ([], [], False, s.name))
-            addrs.extend(a for a in e.addresses if a not in addrs)
-            ports.extend(p for p in s.ports if p not in ports)
+            addrs.extend(a for a in good if a not in addrs)
+            ports.extend(p for p in slice_ports if p not in ports)
             if e.ready and not ready:
                 merged[host] = (addrs, ports, True, first_slice)
     members = []
@@ -183,6 +319,7 @@ def assemble(
     linked_clusters: Collection[str] | None = None,
     failing_gateways: Collection[str] = (),
     flat: Sequence[tuple[ServiceRecord, Sequence[SliceRecord]]] = (),
+    zone_octets: int = DEFAULT_ZONE_OCTETS,
 ) -> GlobalService | None:
     """Build the global service ``(namespace, name)``, or None when it does not exist.
 
@@ -197,6 +334,9 @@ def assemble(
     directly (``--flat-network``): each makes the service exist and adds its pods by
     their own addresses, and that cluster's mirrors of it are left out (one cluster's
     pods appear once).
+
+    Every member passes a :class:`Screen` (``zone_octets``: what the longest served zone
+    adds to a name): what it refuses is excluded, with its reason.
     """
     live: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
     orphans: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
@@ -223,22 +363,25 @@ def assemble(
     ]
     if not live and not exported and not flat:
         return GlobalService(namespace, name, (), tuple(excluded), headless)
+    screen = Screen(namespace, name, zone_octets)
     members: list[Member] = []
     if include_local and local is not None and local.role is Role.LOCAL:
-        members.extend(_local_members(local, local_slices, cluster_name))
+        members.extend(_local_members(local, local_slices, cluster_name, screen))
     candidates: list[Member] = []
     for svc, slices in sorted(flat, key=lambda ms: ms[0].cluster):
-        candidates.extend(endpoint_members(slices, svc.cluster, Via.FLAT_NETWORK))
+        candidates.extend(endpoint_members(slices, svc.cluster, Via.FLAT_NETWORK, screen))
     for svc, slices in sorted(live, key=lambda ms: (ms[0].cluster, ms[0].hostname, ms[0].name)):
         if svc.role not in _MEMBER_ROLES or not svc.cluster_ips:
             continue
         if svc.role is Role.FEDERATED and not include_federated:
             continue
-        member = _mirror_member(svc, slices, failing_gateways)
+        mirror = _mirror_member(svc, slices, failing_gateways)
         if svc.cluster in flat_clusters:
-            excluded.append(_excluded(member, Exclusion.SERVED_FLAT))
+            excluded.append(_excluded(mirror, Exclusion.SERVED_FLAT))
             continue
-        candidates.append(member)
+        screened = screen.member(mirror)
+        if screened is not None:
+            candidates.append(screened)
     taken = {(m.cluster, m.hostname) for m in members}
     for member in candidates:
         if (member.cluster, member.hostname) in taken:
@@ -248,15 +391,38 @@ def assemble(
             continue
         taken.add((member.cluster, member.hostname))
         members.append(member)
+    excluded.extend(screen.excluded)
     return GlobalService(namespace, name, tuple(members), tuple(excluded), headless)
 
 
-def _excluded(member: Member, why: Exclusion) -> Member:
-    """``member`` with the reason it is left out. Its readiness stays Linkerd's: an orphan
-    is typically still *ready*, which is the whole trouble, and `explain` says so; it is
-    kept out of the answers by living in ``GlobalService.excluded``, not ``members``."""
+def _excluded(member: Member, why: Exclusion, text: str = "") -> Member:
+    """``member`` with the reason it is left out (``text``, else the reason's own). Its
+    readiness stays Linkerd's: an orphan is typically still *ready*, which is the whole
+    trouble, and `explain` says so; it is kept out of the answers by living in
+    ``GlobalService.excluded``, not ``members``."""
     return Member(member.cluster, member.hostname, member.addresses, member.ports,
-                  member.ready, member.via, member.source, why.why(member.cluster), why)
+                  member.ready, member.via, member.source, text or why.why(member.cluster), why)
+
+
+_REFUSED = (Exclusion.UNSAFE_ADDRESS, Exclusion.INVALID_NAME)
+
+
+def refusals(gs: GlobalService | None, objects: Callable[[Member], str]
+              ) -> dict[tuple[str, str, Exclusion], list[str]]:
+    """What is refused of each object (by cluster, object and kind): the notice's items,
+    an unsafe address with its hostname and class, or a name with what is wrong with it."""
+    found: dict[tuple[str, str, Exclusion], list[str]] = {}
+    for m in gs.excluded if gs is not None else ():
+        if m.exclusion not in _REFUSED:
+            continue
+        items = found.setdefault((m.cluster, objects(m), m.exclusion), [])
+        host = f"{m.hostname} " if m.hostname else ""
+        if m.exclusion is Exclusion.UNSAFE_ADDRESS:
+            items.extend(host + describe(a, unsafe_address(a) or Unsafe.UNSPECIFIED)
+                         for a in m.addresses)
+        else:
+            items.append(f"{host.rstrip()}: {m.why_not_ready}" if host else m.why_not_ready)
+    return found
 
 
 def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:

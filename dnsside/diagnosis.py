@@ -21,8 +21,9 @@ import enum
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dnsside.addresses import Unsafe, describe, unsafe_address
 from dnsside.events import RemoteState
-from dnsside.linkerd import LinkRecord, Role, ServiceRecord
+from dnsside.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord
 
 # --------------------------------------------------------------------------- left out
 
@@ -33,6 +34,8 @@ class Exclusion(enum.Enum):
     ORPHANED = "orphaned"  # no Link targets its cluster
     NAME_CLASH = "name-clash"  # a local member has its name
     SERVED_FLAT = "served-flat"  # its cluster's pods are served by their own IPs
+    UNSAFE_ADDRESS = "unsafe-address"  # no pod or Service can own the address
+    INVALID_NAME = "invalid-name"  # a name it would publish is no DNS name
 
     def why(self, cluster: str) -> str:
         return _EXCLUSION_TEXT[self].format(cluster=cluster)
@@ -47,7 +50,57 @@ _EXCLUSION_TEXT = {
     Exclusion.SERVED_FLAT: ("cluster {cluster}'s pods of this service are served by their own "
                             "addresses on the flat network (--flat-network): this mirror "
                             "would list them twice"),
+    Exclusion.UNSAFE_ADDRESS: "an address no pod or Service can own (loopback, link-local...)",
+    Exclusion.INVALID_NAME: "a name it would publish is not a DNS name",
 }
+
+
+def unsafe_addresses(found: Sequence[tuple[str, Unsafe]]) -> str:
+    """Why an endpoint's (or a ClusterIP's) addresses are left out: each with its class."""
+    listed = ", ".join(describe(address, reason) for address, reason in found)
+    s, them = ("es", "them") if len(found) > 1 else ("", "it")
+    return f"unsafe address{s} {listed}: no pod or Service can own {them}"
+
+
+def invalid_label(what: str, value: str) -> str:
+    return f"{what} {value!r} is not a DNS label"
+
+
+def invalid_protocol(protocol: str) -> str:
+    return f"protocol {protocol!r} is not TCP, UDP or SCTP"
+
+
+def name_too_long(name: str, octets: int) -> str:
+    return (f"the name {name} would be {octets} octets with the longest served zone, over "
+            "DNS's 255")
+
+
+def unsafe_objects(services: Iterable[ServiceRecord], slices: Iterable[SliceRecord]
+                   ) -> list[str]:
+    """The objects whose addresses dnsside would answer (an exported Service's ClusterIPs or,
+    headless, its slices; a mirror's or a federated Service's ClusterIPs) that hold an
+    address no pod or Service can own, each with those addresses: for `dnsside check`."""
+    found: list[str] = []
+    headless: set[tuple[str, str]] = set()
+    for svc in services:
+        if svc.role is Role.LOCAL and svc.exported and svc.headless:
+            headless.add((svc.namespace, svc.name))
+        elif (svc.role is Role.LOCAL and svc.exported) or svc.role in (
+                Role.POD_MIRROR, Role.CLUSTER_MIRROR, Role.FEDERATED):
+            bad = [describe(a, r) for a in svc.cluster_ips if (r := unsafe_address(a))]
+            if bad:
+                found.append(f"Service {svc.namespace}/{svc.name}: {', '.join(bad)}")
+    for s in slices:
+        if (s.namespace, s.service_name) in headless:
+            bad = [describe(a, r) for e in s.endpoints for a in e.addresses
+                   if (r := unsafe_address(a))]
+            if bad:
+                found.append(f"EndpointSlice {s.namespace}/{s.name}: {', '.join(bad)}")
+    return sorted(found)
+
+
+def bad_ports(why: Sequence[str]) -> str:
+    return "port " + "; port ".join(why) + ": the port is left out (no SRV record)"
 
 # What to do, written once: the log, `dnsside check` and the alert runbooks all say it.
 UNLINK = "`linkerd multicluster unlink --cluster-name {cluster} | kubectl delete -f -`"
@@ -184,6 +237,8 @@ class Notice(enum.Enum):
     REMOTE_LOST = "remote-lost"
     REMOTE_CREDENTIALS = "remote-credentials"
     CONFIG_WARNING = "config-warning"
+    UNSAFE_ADDRESS = "unsafe-address"
+    INVALID_NAME = "invalid-name"
 
     @property
     def warning(self) -> bool:
@@ -193,7 +248,8 @@ class Notice(enum.Enum):
 
 _WARNINGS = frozenset({Notice.REMOTE_LOST, Notice.REMOTE_CREDENTIALS,
                        Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
-                       Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING})
+                       Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING,
+                       Notice.UNSAFE_ADDRESS, Notice.INVALID_NAME})
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +271,24 @@ def name_clash(cluster: str, members: int) -> Told:
         f"cluster {cluster}: {members} members have the name of a local member (--cluster-name "
         f"equals this linked cluster's name): the local members win; set --cluster-name to "
         f"this cluster's own name ({cluster} is a linked one)"))
+
+
+def refused(cluster: str, source: str, why: Exclusion, items: Sequence[str]) -> Told:
+    """What of one object is left out of every answer, told once per object (again only when
+    what is refused of it changes); the first few items, and how many more."""
+    shown = (", " if why is Exclusion.UNSAFE_ADDRESS else "; ").join(items[:_SHOWN])
+    if len(items) > _SHOWN:
+        shown += f" and {len(items) - _SHOWN} more"
+    if why is Exclusion.UNSAFE_ADDRESS:
+        s = "es" if len(items) > 1 else ""
+        return Told(Notice.UNSAFE_ADDRESS, (
+            f"cluster {cluster}: {source}: {len(items)} unsafe address{s} left out of every "
+            f"answer (no pod or Service can own one): {shown}"))
+    return Told(Notice.INVALID_NAME, f"cluster {cluster}: {source}: left out of every answer: "
+                + shown)
+
+
+_SHOWN = 10  # items a refusal notice lists
 
 
 def links_unreadable(reason: str) -> Told:
@@ -255,13 +329,20 @@ __all__ = [
     "Exclusion",
     "Notice",
     "Told",
+    "bad_ports",
     "configuration_warnings",
     "describe_links",
+    "invalid_label",
+    "invalid_protocol",
     "link_watch_down",
     "links_unreadable",
     "mirror_health",
     "name_clash",
+    "name_too_long",
     "orphaned",
+    "refused",
+    "unsafe_addresses",
+    "unsafe_objects",
 ]
 
 

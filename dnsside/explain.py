@@ -113,10 +113,10 @@ class Explainer:
                 why = "left out: the federated ClusterIP stands for every cluster"
             elif id(m) in shown:
                 why = "in the answer"
+            elif m.exclusion is not None:
+                why = f"left out: {m.why_not_ready}"
             elif not m.addresses:
                 why = "left out: no address"
-            elif m in gs.excluded:
-                why = f"left out: {m.why_not_ready}"
             else:
                 why = f"left out: not ready ({m.why_not_ready})"
             entry = {

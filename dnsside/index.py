@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsside import diagnosis
-from dnsside.assembly import GlobalService, assemble, probe_url
+from dnsside.addresses import Unsafe, unsafe_address
+from dnsside.assembly import GlobalService, Member, assemble, probe_url, refusals
 from dnsside.bulk import bulk
 from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.dns import McsZone, Zone, ZoneOptions
@@ -54,6 +55,7 @@ from dnsside.linkerd import (
     Role,
     ServiceRecord,
     SliceRecord,
+    Via,
 )
 from dnsside.publishing import Publisher
 from dnsside.responder import Responder
@@ -65,6 +67,8 @@ from dnsside.tables import Key, Names, Slices, Table, add_name, remove_name
 # from the records whenever someone asks (explain, check).
 Tally = tuple[Any, ...]
 _READY, _NOT_READY, _ORPHAN, _CLASH = "ready", "not-ready", "orphan", "clash"
+_INVALID = "invalid-name"
+_UNSAFE = {reason: "unsafe:" + reason for reason in Unsafe}  # an unsafe address, by reason
 
 
 def _tally(gs: GlobalService) -> Tally:
@@ -76,6 +80,11 @@ def _tally(gs: GlobalService) -> Tally:
             counts[(_ORPHAN, m.cluster)] += 1
         elif m.exclusion is Exclusion.NAME_CLASH:
             counts[(_CLASH, m.cluster)] += 1
+        elif m.exclusion is Exclusion.UNSAFE_ADDRESS:
+            for a in m.addresses:
+                counts[(_UNSAFE[unsafe_address(a) or Unsafe.UNSPECIFIED], m.cluster)] += 1
+        elif m.exclusion is Exclusion.INVALID_NAME:  # a member, or the ports of one object
+            counts[(_INVALID, m.cluster)] += len(m.ports) if not m.addresses else 1
     return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
 
 
@@ -151,6 +160,12 @@ class Index:
         self._clusters: set[str] = set()  # clusters with members, for "link seen/gone" logs
         self._orphans: Counter[str] = Counter()  # orphaned mirrors (excluded members) by cluster
         self._clashes: Counter[str] = Counter()  # members lost to a name clash, by cluster
+        self._unsafe: Counter[tuple[str, str]] = Counter()  # unsafe addresses: cluster, reason
+        self._invalid: Counter[str] = Counter()  # members and ports with bad names, by cluster
+        # What was told refused, of the services that refuse anything (none, usually).
+        self._refused: dict[Key, dict[tuple[str, str, Exclusion], int]] = {}
+        # Every name must fit in 255 octets under the longest served zone.
+        self._zone_octets = max((len(z.services_wire) for z in responder.zones), default=0)
         self._orphaned_clusters: set[str] = set()  # told already
         self._clashed_clusters: set[str] = set()
         self._told: list[Told] = []
@@ -250,8 +265,14 @@ class Index:
         return self._members
 
     def exclusion_counts(self, why: Exclusion) -> Mapping[str, int]:
-        """Members left out for ``why``, by cluster."""
+        """Members left out for ``why``, by cluster (orphans, clashes, invalid names)."""
+        if why is Exclusion.INVALID_NAME:
+            return self._invalid
         return self._orphans if why is Exclusion.ORPHANED else self._clashes
+
+    def unsafe_counts(self) -> Mapping[tuple[str, str], int]:
+        """Addresses left out because no pod or Service can own them, by (cluster, reason)."""
+        return self._unsafe
 
     # ----------------------------------------------------------------- cluster-wide inputs
 
@@ -529,6 +550,7 @@ class Index:
             linked_clusters=self._linked,
             failing_gateways=self._failing,
             flat=self._flat_services(key) if self.remotes else (),
+            zone_octets=self._zone_octets,
         )
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
@@ -537,6 +559,8 @@ class Index:
         changed: set[Key] = set()
         for key in dirty:
             gs = self.assemble(key)
+            if (gs is not None and gs.excluded) or key in self._refused:
+                self._tell_refused(key, gs)
             tally = _tally(gs) if gs is not None else None
             old = self._tallies.get(key)
             if not self._publisher.publish(key, gs) and tally == old:
@@ -564,12 +588,39 @@ class Index:
         that clusters come and go without leaving keys (or metric series) behind."""
         present = ({c for (c, _), n in self._members.items() if n}
                    | {c for c, n in self._orphans.items() if n}
-                   | {c for c, n in self._clashes.items() if n})
-        for key in [k for k in self._members if k[0] not in present]:
-            del self._members[key]
-        for counter in (self._orphans, self._clashes):
+                   | {c for c, n in self._clashes.items() if n}
+                   | {c for (c, _), n in self._unsafe.items() if n}
+                   | {c for c, n in self._invalid.items() if n})
+        for pairs in (self._members, self._unsafe):
+            for key in [k for k in pairs if k[0] not in present]:
+                del pairs[key]
+        for counter in (self._orphans, self._clashes, self._invalid):
             for c in [c for c in counter if c not in present]:
                 del counter[c]
+
+    def _tell_refused(self, key: Key, gs: GlobalService | None) -> None:
+        """Once per object, what of it is refused (an unsafe address, an invalid name); again
+        only when that changes, never for a rebuild that changed nothing of it. What was told
+        is kept as a hash: a hostile slice may hold thousands of refusals."""
+        now = refusals(gs, lambda m: self._object_of(key[0], m))
+        before = self._refused.pop(key, {})
+        seen = {k: hash(tuple(items)) for k, items in now.items()}
+        for (cluster, source, why), items in sorted(now.items(), key=lambda kv: kv[0][:2]):
+            if before.get((cluster, source, why)) != seen[(cluster, source, why)]:
+                self._told.append(diagnosis.refused(cluster, source, why, items))
+        if seen:
+            self._refused[key] = seen
+
+    def _object_of(self, namespace: str, m: Member) -> str:
+        """The object a refused member comes from, for the notice."""
+        if m.via is Via.FLAT_NETWORK:
+            remote = self.remotes.get(m.cluster)
+            found = remote.slices.get((namespace, m.source)) if remote is not None else None
+            kind = "Endpoints" if found is not None and found.service_name == found.name \
+                else "EndpointSlice"
+            return f"{kind} {namespace}/{m.source} (its own API, --flat-network)"
+        kind = "EndpointSlice" if m.via is Via.LOCAL_ENDPOINT else "Service"
+        return f"{kind} {namespace}/{m.source}"
 
     def _tell_exclusions(self) -> None:
         """Once per cluster, when its mirrors become orphans or lose a name clash."""
@@ -601,12 +652,16 @@ class Index:
             return
         for i in range(0, len(tally), 3):
             tag, cluster, n = tally[i : i + 3]
-            if tag is _ORPHAN:
+            if tag is _READY or tag is _NOT_READY:
+                self._members[(cluster, tag is _READY)] += sign * n
+            elif tag is _ORPHAN:
                 self._orphans[cluster] += sign * n
             elif tag is _CLASH:
                 self._clashes[cluster] += sign * n
-            else:
-                self._members[(cluster, tag is _READY)] += sign * n
+            elif tag is _INVALID:
+                self._invalid[cluster] += sign * n
+            else:  # "unsafe:<reason>"
+                self._unsafe[(cluster, tag.partition(":")[2])] += sign * n
 
 
 def make_responder(

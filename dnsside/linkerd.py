@@ -259,6 +259,8 @@ def normal_ip(text: str) -> str:
         socket.inet_pton(socket.AF_INET, text)
         return text
     except OSError:
+        if "%" in text:  # fe80::1%eth0: a scope is the reader's interface, no pod's address
+            raise ValueError(f"{text!r} carries a scope") from None
         return str(ipaddress.ip_address(text))
 
 
@@ -455,8 +457,11 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
     exported = role is Role.LOCAL and labels.get(EXPORTED, "false") != "false"
 
     if role is not Role.IGNORED:  # a probe Service names its cluster: check that too
-        for what, value in (("namespace", namespace), ("service", original), ("cluster", cluster)):
-            if value and not _is_label(value.lower()):
+        # Namespaces and names are lower case in Kubernetes; an upper-case one (an API that
+        # validates nothing) would publish the same names as its lower-case twin.
+        for what, value in (("namespace", namespace), ("service", original),
+                            ("cluster", cluster.lower())):
+            if value and not _is_label(value):
                 raise ObjectError(f"{ident()}: {what} {value!r} cannot be a DNS label")
         if hostname and not is_dns_label(hostname.lower()):  # one per pod: not worth caching
             raise ObjectError(f"{ident()}: hostname {hostname!r} cannot be a DNS label")

@@ -179,6 +179,22 @@ NAME_CLASHES = Gauge(
     ["cluster"],
     registry=REGISTRY,
 )
+UNSAFE_ADDRESSES = Gauge(
+    "dnsside_unsafe_addresses",
+    "Addresses left out of every answer because no pod or Service can own them, by the "
+    "cluster that sent them and reason: unspecified, loopback, link-local, multicast, "
+    "broadcast (IPv6 forms carrying an IPv4 address count as that address).",
+    ["cluster", "reason"],
+    registry=REGISTRY,
+)
+INVALID_NAMES = Gauge(
+    "dnsside_invalid_names",
+    "Members and ports left out because a name they would publish is not a DNS name (a "
+    "hostname or port name that is no label, a protocol other than TCP, UDP, SCTP, a name "
+    "over 255 octets), by cluster.",
+    ["cluster"],
+    registry=REGISTRY,
+)
 CONFIG_WARNINGS = Gauge(
     "dnsside_config_warning",
     "1 while a configuration mistake is detected: default-cluster-name, cluster-name-clash, "

@@ -80,6 +80,14 @@ class Netns:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def add_addresses(self, addresses: Sequence[str]) -> None:
+        """Give the namespace's loopback interface these addresses too: pod addresses for
+        servers started inside (dnsside never answers a loopback address, so a test's
+        pods cannot live in 127.0.0.0/8)."""
+        for address in addresses:
+            subprocess.run(["ip", "-n", self.name, "addr", "add", f"{address}/32", "dev", "lo"],
+                           check=True, capture_output=True)
+
     def cmd(self, args: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.name, *args]
 

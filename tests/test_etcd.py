@@ -11,10 +11,11 @@ so the test makes a CA and one certificate per member with `openssl`.
 
 Everything runs inside a network namespace the test creates (tests/netns.py): dnsside
 serves the topology file on 127.0.0.1:53, which /etc/resolv.conf there names, so etcd's
-own resolver asks it; each member binds its own 127.0.0.x address with the usual ports.
+own resolver asks it; each member binds its own 10.99.0.x address (added to the
+namespace's loopback interface) with the usual ports.
 The topology is the shape Linkerd leaves in cluster east (examples/demo-east.yaml): a
-local headless Service `etcd` whose EndpointSlice has `etcd-0` at 127.0.0.11, and per-pod
-mirrors for the linked clusters with ClusterIPs 127.0.0.12 (west), .13 (north) and, once
+local headless Service `etcd` whose EndpointSlice has `etcd-0` at 10.99.0.11, and per-pod
+mirrors for the linked clusters with ClusterIPs 10.99.0.12 (west), .13 (north) and, once
 the file is rewritten, .14 (south).
 """
 
@@ -35,8 +36,9 @@ from support import Dnsside, wait_for
 
 DOMAIN = "etcd.db.svc-global"
 SRV_NAME = f"_etcd-server-ssl._tcp.{DOMAIN}"
-ADDRESS = {"east": "127.0.0.11", "west": "127.0.0.12", "north": "127.0.0.13",
-           "south": "127.0.0.14"}
+# Pod addresses, on the namespace's loopback interface (dnsside never answers loopback ones).
+ADDRESS = {"east": "10.99.0.11", "west": "10.99.0.12", "north": "10.99.0.13",
+           "south": "10.99.0.14"}
 PORTS = [("etcd-server-ssl", 2380), ("etcd-client", 2379)]
 TOKEN = "dnsside-etcd-test"
 
@@ -183,6 +185,7 @@ def etcd_ns(tmp_path: Path) -> Iterator[tuple[Netns, Path, Dnsside]]:
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(Netns("etcd", "nameserver 127.0.0.1\n"
                                                "options timeout:1 attempts:3\n"))
+        ns.add_addresses(list(ADDRESS.values()))
         dnsside = stack.enter_context(Dnsside("--source", str(zone), "--cluster-name", "east",
                                               listen="127.0.0.1:53", wrap=ns.cmd([])))
         yield ns, zone, dnsside

@@ -5,7 +5,7 @@ mirroring on. Here there are none: cluster east has only its own headless Servic
 (exported for remote discovery), the Link to west with its credentials Secret, and the
 ClusterIP remote-discovery mirror `etcd-west` Linkerd leaves with headless mirroring
 off, which has no endpoints and which dnsside must leave out. Everything about west's
-member (its hostname, its pod IP 127.0.0.12) is known only to west's own API server,
+member (its hostname, its pod IP 10.99.0.12) is known only to west's own API server,
 which accepts only the token in the Link's Secret and grants it exactly Linkerd's
 remote-access role. So the SRV answer `_etcd-server-ssl._tcp.etcd.db.svc-global` names
 `etcd-0.west.etcd.db.svc-global` only if dnsside read west through the Link.
@@ -69,6 +69,7 @@ def flat_etcd(tmp_path: Path) -> Iterator[tuple[Netns, Dnsside, ThreadedKube]]:
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(Netns("etcdflat", "nameserver 127.0.0.1\n"
                                                    "options timeout:1 attempts:3\n"))
+        ns.add_addresses(list(ADDRESS.values()))
         west = kube(stack, tmp_path / "west", ns)
         west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
         west.call(west.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)

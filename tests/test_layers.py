@@ -4,7 +4,8 @@ Layers, lowest first; a module may import its own layer and the ones below:
 
     config      dnsside (the package), config: no other dnsside module
     core        linkerd, endpoints, flat, diagnosis, assembly, events, wire, dns, responder,
-                tables, publishing, index, explain, bulk: what the answers are, and why
+                tables, publishing, index, explain, bulk, addresses: what the answers are,
+                and why
     telemetry   metrics: the counters the sources and the serving side update
     sources     sources/*, prober: the outside world turned into index events
     serving     serving/*: app, reporting, server, mmsg, http: sockets, logs and the
@@ -32,7 +33,7 @@ LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything 
     "core": ("dnsside.linkerd", "dnsside.diagnosis", "dnsside.assembly", "dnsside.events",
              "dnsside.wire", "dnsside.dns", "dnsside.responder", "dnsside.tables",
              "dnsside.index", "dnsside.explain", "dnsside.bulk", "dnsside.endpoints",
-             "dnsside.flat", "dnsside.publishing"),
+             "dnsside.flat", "dnsside.publishing", "dnsside.addresses"),
     "telemetry": ("dnsside.metrics",),
     "sources": ("dnsside.sources", "dnsside.prober"),
     "serving": ("dnsside.serving",),

@@ -116,6 +116,11 @@ CHECKS: dict[str, Check] = {
     "orphans": Check(LINKERD, "no orphaned mirrors",
                      "a Link was deleted without unlinking; dnsside leaves these out of every "
                      "answer. Remove them: " + diagnosis.UNLINK),
+    "unsafe-addresses": Check(LINKERD, "no served object holds an address no pod or Service "
+                              "can own",
+                              "{objects}: dnsside leaves these addresses out of every answer "
+                              "(unspecified, loopback, link-local, multicast, broadcast); find "
+                              "what wrote them"),
     "cluster-name-set": Check(CONFIG, "cluster name is not \"local\" ({name}, from {source})",
                               "\"local\" is the unset default; set " + CLUSTER_KEY + " to "
                               + _NAME_FIX),
@@ -422,6 +427,11 @@ class Checker:
             missing = h.missing_pod_slices + h.missing_gateway_slices
             self.report("mirror-slices", False, f"link {cluster}: {len(missing)} mirrors have "
                         f"no EndpointSlice ({_names(missing)})")
+        unsafe = diagnosis.unsafe_objects(services, slices)
+        more = f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
+        self.report("unsafe-addresses", not unsafe, None if not unsafe else
+                    f"{len(unsafe)} served objects hold an address no pod or Service can own",
+                    objects="; ".join(unsafe[:3]) + more)
         if links is None:
             return
         orphans = {c: h for c, h in health.items() if h.orphaned}

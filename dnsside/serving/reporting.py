@@ -31,6 +31,7 @@ class IndexReporter:
     def __init__(self) -> None:
         self._member_series: set[tuple[str, str]] = set()
         self._excluded_series: dict[Exclusion, set[str]] = {e: set() for e in Exclusion}
+        self._unsafe_series: set[tuple[str, str]] = set()
         # What the Link and warning gauges last showed: most batches change neither.
         self._links_shown: tuple[object, ...] | None = None
         self._warnings_shown: object = None
@@ -99,7 +100,8 @@ class IndexReporter:
 
     def _exclusions(self, index: Index) -> None:
         for why, gauge in ((Exclusion.ORPHANED, metrics.ORPHANED_MIRRORS),
-                           (Exclusion.NAME_CLASH, metrics.NAME_CLASHES)):
+                           (Exclusion.NAME_CLASH, metrics.NAME_CLASHES),
+                           (Exclusion.INVALID_NAME, metrics.INVALID_NAMES)):
             counts = index.exclusion_counts(why)
             for cluster, n in counts.items():
                 gauge.labels(cluster=cluster).set(n)
@@ -107,6 +109,13 @@ class IndexReporter:
                 with contextlib.suppress(KeyError):
                     gauge.remove(cluster)
             self._excluded_series[why] = set(counts)
+        unsafe = index.unsafe_counts()
+        for (cluster, reason), n in unsafe.items():
+            metrics.UNSAFE_ADDRESSES.labels(cluster=cluster, reason=reason).set(n)
+        for labels in self._unsafe_series - unsafe.keys():
+            with contextlib.suppress(KeyError):
+                metrics.UNSAFE_ADDRESSES.remove(*labels)
+        self._unsafe_series = set(unsafe)
 
 
 __all__ = ["IndexReporter"]
