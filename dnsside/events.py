@@ -118,6 +118,7 @@ class RemoteState(enum.Enum):
     SYNCED = "synced"  # listed and watched: its members follow it
     LOST = "lost"  # the API went away after a sync: the last-known members stand
     CREDENTIALS = "credentials"  # the Secret, its kubeconfig or the remote's verdict on it
+    CAPPED = "capped"  # it sent more than a cap allows: its last complete list stands
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,7 @@ class RemoteStatus:
     state: RemoteState
     detail: str = ""
     secret: str = ""  # namespace/name
+    cap: str = ""  # CAPPED: which cap (dnsside.sources.limits.CAPS)
 
 
 @dataclass(frozen=True, slots=True)

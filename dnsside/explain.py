@@ -152,7 +152,8 @@ class Explainer:
         status = self.index.remote_status.get(cluster)
         if status is None:
             return "not watched directly"
-        text = f"{status.state.value} (Secret {status.secret})"
+        cap = f"{status.cap} cap; " if status.cap else ""
+        text = f"{status.state.value} ({cap}Secret {status.secret})"
         return text + (f": {status.detail}" if status.detail else "")
 
     def _gateway(self, cluster: str) -> str:

@@ -30,6 +30,7 @@ from dnsside.sources import Source
 from dnsside.sources.reflector import Pacing
 
 if TYPE_CHECKING:
+    from dnsside.sources.limits import Limits
     from dnsside.sources.remote import FlatNetworkSource
 
 log = logging.getLogger("dnsside")
@@ -60,7 +61,19 @@ def flat_network_source(config: Config, index: Index) -> FlatNetworkSource:
     from dnsside.sources.remote import FlatNetworkSource
 
     return FlatNetworkSource(lambda: index.links.values() if index.synced else (),
-                             config.kubeconfig, config.namespaces, pacing(config))
+                             config.kubeconfig, config.namespaces, pacing(config),
+                             limits=flat_network_limits(config))
+
+
+def flat_network_limits(config: Config) -> Limits:
+    """What one linked cluster may cost and where it may publish (--flat-network-*)."""
+    from dnsside.sources.limits import Limits
+
+    return Limits(max_endpoints=config.flat_network_max_endpoints,
+                  max_objects=config.flat_network_max_objects,
+                  max_object_bytes=config.flat_network_max_object_bytes,
+                  timeout=config.flat_network_timeout,
+                  namespaces=frozenset(config.flat_network_namespaces))
 
 
 def make_source(config: Config) -> Source:

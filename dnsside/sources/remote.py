@@ -32,6 +32,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
+from dnsside import metrics
 from dnsside.bulk import paused
 from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace, SourceError
 from dnsside.flat import parse_remote_service
@@ -49,6 +50,7 @@ from dnsside.sources.kubeapi import (
     describe_error,
     kubeconfig_in_secret,
 )
+from dnsside.sources.limits import CapExceeded, Gate, Limits
 from dnsside.sources.reflector import DEFAULT_PACING, Pacing, Reflector, Resource
 
 log = logging.getLogger("dnsside.remote")
@@ -98,6 +100,21 @@ class SecretChanged(Exception):
 
 def _rejected(exc: Exception) -> bool:
     return isinstance(exc, Unauthorized | Forbidden)
+
+
+def _gives_up(exc: Exception) -> bool:
+    """What a linked cluster's list is not retried on, but reported as that cluster's state
+    (its credentials rejected, a cap, a body that is not what the API sends)."""
+    return _rejected(exc) or isinstance(exc, ValueError)
+
+
+def _leaf(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The first exception of a (nested: a TaskGroup's tasks run TaskGroups) group."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    assert isinstance(first, Exception)
+    return first
 
 
 class _Health:
@@ -186,10 +203,17 @@ class FlatNetworkSource:
         queue_size: int = 64,
         secret_recheck: float = 60.0,
         first_lists_wait: float = 5.0,
+        limits: Limits | None = None,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
-        self.namespaces = tuple(dict.fromkeys(namespaces))
+        self.limits = limits or Limits()
+        # --flat-network-namespaces narrows what is asked of every linked cluster too (one
+        # list and watch per namespace); with --namespace, the namespaces both name.
+        served = self.limits.namespaces
+        wanted = [n for n in namespaces if not served or n in served] if namespaces else sorted(
+            served)
+        self.namespaces = tuple(dict.fromkeys(wanted))
         self.pacing = pacing
         self.queue_size = queue_size
         self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
@@ -278,8 +302,8 @@ class _LinkedCluster:
                                source.rng)
         self.synced = False
 
-    def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
-        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref)
+    def status(self, state: RemoteState, detail: str = "", cap: str = "") -> RemoteStatus:
+        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref, cap)
 
     async def run(self) -> None:
         """Connect, sync and follow, forever; every failure is reported and retried after a
@@ -303,6 +327,12 @@ class _LinkedCluster:
                 continue  # at once: nothing failed
             except CredentialsError as exc:
                 await self.queue.put([self.status(RemoteState.CREDENTIALS, str(exc))])
+            except CapExceeded as exc:
+                # Told once (RemoteState.CAPPED); every cut request counted.
+                metrics.REMOTE_CAP_HITS.labels(cluster=self.cluster, cap=exc.cap).inc()
+                detail = str(exc).removeprefix(f"cluster {self.cluster}: ")
+                log.debug("cluster %s: capped: %s", self.cluster, detail)
+                await self.queue.put([self.status(RemoteState.CAPPED, detail, exc.cap)])
             except Exception as exc:
                 detail = describe_error(exc)
                 if not isinstance(exc, TRANSIENT):
@@ -363,8 +393,8 @@ class _LinkedCluster:
         cluster, source = self.cluster, self.source
         reflector = Reflector(
             self.queue, source.namespaces, source.pacing, rng=source.rng,
-            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected,
-            retry_level=logging.DEBUG)
+            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_gives_up,
+            retry_level=logging.DEBUG, gate=Gate(cluster, source.limits))
         services = Resource(Kind.SERVICE, "services", "/api/v1",
                             partial(_remote_service, cluster, self.target.selector))
         slices = ENDPOINTSLICES
@@ -396,6 +426,8 @@ class _LinkedCluster:
         def gone(exc: Exception) -> Exception | None:
             if isinstance(exc, ApiError) and _rejected(exc):
                 return CredentialsError(_rejection(cluster, exc))
+            if isinstance(exc, CapExceeded):  # relisted afresh, within the caps or not
+                return CapExceeded(exc.cap, str(exc))
             return None
 
         try:
@@ -406,11 +438,13 @@ class _LinkedCluster:
         except* SecretChanged:
             raise SecretChanged() from None
         except* CredentialsError as group:
-            raise group.exceptions[0] from None
+            raise _leaf(group) from None
         except* (Unauthorized, Forbidden) as group:  # a relist's
-            first = group.exceptions[0]
+            first = _leaf(group)
             assert isinstance(first, ApiError)
             raise CredentialsError(_rejection(cluster, first)) from None
+        except* Exception as group:  # a cap, a malformed relist: the cluster's state says it
+            raise _leaf(group) from None
 
 
 def _remote_service(cluster: str, selector: LabelSelector, obj: Mapping[str, Any],
