@@ -452,7 +452,10 @@ class Reflector:
                 if not chunk:
                     break
                 was = lines.pending
-                found = lines.feed(chunk)
+                try:
+                    found = lines.feed(chunk)
+                except CapExceeded as exc:
+                    raise CapExceeded(exc.cap, f"{where}: {exc}") from None
                 if event_time is not None and lines.pending and (found or not was):
                     began = loop.time()
                 if found:
@@ -503,7 +506,11 @@ class Reflector:
             if not line.strip():
                 continue
             try:
-                self._event(res, namespace, json.loads(line), cursor, where, batch, self.gate)
+                event = json.loads(line)
+            except ValueError as exc:
+                return batch, ValueError(f"{where}: an event that is not JSON ({exc})")
+            try:
+                self._event(res, namespace, event, cursor, where, batch, self.gate)
             except (RelistNeeded, ApiError, ValueError) as exc:
                 return batch, exc
         return batch, None

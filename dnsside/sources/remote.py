@@ -301,6 +301,10 @@ class _LinkedCluster:
         self.backoff = Backoff(source.pacing.backoff_base, source.pacing.backoff_cap,
                                source.rng)
         self.synced = False
+        # It sent what dnsside refuses (past a cap, not JSON): a list that works again is
+        # not "synced" until its watches have followed it for a while without that (or
+        # every retry would say synced, then capped), and the retries keep backing off.
+        self.refused = False
 
     def status(self, state: RemoteState, detail: str = "", cap: str = "") -> RemoteStatus:
         return RemoteStatus(self.cluster, state, detail, self.target.secret_ref, cap)
@@ -330,11 +334,13 @@ class _LinkedCluster:
             except CapExceeded as exc:
                 # Told once (RemoteState.CAPPED); every cut request counted.
                 metrics.REMOTE_CAP_HITS.labels(cluster=self.cluster, cap=exc.cap).inc()
-                detail = str(exc).removeprefix(f"cluster {self.cluster}: ")
+                detail = str(exc).replace(f"cluster {self.cluster}: ", "")
                 log.debug("cluster %s: capped: %s", self.cluster, detail)
+                self.refused = True
                 await self.queue.put([self.status(RemoteState.CAPPED, detail, exc.cap)])
             except Exception as exc:
-                detail = describe_error(exc)
+                detail = describe_error(exc).replace(f"cluster {self.cluster}: ", "")
+                self.refused = self.refused or isinstance(exc, ValueError)
                 if not isinstance(exc, TRANSIENT):
                     log.error("cluster %s: %s", self.cluster, detail, exc_info=exc)
                 state = RemoteState.LOST if self.synced else RemoteState.CONNECTING
@@ -387,6 +393,15 @@ class _LinkedCluster:
             if now != kubeconfig:
                 raise SecretChanged()
 
+    async def settle(self, health: _Health) -> None:
+        """After a refusal, synced once the watches have followed for twice as long as one
+        event may take (``--flat-network-timeout``) without another. The backoff is not
+        reset: a cluster that misbehaves again is retried as slowly as before."""
+        await asyncio.sleep(2 * self.source.limits.timeout)
+        self.refused = False
+        if not health.down_watches:
+            await self.queue.put([self.status(RemoteState.SYNCED)])
+
     async def follow(self, api: KubeApi, kubeconfig: str) -> None:
         """List the linked cluster's Services and slices as one Replace, then follow both;
         returns never. A 401/403 ends it as a CredentialsError."""
@@ -414,12 +429,13 @@ class _LinkedCluster:
             raise CredentialsError(_rejection(cluster, exc)) from None
         records: tuple[Record, ...] = (*service_records, *slice_records)
         del service_records, slice_records
-        await self.queue.put([Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
-                                                      records)),
-                              self.status(RemoteState.SYNCED)])
-        del records
+        replace = Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}), records))
+        await self.queue.put([replace] if self.refused else [replace,
+                                                             self.status(RemoteState.SYNCED)])
+        del records, replace
         self.synced = True
-        self.backoff.reset()
+        if not self.refused:
+            self.backoff.reset()
         log.info("cluster %s: synced (%s)", cluster, slices.plural)
         health = _Health(self.status, reflector.label)
 
@@ -428,6 +444,8 @@ class _LinkedCluster:
                 return CredentialsError(_rejection(cluster, exc))
             if isinstance(exc, CapExceeded):  # relisted afresh, within the caps or not
                 return CapExceeded(exc.cap, str(exc))
+            if isinstance(exc, ValueError):  # not what an API server sends: as a cap
+                return ValueError(str(exc))
             return None
 
         try:
@@ -435,6 +453,8 @@ class _LinkedCluster:
                 tg.create_task(reflector.follow(api, services, service_versions, health, gone))
                 tg.create_task(reflector.follow(api, slices, slice_versions, health, gone))
                 tg.create_task(self.secret_unchanged(kubeconfig))
+                if self.refused:
+                    tg.create_task(self.settle(health))
         except* SecretChanged:
             raise SecretChanged() from None
         except* CredentialsError as group:
