@@ -121,8 +121,9 @@ FLAGS: tuple[Flag, ...] = (
          "most Services and EndpointSlices one linked cluster may bring (--flat-network), "
          "as for --flat-network-max-endpoints", _SOURCE, metavar="N"),
     Flag("--flat-network-max-object-bytes", int, 2 * 1024 * 1024,
-         "longest object (one watch event line) a linked cluster's API may send; one list "
-         "page may hold 8 times that. Default 2 MiB: etcd stores objects up to 1.5 MiB",
+         "longest object (one watch event line) a linked cluster's API may send; a list "
+         "page over twice that is asked again with fewer items. Default 2 MiB: etcd stores "
+         "objects up to 1.5 MiB",
          _SOURCE, metavar="BYTES"),
     Flag("--flat-network-timeout", float, 120.0,
          "seconds a linked cluster's API may take to send one list (all its pages) or one "

@@ -109,6 +109,9 @@ class IndexOptions:
     include_local: bool = True
     include_federated: bool = True
     zone: ZoneOptions = field(default_factory=ZoneOptions)
+    # --flat-network-namespaces: where linked clusters' own objects count (empty: all); the
+    # source leaves the others out, this is for explain to say so.
+    flat_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

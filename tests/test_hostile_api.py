@@ -262,10 +262,11 @@ class North:
         if not _listing(request, "services"):
             return None
         first = int(request.query.get("continue") or "0")
+        limit = int(request.query.get("limit") or "500")
         items = [{k: v for k, v in service(f"s{n}", labels=dict(REMOTE_DISCOVERY_LABELS))
-                  .items() if k != "kind"} for n in range(first, first + 500)]
-        meta = {"resourceVersion": "1", "continue": str(first + 500),
-                "remainingItemCount": 1_000_000 - first - 500}
+                  .items() if k != "kind"} for n in range(first, first + limit)]
+        meta = {"resourceVersion": "1", "continue": str(first + limit),
+                "remainingItemCount": 1_000_000 - first - limit}
         return web.json_response({"kind": "ServiceList", "metadata": meta, "items": items})
 
 
@@ -389,6 +390,31 @@ def test_too_many_endpoints_keep_what_the_cluster_had(
         assert everything(srv) == before
 
 
+def test_a_list_of_big_objects_is_read_in_smaller_pages(
+        clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
+    """Pages over the byte cap (twice --flat-network-max-object-bytes) of objects each
+    under it: the list asks for fewer items per page, and nothing is capped."""
+    east, west, north = clusters
+    big = [endpoint_slice(f"big-{i}", "big", [
+        endpoint(f"10.247.{i}.{n}", f"a-rather-long-pod-hostname-of-statefulset-big-{i}-{n}")
+        for n in range(150)]) for i in range(12)]
+    assert all(len(json.dumps(s)) < MAX_OBJECT_BYTES for s in big)
+    assert len(json.dumps(big)) > 2 * MAX_OBJECT_BYTES
+    north.call(north.kube.load, [service("big", labels=dict(REMOTE_DISCOVERY_LABELS)), *big])
+    with serve(east) as srv, telling(srv):
+        pod = "a-rather-long-pod-hostname-of-statefulset-big-{}-{}.north.big.data.svc-global"
+        wait_for(lambda: addresses(srv, pod.format(11, 149)) == {"10.247.11.149"}, 15,
+                 "the last big pod")
+        assert all(addresses(srv, pod.format(i, n)) == {f"10.247.{i}.{n}"}
+                   for i in range(12) for n in (0, 77, 149))
+        assert metric(srv, "dnsside_remote_capped") == 0
+        assert metric(srv, "dnsside_remote_synced") == 1
+        limits = north.call(lambda: [int(m.group(1)) for _, q in north.kube.request_log
+                                     if "endpointslices?" in q and "watch" not in q
+                                     and (m := re.search(r"limit=(\d+)", q))])
+        assert limits[0] == 500 and min(limits) < 500, limits
+
+
 # --------------------------------------------------------------------------- namespaces
 
 
@@ -418,6 +444,11 @@ def test_flat_network_namespaces_limit_what_linked_clusters_serve_and_what_is_wa
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         assert srv.query("cache.other.svc-global").rcode() == 3  # NXDOMAIN: not served
         assert srv.query("kube-dns.kube-system.svc-global").rcode() == 3
+        _, report = srv.http("/debug/explain?name=cache.other.svc-global")
+        assert ("linked clusters' own objects in namespace other are ignored: it is not one of "
+                "--flat-network-namespaces (data)") in report
+        _, report = srv.http("/debug/explain?name=" + DB)
+        assert "--flat-network-namespaces" not in report
         # Only namespace data was asked for.
         asked = west.call(lambda: {p for _, p in west.kube.requests})
         assert "/api/v1/namespaces/data/services" in asked

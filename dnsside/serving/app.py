@@ -41,6 +41,7 @@ def index_options(config: Config) -> IndexOptions:
         cluster_name=config.cluster_name,
         include_local=not config.no_local,
         include_federated=not config.no_federated,
+        flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
         zone=ZoneOptions(
             ttl=config.ttl,
             publish_not_ready=config.publish_not_ready,

@@ -31,9 +31,11 @@ log = logging.getLogger("dnsside.remote")
 # The caps, as dnsside_remote_cap_hits_total{cap} and RemoteStatus.cap name them.
 ENDPOINTS, OBJECTS, BYTES, TIME = "endpoints", "objects", "bytes", "time"
 CAPS = (ENDPOINTS, OBJECTS, BYTES, TIME)
-# A list page holds up to Pacing.page_size (500) objects, most far smaller than the
-# 1.5 MiB etcd accepts for one: a page may be this many times one object's cap.
-PAGE_FACTOR = 8
+# A list page may be this many times one object's cap: a page of Pacing.page_size (500)
+# objects that is larger is asked again with half as many (Reflector.page), so this only
+# bounds what one page costs to read and decode (JSON decodes to up to ~20 times its size
+# in Python objects, for a hostile page of empty objects; about 5 for real ones).
+PAGE_FACTOR = 2
 ERROR_BODY_BYTES = 64 * 1024  # a Status body is a few hundred bytes
 
 
@@ -81,8 +83,8 @@ def _endpoints(record: Record) -> int:
 
 
 class Gate:
-    """What one linked cluster brings in: its objects in the namespaces served, within
-    its caps. ``label`` starts every log line (the reflector's ``cluster west: ``)."""
+    """What one linked cluster brings in: its objects in the namespaces served, within its
+    caps. One per connection to the cluster: its lists count afresh."""
 
     def __init__(self, cluster: str, limits: Limits) -> None:
         self.cluster = cluster

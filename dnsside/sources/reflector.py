@@ -239,17 +239,17 @@ class Reflector:
         path = res.path(namespace)
         start = len(out)
         gate = self.gate
+        size = [self.pacing.page_size]  # items per page, for every page of this list
         while True:  # restarted when a continue token expires mid-list
-            params = {"limit": str(self.pacing.page_size)}
+            token = ""
             version = ""
             ahead: tuple[str, asyncio.Task[bytes]] | None = None  # (its token, the request)
             try:
-                data = await self.get_raw(api, path, params)
+                data = await self.page(api, path, token, size)
                 while True:
                     guess = continue_token(data)
                     if guess:
-                        ahead = (guess, asyncio.create_task(
-                            self.get_raw(api, path, {**params, "continue": guess})))
+                        ahead = (guess, asyncio.create_task(self.page(api, path, guess, size)))
                     body = decode(data, path)
                     meta = body.get("metadata") or {}
                     version = version or str(meta.get("resourceVersion") or "")
@@ -264,19 +264,18 @@ class Reflector:
                                 res.kind, tally, record, where)):
                             out.append(record)
                     del body, items
-                    token = meta.get("continue")
-                    if not token:
+                    if not meta.get("continue"):
                         break
-                    params["continue"] = str(token)
-                    if ahead is not None and ahead[0] == params["continue"]:
+                    token = str(meta["continue"])
+                    if ahead is not None and ahead[0] == token:
                         data = await ahead[1]
                     else:
                         if ahead is not None:
                             ahead[1].cancel()
-                        data = await self.get_raw(api, path, params)
+                        data = await self.page(api, path, token, size)
                     ahead = None
             except ApiError as exc:
-                if not (exc.expired and "continue" in params):
+                if not (exc.expired and token):
                     raise
                 log.warning("%s: continue token expired (%s); listing again", where, exc.message)
                 if tally is not None:
@@ -292,6 +291,24 @@ class Reflector:
             if not version:
                 raise ValueError(f"{where}: the list has no metadata.resourceVersion")
             return version
+
+    async def page(self, api: KubeApi, path: str, token: str, size: list[int]) -> bytes:
+        """One list page: ``size[0]`` items from ``token`` on. A linked cluster's page over
+        the byte cap is asked again with half as many items (the continue token does not
+        depend on the limit), down to one, and the pages after it too: a cluster of big
+        objects is listed in smaller pages, and only an object over the cap is refused."""
+        while True:
+            limit = size[0]
+            params = {"limit": str(limit), **({"continue": token} if token else {})}
+            try:
+                return await self.get_raw(api, path, params)
+            except CapExceeded:
+                if limit <= 1:
+                    raise
+                if size[0] == limit:  # (a page asked for meanwhile may have halved it)
+                    size[0] = limit // 2
+                    log.debug("%s: a page of %d items over the byte cap: asking for %d",
+                              path, limit, size[0])
 
     async def get_raw(self, api: KubeApi, path: str, params: Mapping[str, str]) -> bytes:
         return await api.get_raw(path, params, timeout=self.pacing.request_timeout,
@@ -437,7 +454,8 @@ class Reflector:
         complete = False
         try:
             if resp.status != 200:
-                raise await read_error(resp)
+                async with asyncio.timeout(event_time):
+                    raise await read_error(resp)
             if opened is not None:
                 await opened()
             lines = WatchLines(gate.limits.max_object_bytes if gate is not None else None)
