@@ -303,12 +303,14 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(
         clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube], case: str) -> None:
     east, west, north = clusters
     behaviour, start, state, told = CASES[case]
+    west_lists = lambda: west.call(lambda: west.kube.count("/api/v1/services"))  # noqa: E731
     hostile = North()
     with serve(east, "--log-level", "debug") as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         before = everything(srv)
         assert before["db-0.north.db.data.svc-global"] == {NORTH_DB0}
         steady = Steady(srv, before)
+        listed = west_lists()
 
         north.call(setattr, north.kube, "hostile", getattr(hostile, behaviour))
         north.call(restart_watches, north.kube, start == RELIST)
@@ -341,6 +343,8 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(
         # Only north: west followed and answered throughout, the same as before.
         assert metric(srv, "dnsside_remote_synced", 'cluster="west"') == 1
         assert metric(srv, "dnsside_remote_capped", 'cluster="west"') == 0
+        assert west_lists() == listed  # west was not even listed again
+        assert west.call(lambda: west.kube.open_streams) == 2
         assert not steady.changed, steady.changed[:3]
         assert steady.queries >= len(NAMES)
         assert everything(srv) == before
@@ -364,7 +368,7 @@ def test_too_many_endpoints_keep_what_the_cluster_had(
         clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
     """Endpoints past --flat-network-max-endpoints, arriving by watch (the cluster grows):
     the watch stops there, the relist is over the cap too, and north keeps what it had."""
-    east, west, north = clusters
+    east, _, north = clusters
     with serve(east) as srv:
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         before = everything(srv)
@@ -394,7 +398,7 @@ def test_a_list_of_big_objects_is_read_in_smaller_pages(
         clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
     """Pages over the byte cap (twice --flat-network-max-object-bytes) of objects each
     under it: the list asks for fewer items per page, and nothing is capped."""
-    east, west, north = clusters
+    east, _, north = clusters
     big = [endpoint_slice(f"big-{i}", "big", [
         endpoint(f"10.247.{i}.{n}", f"a-rather-long-pod-hostname-of-statefulset-big-{i}-{n}")
         for n in range(150)]) for i in range(12)]
