@@ -302,9 +302,9 @@ class Reflector:
             params = {"limit": str(limit), **({"continue": token} if token else {})}
             try:
                 return await self.get_raw(api, path, params)
-            except CapExceeded:
+            except CapExceeded as exc:
                 if limit <= 1:
-                    raise
+                    raise CapExceeded(exc.cap, f"{exc}, with one object in it") from None
                 if size[0] == limit:  # (a page asked for meanwhile may have halved it)
                     size[0] = limit // 2
                     log.debug("%s: a page of %d items over the byte cap: asking for %d",

@@ -317,6 +317,7 @@ class _LinkedCluster:
             log.warning("cluster %s: %s: it selects nothing, so no Service of %s is served "
                         "directly", self.cluster, self.target.selector_error, self.cluster)
         while True:
+            capped = False
             try:
                 api, kubeconfig = await self.connect()
                 try:
@@ -336,7 +337,7 @@ class _LinkedCluster:
                 metrics.REMOTE_CAP_HITS.labels(cluster=self.cluster, cap=exc.cap).inc()
                 detail = str(exc).replace(f"cluster {self.cluster}: ", "")
                 log.debug("cluster %s: capped: %s", self.cluster, detail)
-                self.refused = True
+                self.refused = capped = True
                 await self.queue.put([self.status(RemoteState.CAPPED, detail, exc.cap)])
             except Exception as exc:
                 detail = describe_error(exc).replace(f"cluster {self.cluster}: ", "")
@@ -346,7 +347,10 @@ class _LinkedCluster:
                 state = RemoteState.LOST if self.synced else RemoteState.CONNECTING
                 await self.queue.put([SourceError(f"cluster {self.cluster}: {detail}"),
                                       self.status(state, detail)])
-            await asyncio.sleep(self.backoff.next())
+            # A cap does not go away in seconds: each retry may read up to the caps again,
+            # so a capped cluster is listed once per --flat-network-timeout at most.
+            delay = self.backoff.next()
+            await asyncio.sleep(max(delay, self.source.limits.timeout) if capped else delay)
 
     @property
     def secret_path(self) -> str:
