@@ -139,7 +139,7 @@ async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
     index = app.index
     flat = flat_network_source(app.config, index)
     clusters = set(Target.of(index.links.values()))
-    settled = (RemoteState.SYNCED, RemoteState.CREDENTIALS)
+    settled = (RemoteState.SYNCED, RemoteState.CREDENTIALS, RemoteState.CAPPED)
     flat.links_changed()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout):

@@ -111,6 +111,30 @@ FLAGS: tuple[Flag, ...] = (
          "with --flat-network: let a Link's kubeconfig skip the linked cluster's certificate "
          "check (insecure-skip-tls-verify), use a plain http:// server or a proxy-url; "
          "never an exec plugin or a file", _SOURCE),
+    Flag("--flat-network-namespaces", str, (),
+         "serve linked clusters' own objects (--flat-network) only in these namespaces, "
+         "comma-separated or repeatable; others are ignored (logged once, counted in "
+         "dnsside_remote_ignored_objects_total) and not even watched. Default: all, because "
+         "Linkerd mirrors a Service into the namespace of the same name, so a linked cluster "
+         "may add members to any global service; name the namespaces you share to stop a "
+         "linked cluster's admin from adding pods to the others", _SOURCE, repeatable=True,
+         metavar="NAMESPACE"),
+    Flag("--flat-network-max-endpoints", int, 100_000,
+         "most endpoints one linked cluster may bring (--flat-network; in every slice kept, "
+         "of Services not selected too); past it the cluster keeps its last complete list, "
+         "is marked capped and retried", _SOURCE, metavar="N"),
+    Flag("--flat-network-max-objects", int, 50_000,
+         "most Services and EndpointSlices one linked cluster may bring (--flat-network), "
+         "as for --flat-network-max-endpoints", _SOURCE, metavar="N"),
+    Flag("--flat-network-max-object-bytes", int, 2 * 1024 * 1024,
+         "longest object (one watch event line) a linked cluster's API may send; a list "
+         "page over twice that is asked again with fewer items. Default 2 MiB: etcd stores "
+         "objects up to 1.5 MiB",
+         _SOURCE, metavar="BYTES"),
+    Flag("--flat-network-timeout", float, 120.0,
+         "seconds a linked cluster's API may take to send one list (all its pages) or one "
+         "watch event (first byte to last): a list that never ends or a trickle is cut there",
+         _SOURCE, metavar="SECONDS"),
     Flag("--kube-backoff-cap", float, 30.0,
          "longest wait, in seconds, between retries against the API server", _SOURCE),
     Flag("--reload-interval", float, 1.0,
@@ -319,6 +343,12 @@ class Config:
     no_federated: bool = default("--no-federated")
     flat_network: bool = default("--flat-network")  # watch linked clusters directly
     insecure_remote_tls: bool = default("--insecure-remote-tls")  # Links may weaken TLS
+    # --flat-network: what one linked cluster may cost, and where it may publish.
+    flat_network_namespaces: Sequence[str] = default("--flat-network-namespaces")
+    flat_network_max_endpoints: int = default("--flat-network-max-endpoints")
+    flat_network_max_objects: int = default("--flat-network-max-objects")
+    flat_network_max_object_bytes: int = default("--flat-network-max-object-bytes")
+    flat_network_timeout: float = default("--flat-network-timeout")
     gateway_probe: str = default("--gateway-probe")  # on, off, or auto: on for kube only
     gateway_probe_period: float = default("--gateway-probe-period")
     gateway_probe_timeout: float = default("--gateway-probe-timeout")
@@ -345,6 +375,9 @@ class Config:
         config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
         config.namespaces = tuple(get("--namespace"))
         config.explain_from = tuple(get("--explain-from"))
+        config.flat_network_namespaces = tuple(dict.fromkeys(
+            n.strip() for v in get("--flat-network-namespaces") for n in v.split(",")
+            if n.strip()))
         config.ns_addresses = ns_addresses(get("--ns-address"), pod_ip,
                                            get("--listen") if command == SERVE else None)
         return config
@@ -377,6 +410,20 @@ class Config:
         if self.insecure_remote_tls and not self.flat_network:
             raise ValueError("--insecure-remote-tls weakens TLS to the linked clusters "
                              "--flat-network watches: it needs --flat-network")
+        for ns in self.flat_network_namespaces:
+            if not is_dns_label(ns):
+                raise ValueError(f"--flat-network-namespaces {ns!r} is not a namespace name")
+        if (self.flat_network_namespaces and self.namespaces
+                and not set(self.flat_network_namespaces) & set(self.namespaces)):
+            raise ValueError("--flat-network-namespaces and --namespace share no namespace: "
+                             "no linked cluster's object could be served")
+        for name, number in (("--flat-network-max-endpoints", self.flat_network_max_endpoints),
+                             ("--flat-network-max-objects", self.flat_network_max_objects),
+                             ("--flat-network-max-object-bytes",
+                              self.flat_network_max_object_bytes),
+                             ("--flat-network-timeout", self.flat_network_timeout)):
+            if not number > 0:
+                raise ValueError(f"{name} must be > 0, not {number}")
         if self.ttl < 0:
             raise ValueError("--ttl must be >= 0")
         for name, value in (("--gateway-probe-period", self.gateway_probe_period),

@@ -236,6 +236,7 @@ class Notice(enum.Enum):
     REMOTE_SYNCED = "remote-synced"
     REMOTE_LOST = "remote-lost"
     REMOTE_CREDENTIALS = "remote-credentials"
+    REMOTE_CAPPED = "remote-capped"
     CONFIG_WARNING = "config-warning"
     UNSAFE_ADDRESS = "unsafe-address"
     INVALID_NAME = "invalid-name"
@@ -246,7 +247,7 @@ class Notice(enum.Enum):
         return self in _WARNINGS
 
 
-_WARNINGS = frozenset({Notice.REMOTE_LOST, Notice.REMOTE_CREDENTIALS,
+_WARNINGS = frozenset({Notice.REMOTE_LOST, Notice.REMOTE_CREDENTIALS, Notice.REMOTE_CAPPED,
                        Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
                        Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING,
                        Notice.UNSAFE_ADDRESS, Notice.INVALID_NAME})
@@ -354,8 +355,21 @@ CREDENTIALS_FIX = (
     "link --cluster-name {cluster} ... | kubectl apply -f -` writes a fresh one")
 
 
+# What to do when a linked cluster is capped, by cap (dnsside.sources.limits.CAPS).
+CAP_FIX = {
+    "endpoints": "if the cluster really is that large, raise --flat-network-max-endpoints or "
+                 "serve fewer of its namespaces (--flat-network-namespaces)",
+    "objects": "if the cluster really is that large, raise --flat-network-max-objects or "
+               "serve fewer of its namespaces (--flat-network-namespaces)",
+    "bytes": "no Kubernetes object is that large (etcd takes 1.5 MiB); if this one is, raise "
+             "--flat-network-max-object-bytes",
+    "time": "its API server sends too slowly (or a list that never ends); if it is only slow, "
+            "raise --flat-network-timeout",
+}
+
+
 def remote_state(cluster: str, state: RemoteState, detail: str, secret: str, services: int,
-                 before: RemoteState | None) -> Told:
+                 before: RemoteState | None, cap: str = "") -> Told:
     """What an operator hears when the direct watch of a linked cluster changes state."""
     if state is RemoteState.SYNCED:
         again = " again" if before in (RemoteState.LOST, RemoteState.CREDENTIALS) else ""
@@ -368,6 +382,12 @@ def remote_state(cluster: str, state: RemoteState, detail: str, secret: str, ser
             + ("its last-known members stand" if services else "its pods are not served "
                "directly (its mirrors still are)") + "; " + CREDENTIALS_FIX.format(
                 cluster=cluster)))
+    if state is RemoteState.CAPPED:
+        return Told(Notice.REMOTE_CAPPED, (
+            f"cluster {cluster}: flat network: capped ({cap}): {detail}; "
+            + (f"its last complete list stands ({services} services)" if services else
+               "its pods are not served directly (its mirrors still are)")
+            + "; retried with backoff; " + CAP_FIX.get(cap, "")).rstrip("; "))
     if state is RemoteState.LOST:
         return Told(Notice.REMOTE_LOST, (
             f"cluster {cluster}: flat network: its API is lost ({detail}): the last-known "

@@ -118,6 +118,7 @@ class RemoteState(enum.Enum):
     SYNCED = "synced"  # listed and watched: its members follow it
     LOST = "lost"  # the API went away after a sync: the last-known members stand
     CREDENTIALS = "credentials"  # the Secret, its kubeconfig or the remote's verdict on it
+    CAPPED = "capped"  # it sent more than a cap allows: its last complete list stands
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,7 @@ class RemoteStatus:
     # How its Secret weakens TLS, as --insecure-remote-tls allows (insecure-skip-tls-verify,
     # http://, proxy-url), one phrase each; () when it does not.
     weakened: tuple[str, ...] = ()
+    cap: str = ""  # CAPPED: which cap (dnsside.sources.limits.CAPS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,9 +93,11 @@ class Explainer:
             return {"explanation": f"namespace {labels[0]}: global services {services}"}
         svc, ns = labels[-2], labels[-1]
         gs = self.index.global_services.get((ns, svc))
+        scope = self._flat_scope(ns)
         if gs is None:
             return {"explanation": f"no global service {ns}/{svc}: no mirror of it exists and "
-                                   "the local Service is not exported"}
+                                   "the local Service is not exported"
+                                   + (f"; {scope}" if scope else "")}
         shown = set(map(id, published(gs, self.index.options.zone)))
         cluster = labels[-3] if len(labels) >= 3 else None
         host = labels[-4] if len(labels) >= 4 else None
@@ -139,6 +141,8 @@ class Explainer:
                                "links": self.index.describe_links()}
         if self.index.remote_status:
             out["flat_network"] = {c: self._remote(c) for c in sorted(self.index.remote_status)}
+        if scope:
+            out["flat_network_namespaces"] = scope
         if self.index.warnings:
             out["warnings"] = list(self.index.warnings.values())
         if srv_filter:
@@ -147,12 +151,21 @@ class Explainer:
             out["naming"] = _mcs_naming(gs, len(labels))
         return out
 
+    def _flat_scope(self, namespace: str) -> str:
+        """Why linked clusters' own objects in ``namespace`` are not served, if they are not."""
+        allowed = self.index.options.flat_namespaces
+        if not allowed or namespace in allowed:
+            return ""
+        return (f"linked clusters' own objects in namespace {namespace} are ignored: it is not "
+                f"one of --flat-network-namespaces ({', '.join(allowed)})")
+
     def _remote(self, cluster: str) -> str:
         """How the direct watch of a linked cluster fares (--flat-network)."""
         status = self.index.remote_status.get(cluster)
         if status is None:
             return "not watched directly"
-        text = f"{status.state.value} (Secret {status.secret})"
+        cap = f"{status.cap} cap; " if status.cap else ""
+        text = f"{status.state.value} ({cap}Secret {status.secret})"
         text += f": {status.detail}" if status.detail else ""
         if status.weakened:  # --insecure-remote-tls let its Secret do it
             text += "; TLS weakened (--insecure-remote-tls): " + "; ".join(status.weakened)
@@ -223,6 +236,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"Links:           {report['links']}")
     for cluster, state in (report.get("flat_network") or {}).items():
         lines.append(f"Flat network:    cluster {cluster}: {state}")
+    if "flat_network_namespaces" in report:
+        lines.append(f"Flat network:    {report['flat_network_namespaces']}")
     members = report.get("members")
     if members is not None:
         lines.append(f"Members:         {len(members) or 'none'}")

@@ -118,6 +118,9 @@ class IndexOptions:
     include_local: bool = True
     include_federated: bool = True
     zone: ZoneOptions = field(default_factory=ZoneOptions)
+    # --flat-network-namespaces: where linked clusters' own objects count (empty: all); the
+    # source leaves the others out, this is for explain to say so.
+    flat_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -353,9 +356,11 @@ class Index:
         before = self.remote_status.get(event.cluster)
         self.remote_status[event.cluster] = event
         # Told once per state; a credentials problem again when it is another one (the
-        # fix differs), an API away not for every failing request while it is away.
+        # fix differs), a cap when another one is hit, an API away not for every failing
+        # request while it is away.
         if before is not None and before.state is event.state and (
-                event.state is not RemoteState.CREDENTIALS or before.detail == event.detail):
+                event.state is not RemoteState.CREDENTIALS or before.detail == event.detail
+                ) and before.cap == event.cap:
             return
         if before is None and event.state is RemoteState.CONNECTING:
             return
@@ -363,7 +368,7 @@ class Index:
         services = len(remote.services) if remote is not None else 0
         self._told.append(diagnosis.remote_state(event.cluster, event.state, event.detail,
                                                  event.secret, services,
-                                                 before.state if before else None))
+                                                 before.state if before else None, event.cap))
 
     def _forget_unlinked_remotes(self, dirty: set[Key]) -> None:
         """A deleted Link takes its cluster's directly watched members with it, at once."""

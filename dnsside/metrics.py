@@ -167,6 +167,28 @@ REMOTE_TLS_WEAKENED = Gauge(
     ["cluster"],
     registry=REGISTRY,
 )
+REMOTE_CAPPED = Gauge(
+    "dnsside_remote_capped",
+    "--flat-network: 1 while the linked cluster is past one of its caps (endpoints, objects, "
+    "bytes of one object or list page, seconds of one list or watch event): its last "
+    "complete list stands, and it is retried; 0 otherwise.",
+    ["cluster"],
+    registry=REGISTRY,
+)
+REMOTE_CAP_HITS = Counter(
+    "dnsside_remote_cap_hits_total",
+    "--flat-network: lists and watches of a linked cluster cut short by a cap, by cluster and "
+    "cap (endpoints, objects, bytes, time).",
+    ["cluster", "cap"],
+    registry=REGISTRY,
+)
+REMOTE_IGNORED = Counter(
+    "dnsside_remote_ignored_objects_total",
+    "--flat-network: objects a linked cluster sent that are not served, by cluster and reason "
+    "(namespace: not one of --flat-network-namespaces).",
+    ["cluster", "reason"],
+    registry=REGISTRY,
+)
 ORPHANED_MIRRORS = Gauge(
     "dnsside_orphaned_mirrors",
     "Mirrors of a cluster no Link targets (left behind by a deleted Link), by cluster.",

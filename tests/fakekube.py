@@ -41,10 +41,16 @@ kubeconfig for the remote one.
 Writes happen through Python methods, never HTTP (the fake answers 405 to
 anything but GET): :meth:`FakeKube.load`, :meth:`~FakeKube.apply`,
 :meth:`~FakeKube.delete`, and fault injection with :meth:`~FakeKube.drop_streams`,
+:meth:`~FakeKube.end_streams`,
 :meth:`~FakeKube.fail_next`, :meth:`~FakeKube.compact`,
 :meth:`~FakeKube.set_unreachable`, :attr:`FakeKube.latency` (seconds every request
 waits) and :attr:`FakeKube.failing_status` (every request fails with it). Every request
 is counted in :attr:`FakeKube.requests` by ``(method, path)``.
+
+A linked cluster's API server may be hostile: :attr:`FakeKube.hostile`, when set, sees
+every authenticated request first and may answer it any way it likes (malformed JSON, an
+endless line, a trickle: tests/test_hostile_api.py); returning None lets the fake answer
+as the API server does.
 
 Use :func:`running_fake_kube` (or the ``fake_kube`` fixture in conftest.py)::
 
@@ -69,7 +75,7 @@ import re
 import socket
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -372,6 +378,8 @@ class FakeKube:
     # until it is set back to 0.
     failing_status: int = 0
     failing_match: Callable[[web.Request], bool] | None = None
+    # A hostile API server: answers what it wants to (None: the fake answers as usual).
+    hostile: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None
     _key_indexes: dict[str, tuple[tuple[int, int], list[str], list[Key]]] = field(
         default_factory=dict)
     # The Link CRD's served versions; () = the CRD is not installed (404, not in discovery).
@@ -644,6 +652,14 @@ class FakeKube:
         self._watchers.clear()
         return len(watchers)
 
+    def end_streams(self) -> int:
+        """End every open watch cleanly, as the API server does at ``timeoutSeconds``;
+        returns how many."""
+        watchers = list(self._watchers)
+        for w in watchers:
+            w.end()
+        return len(watchers)
+
     @property
     def open_streams(self) -> int:
         return len(self._watchers)
@@ -755,6 +771,10 @@ class FakeKube:
             return _status_response(403, impersonation_message(user, target), "Forbidden")
         if request.method != "GET":
             return _status_response(405, f"the fake API server is read-only: {request.method}")
+        if self.hostile is not None:
+            answer = await self.hostile(request)
+            if answer is not None:
+                return answer
         result: web.StreamResponse = await handler(request)
         return result
 

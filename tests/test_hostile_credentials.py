@@ -433,8 +433,9 @@ def test_insecure_remote_tls_allows_the_three_tls_forms_and_never_exec_or_a_file
 def test_tls_is_verified_against_the_secrets_ca_and_name(
         tmp_path: Path, west: ThreadedKube, form: str) -> None:
     """The linked cluster's certificate is checked against the Secret's CA, and its name
-    against the server URL or tls-server-name; a failure is the API being away (not the
-    credentials), and nothing is sent."""
+    against the server URL or tls-server-name; a failure is the credentials' (the Secret
+    does not vouch for that server: told once, as a rejected token is), and nothing is
+    sent."""
     port = west.kube.tls_port
     cluster = {"other-ca": {"server": west.kube.tls_url,
                             "certificate-authority-data": b64(other_ca())},
@@ -454,14 +455,18 @@ def test_tls_is_verified_against_the_secrets_ca_and_name(
                          == {WEST_DB0}, 15, "tlswest synced")
                 assert west.call(lambda: west.kube.authorizations[f"Bearer {token}"]) > 0
                 return
-            # Before a first sync the list is retried in place (debug lines): the API is
-            # away, not the credentials wrong.
-            line = srv.wait_log("cluster tlswest: list services failed")
+            line = srv.wait_log("cluster tlswest: flat network: cannot use Secret")
+            assert "failed TLS verification against the Secret's" in line, line
             assert "certificate verify failed" in line, line
+            assert " WARNING " in line, line
+            wait_for(lambda: metric(srv, "dnsside_remote_credentials_valid", "tlswest") == 0,
+                     10, "credentials invalid")
             assert metric(srv, "dnsside_remote_synced", "tlswest") == 0
-            assert metric(srv, "dnsside_remote_credentials_valid", "tlswest") == 1
-            wait_for(lambda: sum("cluster tlswest: list services failed" in x
-                                 for x in list(srv.lines)) >= 3, 15, "three attempts")
+            status, body = srv.http("/debug/explain?name=db.data.svc-global&type=A")
+            assert status == 200 and "failed TLS verification" in body
+            # Retried with the Secret read again each time, and told once.
+            wait_for(lambda: secret_reads(east, "tlswest") >= 3, 15, "three attempts")
+            assert len(refusals(srv, "tlswest")) == 1
             # The handshake failed, so nothing of a request was sent.
             assert west.call(lambda: west.kube.authorizations[f"Bearer {token}"]) == 0
     finally:

@@ -30,6 +30,7 @@ from dnsside.sources import Source
 from dnsside.sources.reflector import Pacing
 
 if TYPE_CHECKING:
+    from dnsside.sources.limits import Limits
     from dnsside.sources.remote import FlatNetworkSource
 
 log = logging.getLogger("dnsside")
@@ -40,6 +41,7 @@ def index_options(config: Config) -> IndexOptions:
         cluster_name=config.cluster_name,
         include_local=not config.no_local,
         include_federated=not config.no_federated,
+        flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
         zone=ZoneOptions(
             ttl=config.ttl,
             publish_not_ready=config.publish_not_ready,
@@ -61,7 +63,19 @@ def flat_network_source(config: Config, index: Index) -> FlatNetworkSource:
 
     return FlatNetworkSource(lambda: index.links.values() if index.synced else (),
                              config.kubeconfig, config.namespaces, pacing(config),
-                             insecure_tls=config.insecure_remote_tls)
+                             insecure_tls=config.insecure_remote_tls,
+                             limits=flat_network_limits(config))
+
+
+def flat_network_limits(config: Config) -> Limits:
+    """What one linked cluster may cost and where it may publish (--flat-network-*)."""
+    from dnsside.sources.limits import Limits
+
+    return Limits(max_endpoints=config.flat_network_max_endpoints,
+                  max_objects=config.flat_network_max_objects,
+                  max_object_bytes=config.flat_network_max_object_bytes,
+                  timeout=config.flat_network_timeout,
+                  namespaces=frozenset(config.flat_network_namespaces))
 
 
 def make_source(config: Config) -> Source:

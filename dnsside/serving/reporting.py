@@ -35,8 +35,8 @@ class IndexReporter:
         # What the Link and warning gauges last showed: most batches change neither.
         self._links_shown: tuple[object, ...] | None = None
         self._warnings_shown: object = None
-        # cluster: (synced, credentials valid, TLS weakened)
-        self._remotes_shown: dict[str, tuple[int, int, int]] = {}
+        # cluster: (synced, credentials valid, TLS weakened, capped)
+        self._remotes_shown: dict[str, tuple[int, int, int, int]] = {}
 
     def __call__(self, index: Index, report: IndexReport) -> None:
         for told in report.told:
@@ -69,20 +69,22 @@ class IndexReporter:
             metrics.LINKS_LISTED.set(index.links_complete_at)
 
     def _remotes(self, index: Index) -> None:
-        """--flat-network: one synced and one credentials gauge per linked cluster watched
-        directly; a deleted Link takes its series with it."""
-        shown: dict[str, tuple[int, int, int]] = {}
+        """--flat-network: a synced, a credentials, a TLS-weakened and a capped gauge per
+        linked cluster watched directly; a deleted Link takes its series with it."""
+        shown: dict[str, tuple[int, int, int, int]] = {}
         for cluster, status in index.remote_status.items():
             shown[cluster] = (1 if status.state is RemoteState.SYNCED else 0,
                               0 if status.state is RemoteState.CREDENTIALS else 1,
-                              1 if status.weakened else 0)
+                              1 if status.weakened else 0,
+                              1 if status.state is RemoteState.CAPPED else 0)
             if self._remotes_shown.get(cluster) != shown[cluster]:
                 metrics.REMOTE_SYNCED.labels(cluster=cluster).set(shown[cluster][0])
                 metrics.REMOTE_CREDENTIALS_VALID.labels(cluster=cluster).set(shown[cluster][1])
                 metrics.REMOTE_TLS_WEAKENED.labels(cluster=cluster).set(shown[cluster][2])
+                metrics.REMOTE_CAPPED.labels(cluster=cluster).set(shown[cluster][3])
         for cluster in self._remotes_shown.keys() - shown.keys():
             for gauge in (metrics.REMOTE_SYNCED, metrics.REMOTE_CREDENTIALS_VALID,
-                          metrics.REMOTE_TLS_WEAKENED):
+                          metrics.REMOTE_TLS_WEAKENED, metrics.REMOTE_CAPPED):
                 with contextlib.suppress(KeyError):
                     gauge.remove(cluster)
         self._remotes_shown = shown

@@ -35,6 +35,7 @@ import aiohttp
 from dnsside import __version__
 from dnsside.sources.dataclient import DataClient
 from dnsside.sources.kubeclient import load as load_client
+from dnsside.sources.limits import BYTES, ERROR_BODY_BYTES, CapExceeded
 from dnsside.sources.linkcreds import Refused, Unusable
 from dnsside.sources.linkcreds import parse as parse_credentials
 
@@ -149,7 +150,10 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 
 def decode(data: bytes, path: str) -> dict[str, Any]:
     """A response body that must be a JSON object; ValueError otherwise."""
-    body = json.loads(data)
+    try:
+        body = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"GET {path}: not JSON ({exc})") from None
     if not isinstance(body, dict):
         raise ValueError(f"GET {path}: expected a JSON object")
     return body
@@ -161,7 +165,8 @@ async def read_error(resp: aiohttp.ClientResponse) -> ApiError:
     with contextlib.suppress(ValueError, TypeError):
         retry_after = float(resp.headers.get("Retry-After", ""))
     try:
-        body = await resp.read()
+        # Bounded: a Status is a few hundred bytes, and a linked cluster's API is not trusted.
+        body = await read_body(resp, ERROR_BODY_BYTES, "an error body")
         status = json.loads(body)
     except (ValueError, aiohttp.ClientError, TimeoutError):
         status = None
@@ -173,6 +178,35 @@ async def read_error(resp: aiohttp.ClientResponse) -> ApiError:
     if error.retry_after is None:
         error.retry_after = retry_after
     return error
+
+
+async def read_body(resp: aiohttp.ClientResponse, limit: int | None, what: str) -> bytes:
+    """A response's body, read while counting: CapExceeded (``BYTES``) once it holds more
+    than ``limit`` bytes (None: no limit), before any more of it is read."""
+    if limit is None:
+        return await resp.read()
+    if resp.content_length is not None and resp.content_length > limit:
+        raise CapExceeded(BYTES, f"{what} of {resp.content_length} bytes, more than {limit}")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise CapExceeded(BYTES, f"{what} of more than {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def drop(resp: aiohttp.ClientResponse) -> None:
+    """Drop a response's connection at once, unread. A TLS connection closed politely
+    first waits for the server's close_notify, reading (and discarding) whatever the
+    server still sends meanwhile: a hostile server would go on streaming for as long as
+    the SSL shutdown timeout."""
+    connection = resp.connection
+    transport = connection.transport if connection is not None else None
+    if transport is not None:
+        transport.abort()
+    resp.close()
 
 
 class KubeApi:
@@ -277,16 +311,24 @@ class KubeApi:
         return resp
 
     async def get_raw(self, path: str, params: Mapping[str, str] | None = None,
-                      user: str | None = None, timeout: float | None = None) -> bytes:
-        """The body of a 200 answer; ApiError for any other status."""
+                      user: str | None = None, timeout: float | None = None,
+                      max_bytes: int | None = None) -> bytes:
+        """The body of a 200 answer; ApiError for any other status. With ``max_bytes``,
+        a longer body is not read on: CapExceeded."""
         limit = aiohttp.ClientTimeout(total=timeout or self.request_timeout)
         resp = await self.request(path, params or {}, limit, user)
+        complete = False
         try:
             if resp.status != 200:
                 raise await read_error(resp)
-            return await resp.read()
+            body = await read_body(resp, max_bytes, f"GET {path}: a body")
+            complete = True
+            return body
         finally:
-            resp.release()
+            if complete or max_bytes is None:
+                resp.release()
+            else:
+                drop(resp)  # the rest of the body is not wanted: drop the connection
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None,
                        user: str | None = None, timeout: float | None = None) -> dict[str, Any]:
@@ -335,6 +377,8 @@ def error_reason(exc: BaseException) -> str:
     """A short, low-cardinality reason for logs and the restarts metric."""
     if isinstance(exc, ApiError):
         return f"http-{exc.status}"
+    if isinstance(exc, CapExceeded):
+        return "capped"
     if isinstance(exc, TimeoutError):
         return "timeout"
     if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
@@ -360,31 +404,59 @@ class WatchLines:
     is kept, as its pieces, joined once when its end arrives. (A growing bytearray with
     two copies of every chunk was transient garbage in odd sizes at every event: heap
     fragmentation under churn, issue 17.)
+
+    With ``limit`` (a linked cluster's stream), a line longer than ``limit`` bytes is
+    refused (CapExceeded) as soon as that many of it have arrived: the pieces of a line
+    without its end are all that is ever held.
     """
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_parts", "_size", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._parts: list[bytes] = []
+        self._size = 0  # bytes in _parts (counted only with a limit)
+        self.limit = limit
+
+    @property
+    def pending(self) -> bool:
+        """A line has begun and not ended."""
+        return bool(self._parts)
 
     def feed(self, chunk: bytes) -> list[bytes]:
         end = chunk.rfind(b"\n")
         if end < 0:
             if chunk:
                 self._parts.append(chunk)
+                if self.limit is not None:
+                    self._size += len(chunk)
+                    self._refuse(self._size)
             return []
         if self._parts:
             self._parts.append(chunk)
             chunk = b"".join(self._parts)
             self._parts.clear()
+            self._size = 0
             end = chunk.rfind(b"\n")
         if end == len(chunk) - 1 and chunk.find(b"\n") == end:
+            if self.limit is not None:
+                self._refuse(len(chunk) - 1)
             return [chunk]
         lines = chunk.split(b"\n")
         rest = lines.pop()
+        if self.limit is not None:
+            self._refuse(max(len(line) for line in lines))
+            self._size = len(rest)
+            self._refuse(self._size)
         if rest:
             self._parts.append(rest)
         return lines
+
+    def _refuse(self, size: int) -> None:
+        assert self.limit is not None
+        if size > self.limit:
+            self._parts.clear()
+            self._size = 0
+            raise CapExceeded(BYTES, f"a watch event of more than {self.limit} bytes")
 
     def rest(self) -> bytes:
         """What is left without a newline (a stream that ended mid-line)."""
@@ -433,7 +505,9 @@ __all__ = [
     "continue_token",
     "decode",
     "describe_error",
+    "drop",
     "error_reason",
     "kubeconfig_in_secret",
+    "read_body",
     "read_error",
 ]

@@ -9,6 +9,11 @@ resource. The local kube source runs one for its own API server; under
 wrapped as that cluster's (``wrap``) and whose log lines and metric labels
 carry its name (``label``).
 
+A linked cluster's reflector has a :class:`~dnsside.sources.limits.Gate`: its
+pages and watch lines are read with a size cap, a list and a watch event with a
+time cap, and what it keeps with caps on objects and endpoints, all enforced
+while reading (``CapExceeded`` ends the request). The local one has none.
+
 The one tricky thing: no fault may make the answers wider or emptier than what
 was learnt. A relist reaches the index as one ``Replace`` that is diffed and
 swapped in at once, and errors are only ever reported (``SourceError``, and what
@@ -42,9 +47,11 @@ from dnsside.sources.kubeapi import (
     continue_token,
     decode,
     describe_error,
+    drop,
     error_reason,
     read_error,
 )
+from dnsside.sources.limits import TIME, CapExceeded, Gate, Tally
 
 log = logging.getLogger("dnsside.kube")
 
@@ -127,6 +134,7 @@ class Reflector:
         label: str = "",
         fatal: Callable[[Exception], bool] = _never,
         retry_level: int = logging.WARNING,
+        gate: Gate | None = None,
     ) -> None:
         self.queue = queue
         self.namespaces = tuple(namespaces)
@@ -138,6 +146,7 @@ class Reflector:
         # How a failed request that is retried is logged: a linked cluster's health has a
         # notice of its own (told once), so its retries are debug lines.
         self.retry_level = retry_level
+        self.gate = gate  # a linked cluster's caps and namespaces (None: trusted, the local API)
 
     def _restarted(self, res: Resource, reason: str) -> None:
         metrics.WATCH_RESTARTS.labels(resource=self.label + res.plural, reason=reason).inc()
@@ -184,17 +193,30 @@ class Reflector:
         """List ``res`` in every namespace, retrying until it works."""
         backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
         scopes: Sequence[str | None] = self.namespaces or (None,)
+        gate = self.gate
         while True:
+            # A linked cluster's list as a whole has a deadline: one that never ends (a
+            # continue token after another) or trickles in is given up, not waited for.
+            deadline = asyncio.timeout(gate.limits.timeout if gate is not None else None)
+            tally = gate.listing() if gate is not None else None
             try:
                 records: list[Record] = []
                 versions: dict[str | None, str] = {}
-                for namespace in scopes:
-                    versions[namespace] = await self.list_into(api, res, namespace, records)
+                async with deadline:
+                    for namespace in scopes:
+                        versions[namespace] = await self.list_into(api, res, namespace,
+                                                                   records, tally)
+                if gate is not None and tally is not None:
+                    gate.listed(res.kind, tally)
                 return records, versions
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self.fatal(exc):
+                if gate is not None and isinstance(exc, TimeoutError) and deadline.expired():
+                    raise CapExceeded(TIME, (
+                        f"{self.where(res, 'list', None)}: not complete after "
+                        f"{gate.limits.timeout:g} s (--flat-network-timeout)")) from None
+                if self.fatal(exc) or isinstance(exc, CapExceeded):
                     raise
                 delay = self.retry_delay(backoff, exc)
                 message = (f"{self.label}list {res.plural} failed: {describe_error(exc)}; "
@@ -202,7 +224,8 @@ class Reflector:
                 await self.report_and_wait(exc, message, delay)
 
     async def list_into(
-        self, api: KubeApi, res: Resource, namespace: str | None, out: list[Record]
+        self, api: KubeApi, res: Resource, namespace: str | None, out: list[Record],
+        tally: Tally | None = None,
     ) -> str:
         """One paged list into ``out``; returns the list's resourceVersion.
 
@@ -216,17 +239,18 @@ class Reflector:
         where = self.where(res, "list", namespace)
         path = res.path(namespace)
         start = len(out)
+        gate = self.gate
+        size = [self.pacing.page_size]  # items per page, for every page of this list
         while True:  # restarted when a continue token expires mid-list
-            params = {"limit": str(self.pacing.page_size)}
+            token = ""
             version = ""
             ahead: tuple[str, asyncio.Task[bytes]] | None = None  # (its token, the request)
             try:
-                data = await self.get_raw(api, path, params)
+                data = await self.page(api, path, token, size)
                 while True:
                     guess = continue_token(data)
                     if guess:
-                        ahead = (guess, asyncio.create_task(
-                            self.get_raw(api, path, {**params, "continue": guess})))
+                        ahead = (guess, asyncio.create_task(self.page(api, path, guess, size)))
                     body = decode(data, path)
                     meta = body.get("metadata") or {}
                     version = version or str(meta.get("resourceVersion") or "")
@@ -237,24 +261,27 @@ class Reflector:
                         if i % _PARSE_BATCH == _PARSE_BATCH - 1:
                             await asyncio.sleep(0)
                         record = self.parse_item(res, item, where)
-                        if record is not None:
+                        if record is not None and (gate is None or tally is None or gate.keep(
+                                res.kind, tally, record, where)):
                             out.append(record)
                     del body, items
-                    token = meta.get("continue")
-                    if not token:
+                    if not meta.get("continue"):
                         break
-                    params["continue"] = str(token)
-                    if ahead is not None and ahead[0] == params["continue"]:
+                    token = str(meta["continue"])
+                    if ahead is not None and ahead[0] == token:
                         data = await ahead[1]
                     else:
                         if ahead is not None:
                             ahead[1].cancel()
-                        data = await self.get_raw(api, path, params)
+                        data = await self.page(api, path, token, size)
                     ahead = None
             except ApiError as exc:
-                if not (exc.expired and "continue" in params):
+                if not (exc.expired and token):
                     raise
                 log.warning("%s: continue token expired (%s); listing again", where, exc.message)
+                if tally is not None:
+                    for record in out[start:]:
+                        tally.pop((record.namespace, record.name))
                 del out[start:]
                 continue
             finally:
@@ -266,8 +293,27 @@ class Reflector:
                 raise ValueError(f"{where}: the list has no metadata.resourceVersion")
             return version
 
+    async def page(self, api: KubeApi, path: str, token: str, size: list[int]) -> bytes:
+        """One list page: ``size[0]`` items from ``token`` on. A linked cluster's page over
+        the byte cap is asked again with half as many items (the continue token does not
+        depend on the limit), down to one, and the pages after it too: a cluster of big
+        objects is listed in smaller pages, and only an object over the cap is refused."""
+        while True:
+            limit = size[0]
+            params = {"limit": str(limit), **({"continue": token} if token else {})}
+            try:
+                return await self.get_raw(api, path, params)
+            except CapExceeded as exc:
+                if limit <= 1:
+                    raise CapExceeded(exc.cap, f"{exc}, with one object in it") from None
+                if size[0] == limit:  # (a page asked for meanwhile may have halved it)
+                    size[0] = limit // 2
+                    log.debug("%s: a page of %d items over the byte cap: asking for %d",
+                              path, limit, size[0])
+
     async def get_raw(self, api: KubeApi, path: str, params: Mapping[str, str]) -> bytes:
-        return await api.get_raw(path, params, timeout=self.pacing.request_timeout)
+        return await api.get_raw(path, params, timeout=self.pacing.request_timeout,
+                                 max_bytes=self.gate.limits.page_bytes if self.gate else None)
 
     async def get_json(self, api: KubeApi, path: str, params: Mapping[str, str]
                         ) -> dict[str, Any]:
@@ -400,16 +446,37 @@ class Reflector:
         timeout = aiohttp.ClientTimeout(
             total=seconds + self.pacing.request_timeout, sock_connect=self.pacing.request_timeout
         )
-        resp = await api.request(res.path(namespace), params, timeout)
+        gate = self.gate
+        # A linked cluster's: the answer's head, and then each event from its first byte to
+        # its last, within the time cap (a trickle ends there); each line within the size cap.
+        event_time = gate.limits.timeout if gate is not None else None
+        async with asyncio.timeout(event_time):
+            resp = await api.request(res.path(namespace), params, timeout)
         complete = False
         try:
             if resp.status != 200:
-                raise await read_error(resp)
+                async with asyncio.timeout(event_time):
+                    raise await read_error(resp)
             if opened is not None:
                 await opened()
-            lines = WatchLines()
-            async for chunk in resp.content.iter_any():
-                found = lines.feed(chunk)
+            lines = WatchLines(gate.limits.max_object_bytes if gate is not None else None)
+            content = resp.content
+            loop = asyncio.get_running_loop()
+            began = 0.0  # when the pending line's first byte came
+            while True:
+                if event_time is not None and lines.pending:
+                    chunk = await self._within(content, began + event_time, where, event_time)
+                else:
+                    chunk = await content.readany()
+                if not chunk:
+                    break
+                was = lines.pending
+                try:
+                    found = lines.feed(chunk)
+                except CapExceeded as exc:
+                    raise CapExceeded(exc.cap, f"{where}: {exc}") from None
+                if event_time is not None and lines.pending and (found or not was):
+                    began = loop.time()
                 if found:
                     await self._deliver(self._decode(res, namespace, found, cursor, where))
             tail = lines.rest()
@@ -420,7 +487,18 @@ class Reflector:
             if complete:
                 resp.release()
             else:
-                resp.close()
+                drop(resp)  # at once, even over TLS: nothing more of it is read
+
+    @staticmethod
+    async def _within(content: aiohttp.StreamReader, deadline: float, where: str,
+                      seconds: float) -> bytes:
+        """The next chunk of a watch stream whose event must end by ``deadline``."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await content.readany()
+        except TimeoutError:
+            raise CapExceeded(TIME, f"{where}: a watch event still incomplete after "
+                              f"{seconds:g} s (--flat-network-timeout)") from None
 
     async def _deliver(self, decoded: tuple[list[Event], Exception | None]) -> None:
         batch, error = decoded
@@ -447,7 +525,11 @@ class Reflector:
             if not line.strip():
                 continue
             try:
-                self._event(res, namespace, json.loads(line), cursor, where, batch)
+                event = json.loads(line)
+            except ValueError as exc:
+                return batch, ValueError(f"{where}: an event that is not JSON ({exc})")
+            try:
+                self._event(res, namespace, event, cursor, where, batch, self.gate)
             except (RelistNeeded, ApiError, ValueError) as exc:
                 return batch, exc
         return batch, None
@@ -460,6 +542,7 @@ class Reflector:
         cursor: _Cursor,
         where: str,
         batch: list[Event],
+        gate: Gate | None = None,
     ) -> None:
         if not isinstance(event, Mapping) or not isinstance(event.get("object"), Mapping):
             raise ValueError(f"{where}: a watch event without an object")
@@ -480,13 +563,18 @@ class Reflector:
             except ObjectError as exc:
                 log.warning("skipping %s event, keeping the previous state: %s", kind, exc)
             else:
+                change: Upsert | Delete | None = None
                 if record is not None:
-                    batch.append(Upsert(record))
+                    change = Upsert(record)
                 elif isinstance(ns, str) and isinstance(name, str):  # no longer one to keep
-                    batch.append(Delete(res.kind, ns, name))
+                    change = Delete(res.kind, ns, name)
+                if change is not None and (gate is None or gate.event(res.kind, change, where)):
+                    batch.append(change)
         elif kind == "DELETED":
             if isinstance(ns, str) and isinstance(name, str) and ns and name:
-                batch.append(Delete(res.kind, ns, name))
+                gone = Delete(res.kind, ns, name)
+                if gate is None or gate.event(res.kind, gone, where):
+                    batch.append(gone)
             else:
                 log.warning("%s: skipping a DELETED event without namespace/name", where)
         elif kind != "BOOKMARK":

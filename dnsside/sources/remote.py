@@ -9,8 +9,9 @@ EndpointSlices, or its v1 Endpoints where the credentials may not read slices
 as that cluster's (``Remote``), and how the watch fares as ``RemoteStatus``.
 
 The one tricky thing is telling a fault of the credentials from a fault of the
-network. A missing or unreadable Secret, a kubeconfig that does not load, and a
-401 or 403 from the linked cluster are the operator's to fix: the state is
+network. A missing or unreadable Secret, a kubeconfig that does not load or is
+refused, a server whose certificate the Secret's CA does not vouch for, and a 401
+or 403 from the linked cluster are the operator's to fix: the state is
 ``CREDENTIALS``, the Secret is read again before every retry (and every
 minute while synced: a rotated one is picked up), and nothing learnt is
 dropped. The kubeconfig is read as data only (:mod:`dnsside.sources.linkcreds`): one
@@ -29,12 +30,14 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from urllib.parse import quote
 
+from dnsside import metrics
 from dnsside.bulk import paused
 from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace, SourceError
 from dnsside.flat import parse_remote_service
@@ -52,6 +55,7 @@ from dnsside.sources.kubeapi import (
     describe_error,
     kubeconfig_in_secret,
 )
+from dnsside.sources.limits import CapExceeded, Gate, Limits
 from dnsside.sources.reflector import DEFAULT_PACING, Pacing, Reflector, Resource
 
 log = logging.getLogger("dnsside.remote")
@@ -101,6 +105,32 @@ class SecretChanged(Exception):
 
 def _rejected(exc: Exception) -> bool:
     return isinstance(exc, Unauthorized | Forbidden)
+
+
+def _untrusted(cluster: str, exc: Exception) -> str | None:
+    """What a linked cluster's TLS certificate failing verification means (None for any
+    other error): the Secret's CA (or server name) does not vouch for that server. The
+    operator's to fix, like a rejected token, and never worth a request: nothing is sent
+    over a connection whose server is not the one the Secret names."""
+    if not isinstance(exc, ssl.SSLCertVerificationError):  # aiohttp's wraps it as one
+        return None
+    return (f"the API server of cluster {cluster} failed TLS verification against the "
+            f"Secret's certificate-authority-data and server name: {exc}")
+
+
+def _gives_up(exc: Exception) -> bool:
+    """What a linked cluster's list is not retried on, but reported as that cluster's state
+    (its credentials rejected, a cap, a body that is not what the API sends)."""
+    return _rejected(exc) or isinstance(exc, ValueError)
+
+
+def _leaf(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The first exception of a (nested: a TaskGroup's tasks run TaskGroups) group."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    assert isinstance(first, Exception)
+    return first
 
 
 class _Health:
@@ -190,10 +220,17 @@ class FlatNetworkSource:
         secret_recheck: float = 60.0,
         first_lists_wait: float = 5.0,
         insecure_tls: bool = False,
+        limits: Limits | None = None,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
-        self.namespaces = tuple(dict.fromkeys(namespaces))
+        self.limits = limits or Limits()
+        # --flat-network-namespaces narrows what is asked of every linked cluster too (one
+        # list and watch per namespace); with --namespace, the namespaces both name.
+        served = self.limits.namespaces
+        wanted = [n for n in namespaces if not served or n in served] if namespaces else sorted(
+            served)
+        self.namespaces = tuple(dict.fromkeys(wanted))
         self.pacing = pacing
         self.queue_size = queue_size
         self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
@@ -286,10 +323,14 @@ class _LinkedCluster:
         self.backoff = Backoff(source.pacing.backoff_base, source.pacing.backoff_cap,
                                source.rng)
         self.synced = False
+        # It sent what dnsside refuses (past a cap, not JSON): a list that works again is
+        # not "synced" until its watches have followed it for a while without that (or
+        # every retry would say synced, then capped), and the retries keep backing off.
+        self.refused = False
 
-    def status(self, state: RemoteState, detail: str = "") -> RemoteStatus:
+    def status(self, state: RemoteState, detail: str = "", cap: str = "") -> RemoteStatus:
         return RemoteStatus(self.cluster, state, detail, self.target.secret_ref,
-                            self.source.weakened.get(self.cluster, ()))
+                            self.source.weakened.get(self.cluster, ()), cap)
 
     def tls_weakened(self, weakened: tuple[str, ...]) -> None:
         """Warn once per cluster (and change) that its Secret weakens TLS, as the operator
@@ -311,6 +352,7 @@ class _LinkedCluster:
             log.warning("cluster %s: %s: it selects nothing, so no Service of %s is served "
                         "directly", self.cluster, self.target.selector_error, self.cluster)
         while True:
+            capped = False
             try:
                 api, kubeconfig = await self.connect()
                 try:
@@ -325,14 +367,25 @@ class _LinkedCluster:
                 continue  # at once: nothing failed
             except CredentialsError as exc:
                 await self.queue.put([self.status(RemoteState.CREDENTIALS, str(exc))])
+            except CapExceeded as exc:
+                # Told once (RemoteState.CAPPED); every cut request counted.
+                metrics.REMOTE_CAP_HITS.labels(cluster=self.cluster, cap=exc.cap).inc()
+                detail = str(exc).replace(f"cluster {self.cluster}: ", "")
+                log.debug("cluster %s: capped: %s", self.cluster, detail)
+                self.refused = capped = True
+                await self.queue.put([self.status(RemoteState.CAPPED, detail, exc.cap)])
             except Exception as exc:
-                detail = describe_error(exc)
+                detail = describe_error(exc).replace(f"cluster {self.cluster}: ", "")
+                self.refused = self.refused or isinstance(exc, ValueError)
                 if not isinstance(exc, TRANSIENT):
                     log.error("cluster %s: %s", self.cluster, detail, exc_info=exc)
                 state = RemoteState.LOST if self.synced else RemoteState.CONNECTING
                 await self.queue.put([SourceError(f"cluster {self.cluster}: {detail}"),
                                       self.status(state, detail)])
-            await asyncio.sleep(self.backoff.next())
+            # A cap does not go away in seconds: each retry may read up to the caps again,
+            # so a capped cluster is listed once per --flat-network-timeout at most.
+            delay = self.backoff.next()
+            await asyncio.sleep(max(delay, self.source.limits.timeout) if capped else delay)
 
     @property
     def secret_path(self) -> str:
@@ -385,14 +438,23 @@ class _LinkedCluster:
             if now != kubeconfig:
                 raise SecretChanged()
 
+    async def settle(self, health: _Health) -> None:
+        """After a refusal, synced once the watches have followed for twice as long as one
+        event may take (``--flat-network-timeout``) without another. The backoff is not
+        reset: a cluster that misbehaves again is retried as slowly as before."""
+        await asyncio.sleep(2 * self.source.limits.timeout)
+        self.refused = False
+        if not health.down_watches:
+            await self.queue.put([self.status(RemoteState.SYNCED)])
+
     async def follow(self, api: KubeApi, kubeconfig: str) -> None:
         """List the linked cluster's Services and slices as one Replace, then follow both;
         returns never. A 401/403 ends it as a CredentialsError."""
         cluster, source = self.cluster, self.source
         reflector = Reflector(
             self.queue, source.namespaces, source.pacing, rng=source.rng,
-            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_rejected,
-            retry_level=logging.DEBUG)
+            wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_gives_up,
+            retry_level=logging.DEBUG, gate=Gate(cluster, source.limits))
         services = Resource(Kind.SERVICE, "services", "/api/v1",
                             partial(_remote_service, cluster, self.target.selector))
         slices = ENDPOINTSLICES
@@ -410,20 +472,29 @@ class _LinkedCluster:
                     slice_records, slice_versions = await reflector.list_resource(api, slices)
         except (Unauthorized, Forbidden) as exc:
             raise CredentialsError(_rejection(cluster, exc)) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise CredentialsError(_untrusted(cluster, exc) or str(exc)) from None
         records: tuple[Record, ...] = (*service_records, *slice_records)
         del service_records, slice_records
-        await self.queue.put([Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
-                                                      records)),
-                              self.status(RemoteState.SYNCED)])
-        del records
+        replace = Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}), records))
+        await self.queue.put([replace] if self.refused else [replace,
+                                                             self.status(RemoteState.SYNCED)])
+        del records, replace
         self.synced = True
-        self.backoff.reset()
+        if not self.refused:
+            self.backoff.reset()
         log.info("cluster %s: synced (%s)", cluster, slices.plural)
         health = _Health(self.status, reflector.label)
 
         def gone(exc: Exception) -> Exception | None:
             if isinstance(exc, ApiError) and _rejected(exc):
                 return CredentialsError(_rejection(cluster, exc))
+            if (untrusted := _untrusted(cluster, exc)) is not None:
+                return CredentialsError(untrusted)
+            if isinstance(exc, CapExceeded):  # relisted afresh, within the caps or not
+                return CapExceeded(exc.cap, str(exc))
+            if isinstance(exc, ValueError):  # not what an API server sends: as a cap
+                return ValueError(str(exc))
             return None
 
         try:
@@ -431,14 +502,18 @@ class _LinkedCluster:
                 tg.create_task(reflector.follow(api, services, service_versions, health, gone))
                 tg.create_task(reflector.follow(api, slices, slice_versions, health, gone))
                 tg.create_task(self.secret_unchanged(kubeconfig))
+                if self.refused:
+                    tg.create_task(self.settle(health))
         except* SecretChanged:
             raise SecretChanged() from None
         except* CredentialsError as group:
-            raise group.exceptions[0] from None
+            raise _leaf(group) from None
         except* (Unauthorized, Forbidden) as group:  # a relist's
-            first = group.exceptions[0]
+            first = _leaf(group)
             assert isinstance(first, ApiError)
             raise CredentialsError(_rejection(cluster, first)) from None
+        except* Exception as group:  # a cap, a malformed relist: the cluster's state says it
+            raise _leaf(group) from None
 
 
 def _remote_service(cluster: str, selector: LabelSelector, obj: Mapping[str, Any],

@@ -1,0 +1,156 @@
+"""What one linked cluster's API server may cost dnsside (``--flat-network``): the caps.
+
+A linked cluster's API server is someone else's, and dnsside reads it the way it
+reads its own: pages of lists, lines of watches. Whatever it sends is read with
+a bound, so a hostile or broken one costs its own cluster and nothing more:
+:class:`Limits` holds the caps the flags set (bytes of one object or watch
+line, bytes of one list page, seconds of one list or of one watch event,
+endpoints and objects kept, and which namespaces count), and a :class:`Gate`
+applies them to one cluster's objects as they are read, before any is kept.
+A cap that is hit ends the request with :class:`CapExceeded`: the cluster's
+last complete state stands, and it is said once (``RemoteState.CAPPED``).
+
+The one subtle point: a gate counts what the cluster *would* hold, by object,
+so a MODIFIED event of an object already counted replaces its count instead
+of adding to it, and a list is counted afresh (a relist replaces what the
+previous one held) against what the other resource holds (Services and
+slices share the caps). The local cluster's API has no gate: it is trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from dnsside import metrics
+from dnsside.events import Delete, Kind, Upsert
+from dnsside.linkerd import Record, SliceRecord
+
+log = logging.getLogger("dnsside.remote")
+
+# The caps, as dnsside_remote_cap_hits_total{cap} and RemoteStatus.cap name them.
+ENDPOINTS, OBJECTS, BYTES, TIME = "endpoints", "objects", "bytes", "time"
+CAPS = (ENDPOINTS, OBJECTS, BYTES, TIME)
+# A list page may be this many times one object's cap: a page of Pacing.page_size (500)
+# objects that is larger is asked again with half as many (Reflector.page), so this only
+# bounds what one page costs to read and decode (JSON decodes to up to ~20 times its size
+# in Python objects, for a hostile page of empty objects; about 5 for real ones).
+PAGE_FACTOR = 2
+ERROR_BODY_BYTES = 64 * 1024  # a Status body is a few hundred bytes
+
+
+class CapExceeded(ValueError):
+    """A linked cluster's API sent more than a cap allows (``cap`` says which)."""
+
+    def __init__(self, cap: str, message: str) -> None:
+        super().__init__(message)
+        self.cap = cap
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The caps of one linked cluster (the flags' values)."""
+
+    max_endpoints: int = 100_000  # endpoints kept, in every slice of the cluster
+    max_objects: int = 50_000  # Services and EndpointSlices (or Endpoints) kept
+    max_object_bytes: int = 2 * 1024 * 1024  # one watch line (one object and its envelope)
+    timeout: float = 120.0  # one list (all its pages), one watch event (first byte to last)
+    namespaces: frozenset[str] = frozenset()  # the namespaces served; empty: all
+
+    @property
+    def page_bytes(self) -> int:
+        """The most one list page's body may hold."""
+        return PAGE_FACTOR * self.max_object_bytes
+
+
+@dataclass(slots=True)
+class Tally:
+    """Objects of one kind, by (namespace, name), with their endpoints, and the sum."""
+
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    endpoints: int = 0
+
+    def put(self, key: tuple[str, str], endpoints: int) -> None:
+        self.endpoints += endpoints - self.counts.get(key, 0)
+        self.counts[key] = endpoints
+
+    def pop(self, key: tuple[str, str]) -> None:
+        self.endpoints -= self.counts.pop(key, 0)
+
+
+def _endpoints(record: Record) -> int:
+    return len(record.endpoints) if isinstance(record, SliceRecord) else 0
+
+
+class Gate:
+    """What one linked cluster brings in: its objects in the namespaces served, within its
+    caps. One per connection to the cluster: its lists count afresh."""
+
+    def __init__(self, cluster: str, limits: Limits) -> None:
+        self.cluster = cluster
+        self.limits = limits
+        self.held: dict[Kind, Tally] = {}
+        self._ignored: set[str] = set()  # namespaces told about once
+
+    def listing(self) -> Tally:
+        """A fresh count for a list of one resource (it replaces what that one held)."""
+        return Tally()
+
+    def listed(self, kind: Kind, tally: Tally) -> None:
+        """The list is complete: it is what the cluster holds of ``kind`` now."""
+        self.held[kind] = tally
+
+    def keep(self, kind: Kind, tally: Tally, record: Record, where: str) -> bool:
+        """Whether a listed object counts (False: not in a namespace served); raises
+        CapExceeded when it would take the cluster past a cap."""
+        if not self.served(record.namespace, where):
+            return False
+        tally.put((record.namespace, record.name), _endpoints(record))
+        self.check(kind, tally, where)
+        return True
+
+    def event(self, kind: Kind, event: Upsert | Delete, where: str) -> bool:
+        """Whether a watch event counts, as :meth:`keep` for a list."""
+        if not self.served(event.namespace if isinstance(event, Delete)
+                           else event.record.namespace, where):
+            return False
+        tally = self.held.setdefault(kind, Tally())
+        if isinstance(event, Delete):
+            tally.pop((event.namespace, event.name))
+            return True
+        record = event.record
+        tally.put((record.namespace, record.name), _endpoints(record))
+        self.check(kind, tally, where)
+        return True
+
+    def check(self, kind: Kind, tally: Tally, where: str) -> None:
+        others = [t for k, t in self.held.items() if k is not kind]
+        objects = len(tally.counts) + sum(len(t.counts) for t in others)
+        endpoints = tally.endpoints + sum(t.endpoints for t in others)
+        limits = self.limits
+        if objects > limits.max_objects:
+            raise CapExceeded(OBJECTS, (
+                f"{where}: more than {limits.max_objects} objects (Services and "
+                "EndpointSlices) in the cluster (--flat-network-max-objects)"))
+        if endpoints > limits.max_endpoints:
+            raise CapExceeded(ENDPOINTS, (
+                f"{where}: more than {limits.max_endpoints} endpoints in the cluster "
+                "(--flat-network-max-endpoints)"))
+
+    def served(self, namespace: str, where: str) -> bool:
+        """Whether objects of ``namespace`` are served from this cluster; the first one
+        of a namespace that is not is logged once and each one counted."""
+        allowed = self.limits.namespaces
+        if not allowed or namespace in allowed:
+            return True
+        metrics.REMOTE_IGNORED.labels(cluster=self.cluster, reason="namespace").inc()
+        if namespace not in self._ignored and len(self._ignored) < 100:
+            self._ignored.add(namespace)
+            log.warning("%s: ignoring its objects in namespace %r: not one of "
+                        "--flat-network-namespaces (%s)", where, namespace[:63],
+                        ", ".join(sorted(allowed)))
+        return False
+
+
+__all__ = ["BYTES", "CAPS", "ENDPOINTS", "ERROR_BODY_BYTES", "OBJECTS", "TIME", "CapExceeded",
+           "Gate", "Limits", "Tally"]
