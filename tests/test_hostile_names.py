@@ -175,3 +175,17 @@ def test_bad_remote_names_are_left_out_and_neighbours_served(
         wait_for(lambda: "10.244.1.12" in addresses(srv, DB), 10, "db-2")
         assert len(lines(srv, "EndpointSlice data/db-x1y2z (its own API, --flat-network): ",
                          "left out")) == 1
+
+        # A refused Service sent again (a watch event) is counted, and not told again.
+        def ignored() -> float:
+            _, text = srv.http("/metrics")
+            m = re.search(r'^dnsside_remote_ignored_objects_total\{cluster="west",'
+                          r'reason="invalid"\} (\S+)$', text, re.M)
+            return float(m.group(1)) if m else 0.0
+        before = ignored()
+        assert before >= len(BAD_SERVICES)
+        namespace, name, _ = BAD_SERVICES[0]
+        west.call(west.kube.apply, service(name, namespace, labels={
+            **REMOTE_DISCOVERY_LABELS, "touched": "yes"}))
+        wait_for(lambda: ignored() > before, 10, "the refused Service counted again")
+        assert len(lines(srv, f"Service {namespace}/{name}:", "cannot be a DNS label")) == 1

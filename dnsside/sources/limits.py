@@ -82,6 +82,9 @@ def _endpoints(record: Record) -> int:
     return len(record.endpoints) if isinstance(record, SliceRecord) else 0
 
 
+_TOLD_MAX = 1000  # distinct refusals a linked cluster gets a warning line for
+
+
 class Gate:
     """What one linked cluster brings in: its objects in the namespaces served, within its
     caps. One per connection to the cluster: its lists count afresh."""
@@ -91,6 +94,21 @@ class Gate:
         self.limits = limits
         self.held: dict[Kind, Tally] = {}
         self._ignored: set[str] = set()  # namespaces told about once
+        self._refused: set[str] = set()  # objects refused as malformed, told about once
+
+    def refused(self, where: str, message: str) -> None:
+        """An object the cluster sent that cannot be served (a name that is no DNS label, a
+        malformed field): counted every time, told once per object and reason, not at
+        every list and watch event that repeats it (bounded: a hostile API may send
+        endless distinct ones, and the count still says so)."""
+        metrics.REMOTE_IGNORED.labels(cluster=self.cluster, reason="invalid").inc()
+        what = message.removeprefix(where + ": ")  # the same object by list or by watch
+        if what in self._refused or len(self._refused) >= _TOLD_MAX:
+            log.debug("skipping %s", message)
+            return
+        self._refused.add(what)
+        log.warning("skipping %s (told once; counted in dnsside_remote_ignored_objects_total)",
+                    message)
 
     def listing(self) -> Tally:
         """A fresh count for a list of one resource (it replaces what that one held)."""

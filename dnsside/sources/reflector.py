@@ -319,16 +319,23 @@ class Reflector:
                         ) -> dict[str, Any]:
         return decode(await self.get_raw(api, path, params), path)
 
-    @staticmethod
-    def parse_item(res: Resource, obj: Any, where: str) -> Record | None:
+    def parse_item(self, res: Resource, obj: Any, where: str) -> Record | None:
         if not isinstance(obj, Mapping):
             log.warning("%s: skipping an item that is not an object", where)
             return None
         try:
             return res.parse(obj, where)
         except ObjectError as exc:
-            log.warning("skipping %s", exc)
+            self.skipped(where, str(exc), self.gate)
             return None
+
+    @staticmethod
+    def skipped(where: str, message: str, gate: Gate | None, note: str = "") -> None:
+        """An object that cannot be used: logged (a linked cluster's once per object)."""
+        if gate is not None:
+            gate.refused(where, message)
+        else:
+            log.warning("skipping %s%s", message, note)
 
     async def watch(
         self,
@@ -561,7 +568,8 @@ class Reflector:
             try:
                 record = res.parse(obj, where)
             except ObjectError as exc:
-                log.warning("skipping %s event, keeping the previous state: %s", kind, exc)
+                Reflector.skipped(where, str(exc), gate,
+                                  f" ({kind} event: the previous state is kept)")
             else:
                 change: Upsert | Delete | None = None
                 if record is not None:
