@@ -274,6 +274,14 @@ class North:
                 "remainingItemCount": 1_000_000 - first - limit}
         return web.json_response({"kind": "ServiceList", "metadata": meta, "items": items})
 
+    async def expire_every_watch(self, request: web.Request) -> web.StreamResponse | None:
+        """Every watch of services answered with 410 Expired at once (lists still work)."""
+        if not _watching(request, "services"):
+            return None
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "reason": "Expired", "code": 410,
+                                  "message": "too old resource version"}, status=410)
+
 
 def restart_watches(kube: Any, relist: bool) -> None:
     """End north's watches cleanly (as at their timeoutSeconds), so dnsside asks again; with
@@ -367,6 +375,34 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(
                  and metric(srv, "dnsside_remote_capped") == 0, 20, "north synced again")
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0, "10.245.1.6"}, 10,
                  "north's change")
+
+
+def test_watches_that_always_expire_are_relisted_with_backoff(
+        clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
+    """An API that answers every watch with 410 would have dnsside relist in a tight loop:
+    the relists back off (said once per wait in the log), north stays synced with what its
+    lists say, and nobody's answers move."""
+    east, west, north = clusters
+    hostile = North()
+    with serve(east, "--log-level", "debug") as srv, telling(srv):
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
+        before = everything(srv)
+        steady = Steady(srv, before)
+        north.call(setattr, north.kube, "hostile", hostile.expire_every_watch)
+        north.call(restart_watches, north.kube, False)
+        srv.wait_log("cluster north: watch services: watches expire within seconds of a list: "
+                     "relisting in", 20)
+        wait_for(steady(lambda: (metric(srv, "dnsside_relists_total",
+                                        'resource="cluster north: services"') or 0) >= 3),
+                 30, "three relists")
+        assert not steady.changed, steady.changed[:3]
+        assert metric(srv, "dnsside_remote_synced") == 1
+        assert metric(srv, "dnsside_remote_synced", 'cluster="west"') == 1
+        # Every relist after the first short-lived watch waited (the log says each wait).
+        relists = metric(srv, "dnsside_relists_total", 'resource="cluster north: services"')
+        assert relists is not None
+        assert count(srv, "cluster north: watch services: watches expire within seconds") \
+            >= relists - 1
 
 
 def test_too_many_endpoints_keep_what_the_cluster_had(
@@ -503,3 +539,17 @@ def test_flat_network_flags_are_checked(args: list[str], error: str) -> None:
     done = run_cli(["explain", DB, "--source", "kube", "--flat-network", *args])
     assert done.returncode == 2
     assert error in done.stderr
+
+
+def test_relist_pacing_backs_off_after_short_watches_and_resets_after_a_long_one() -> None:
+    import random
+
+    from dnsside.sources.kubeapi import Backoff
+    from dnsside.sources.reflector import RelistPacing
+
+    pacing = RelistPacing(Backoff(0.5, 30.0, random.Random(7)), settled=10.0)
+    assert pacing.delay(300.0) == 0.0  # a watch that ran for minutes: relist at once
+    delays = [pacing.delay(0.1) for _ in range(8)]
+    assert all(0.0 <= d <= min(30.0, 0.5 * 2 ** i) for i, d in enumerate(delays)), delays
+    assert pacing.backoff.attempt == 8
+    assert pacing.delay(10.0) == 0.0 and pacing.backoff.attempt == 0

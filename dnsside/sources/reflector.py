@@ -116,6 +116,29 @@ class Pacing:
 DEFAULT_PACING = Pacing()
 
 
+class RelistPacing:
+    """How long to wait before relisting a resource whose watch history expired (410).
+
+    An API server compacts its history every few minutes, so a watch normally runs long
+    before a 410 and the relist goes out at once. One that answers every watch with 410
+    (a linked cluster's API gone wrong, or hostile) would otherwise have dnsside list
+    the whole resource again in a tight loop, up to its caps each time: CPU taken from
+    every other cluster and from the queries. So a relist that follows a short-lived
+    watch waits a jittered exponential backoff first, and a watch that ran for
+    ``settled`` seconds resets it. Pure: the caller says how long the watch ran.
+    """
+
+    def __init__(self, backoff: Backoff, settled: float = 10.0) -> None:
+        self.backoff = backoff
+        self.settled = settled
+
+    def delay(self, watched_for: float) -> float:
+        if watched_for >= self.settled:
+            self.backoff.reset()
+            return 0.0
+        return self.backoff.next()
+
+
 def _never(exc: Exception) -> bool:
     return False
 
@@ -169,8 +192,13 @@ class Reflector:
         gone: Callable[[Exception], Exception | None] | None = None,
     ) -> None:
         """Watch one resource in every namespace; relist it when its history expired (one
-        ``Replace``, so nothing deleted meanwhile lingers and no answer empties)."""
+        ``Replace``, so nothing deleted meanwhile lingers and no answer empties), at once
+        unless the watches it follows were short-lived (:class:`RelistPacing`)."""
+        pacing = RelistPacing(Backoff(self.pacing.backoff_base, self.pacing.backoff_cap,
+                                      self._rng))
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             try:
                 async with asyncio.TaskGroup() as tg:
                     for namespace, rv in versions.items():
@@ -180,6 +208,11 @@ class Reflector:
                 assert isinstance(first, RelistNeeded)
                 where = self.where(res, "watch", first.namespace)
                 log.warning("relisting %s: %s: 410 Expired (%s)", res.plural, where, first)
+            delay = pacing.delay(loop.time() - started)
+            if delay:
+                log.info("%s: watches expire within seconds of a list: relisting in %.1fs",
+                         self.where(res, "watch", None), delay)
+                await asyncio.sleep(delay)
             metrics.RELISTS.labels(resource=self.label + res.plural).inc()
             with paused():
                 records, versions = await self.list_resource(api, res)
