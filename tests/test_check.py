@@ -9,6 +9,7 @@ install` would leave them. The file's own orphan is checked on its own below.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
@@ -614,3 +615,38 @@ def test_cli_flat_network_flag(served_pair: Any) -> None:
     assert bad.returncode == 1
     assert "× link west: Secret linkerd-multicluster/cluster-credentials-west exists" \
         in bad.stdout
+
+
+async def test_flat_network_check_reads_a_linked_cluster_within_a_cap(
+        fake_kube: FakeKube, remote_kube: FakeKube) -> None:
+    """check reads a linked cluster as serve does: a body without end fails that Link's
+    check (its API is not trusted), it is never read whole."""
+    from aiohttp import web
+
+    sent = 0
+
+    async def endless(request: web.Request) -> web.StreamResponse | None:
+        nonlocal sent
+        if not request.path.endswith("/services"):
+            return None
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            await resp.write(b'{"kind":"ServiceList","items":[{"x":"')
+            for _ in range(64 * 16):  # 64 MiB, if anybody read it all
+                await asyncio.sleep(0)
+                if request.transport is None or request.transport.is_closing():
+                    break
+                await resp.write(b"x" * 65536)
+                sent += 65536
+        except (ConnectionError, RuntimeError):
+            pass
+        return resp
+
+    flat_demo(fake_kube, remote_kube)
+    remote_kube.hostile = endless
+    results = await check(fake_kube, as_user=SA)
+    bad = [r for r in failed(results) if r.text.startswith("link west: the API at")]
+    assert bad and "more than" in bad[0].hint, [r.text for r in failed(results)]
+    assert sent < 32 * 1024 * 1024, sent

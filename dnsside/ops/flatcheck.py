@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from dnsside.config import flag
 from dnsside.linkerd import LinkRecord
 from dnsside.ops.manifests import LINKS_NAMESPACE
 from dnsside.sources.kubeapi import (
@@ -41,6 +42,7 @@ from dnsside.sources.kubeapi import (
     NotFound,
     RefusedCredentials,
     Unauthorized,
+    decode,
     describe_error,
     kubeconfig_in_secret,
 )
@@ -50,6 +52,7 @@ SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 ENDPOINTS = "/api/v1/endpoints"  # what a pre-2.14 remote-access ClusterRole grants instead
 ONE = {"limit": "1"}
+CHECK_PAGE_BYTES = 2 * flag("--flat-network-max-object-bytes").default  # one page of one
 RBAC_PROBE_SECRET = "dnsside-rbac-check"  # a name no Link uses: GET it, 404 = may get
 
 
@@ -58,6 +61,13 @@ class Report(Protocol):
 
     def __call__(self, check_id: str, ok: bool, text: str | None = None,
                  **facts: Any) -> None: ...
+
+
+async def remote_page(remote: KubeApi, path: str) -> dict[str, Any]:
+    """One object of a linked cluster's list, its body capped as serve caps one list page
+    (the linked cluster is not trusted by check either: a body without end fails, as
+    not what an API server sends)."""
+    return decode(await remote.get_raw(path, ONE, max_bytes=CHECK_PAGE_BYTES), path)
 
 
 @dataclass
@@ -137,18 +147,19 @@ class FlatNetworkChecks:
             await remote.close()
 
     async def check_remote(self, link: LinkRecord, remote: KubeApi, secret: str) -> None:
+        """One page of one object of each resource, as dnsside's watch would read them."""
         facts = {"cluster": link.target_cluster, "server": remote.host, "secret": secret}
         try:
-            await remote.get_json(SERVICES, ONE)
+            await remote_page(remote, SERVICES)
         except TRANSIENT as exc:
             self.remote_failed(exc, "services", facts)
             return
         try:
-            await remote.get_json(SLICES, ONE)
+            await remote_page(remote, SLICES)
             listed = "services and endpointslices"
         except Forbidden as forbidden:
             try:
-                await remote.get_json(ENDPOINTS, ONE)
+                await remote_page(remote, ENDPOINTS)
             except TRANSIENT as exc:
                 self.remote_failed(exc, "endpointslices or endpoints", facts)
                 return
