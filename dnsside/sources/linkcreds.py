@@ -198,6 +198,17 @@ def _named(doc: Mapping[str, Any], plural: str, inner: str, name: str
     raise Unusable(plural, f"no {inner} named {name!r} (the current context's)")
 
 
+def _refusal(key: str, where: str, known: frozenset[str]) -> Refused | None:
+    """Why a field of the selected cluster or user is refused whatever its value: it runs
+    or reads something, or dnsside does not know it."""
+    if key in ALWAYS_REFUSED:
+        return Refused(where, ALWAYS_REFUSED[key])
+    if key not in known:
+        return Refused(where, "an unknown field: dnsside cannot tell what it would do, so "
+                       "it does not use the kubeconfig")
+    return None
+
+
 def _judge_cluster(cluster: Mapping[str, Any], path: str, allow_insecure: bool,
                    problems: list[Unusable]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -205,11 +216,9 @@ def _judge_cluster(cluster: Mapping[str, Any], path: str, allow_insecure: bool,
         where = f"{path}.{key}"
         if key in IGNORED:
             continue
-        if key in ALWAYS_REFUSED:
-            problems.append(Refused(where, ALWAYS_REFUSED[key]))
-        elif key not in CLUSTER_FIELDS:
-            problems.append(Refused(where, "an unknown field: dnsside cannot tell what it "
-                                    "would do, so it does not use the kubeconfig"))
+        refused = _refusal(key, where, CLUSTER_FIELDS)
+        if refused is not None:
+            problems.append(refused)
         elif key == "server":
             server = _server(value, where, allow_insecure, problems)
             if server:
@@ -248,11 +257,9 @@ def _judge_user(user: Mapping[str, Any], path: str, problems: list[Unusable]
         where = f"{path}.{key}"
         if key in IGNORED:
             continue
-        if key in ALWAYS_REFUSED:
-            problems.append(Refused(where, ALWAYS_REFUSED[key]))
-        elif key not in USER_FIELDS:
-            problems.append(Refused(where, "an unknown field: dnsside cannot tell what it "
-                                    "would do, so it does not use the kubeconfig"))
+        refused = _refusal(key, where, USER_FIELDS)
+        if refused is not None:
+            problems.append(refused)
         elif key == "token":
             if not isinstance(value, str) or not value.isascii() or not value.isprintable() \
                     or value != value.strip():
