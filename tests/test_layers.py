@@ -207,3 +207,20 @@ def test_no_module_is_over_700_lines() -> None:
     long = {name for name, path in MODULES.items()
             if len(path.read_text(encoding="utf-8").splitlines()) > MAX_LINES}
     assert not long, long
+
+
+def test_the_quick_tier_needs_only_the_venv() -> None:
+    """tests/QUICK lists files that run in-process: none calls what starts dnsside, a
+    resolver, a fake API server on a thread of its own, or a network namespace."""
+    # (A `python -c` of the same venv, as the import checks here run, is no peer.)
+    peers = {"Dnsside", "demo_server", "run_cli", "ThreadedKube", "Netns", "enter_netns",
+             "which", "Popen"}
+    listed = [line for line in (ROOT / "tests" / "QUICK").read_text().splitlines()
+              if line and not line.startswith("#")]
+    assert listed and len(set(listed)) == len(listed)
+    for name in listed:
+        calls = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                 for node in ast.walk(ast.parse((ROOT / name).read_text()))
+                 if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Name | ast.Attribute)}
+        assert not calls & peers, (name, sorted(calls & peers))
