@@ -226,6 +226,203 @@ def _del(obj: dict[str, Any]) -> tuple[str, str, str, str]:
     return ("delete", obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
 
 
+REMOTE_DISCOVERY = "multicluster.linkerd.io/remote-discovery"
+
+
+class Issue28Churn:
+    """Issue 28's mix: the changes of a real installation whose objects keep their names.
+
+    Every change is to an object of the topology itself (nothing under a fresh name, the
+    live set stays the same, give or take the few objects away for a while):
+
+    * a local headless pod keeps its hostname and gets a new IP (the most frequent);
+    * a local pod's readiness flips; a local ClusterIP service's endpoint readiness flips;
+    * a per-pod mirror is deleted (its remote pod went not ready), Service and slice, and
+      re-created a little later under the same names with a new ClusterIP;
+    * a per-pod mirror's gateway endpoint flips readiness (Linkerd's probe of the gateway);
+    * a cluster's remote-discovery mirror is deleted and re-created with a new ClusterIP;
+    * a federated Service's members join and leave (its remote-discovery annotation).
+    """
+
+    WEIGHTS = (("pod_ip", 0.30), ("local_ready", 0.12), ("clusterip_ready", 0.08),
+               ("pod_mirror_gone", 0.14), ("gateway_flip", 0.20),
+               ("remote_discovery_gone", 0.06), ("federated", 0.10))
+    AWAY = 40  # changes an object deleted by the mix stays away before it is re-created
+
+    def __init__(self, kube: Any, items: list[dict[str, Any]], seed: int) -> None:
+        self.kube = kube
+        self.rng = random.Random(seed)
+        self.changes = 0
+        self.ip = 0
+        self.counts: collections.Counter[str] = collections.Counter()
+        services = {(o["metadata"]["namespace"], o["metadata"]["name"]): o
+                    for o in items if o["kind"] == "Service"}
+        slices: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for o in items:
+            if o["kind"] == "EndpointSlice":
+                key = (o["metadata"]["namespace"],
+                       o["metadata"]["labels"]["kubernetes.io/service-name"])
+                slices.setdefault(key, []).append(o)
+        self.headless_slices: list[dict[str, Any]] = []  # local StatefulSets' slices
+        self.clusterip_slices: list[dict[str, Any]] = []  # local ClusterIP services' slices
+        self.pod_mirrors: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.remote_discovery: list[dict[str, Any]] = []
+        self.federated: list[tuple[dict[str, Any], list[str]]] = []  # (Service, all members)
+        for key, svc in services.items():
+            labels = svc["metadata"].get("labels") or {}
+            mirrored = labels.get("mirror.linkerd.io/mirrored-service") == "true"
+            if not mirrored and labels.get("mirror.linkerd.io/exported") == "true":
+                for sl in slices.get(key, []):
+                    hosts = any("hostname" in e for e in sl["endpoints"])
+                    (self.headless_slices if hosts else self.clusterip_slices).append(sl)
+            elif "mirror.linkerd.io/headless-mirror-svc-name" in labels and slices.get(key):
+                self.pod_mirrors.append((svc, slices[key][0]))
+            elif REMOTE_DISCOVERY in labels:
+                self.remote_discovery.append(svc)
+            elif mirrored and key[1].endswith("-federated"):
+                ann = svc["metadata"]["annotations"]
+                self.federated.append((svc, ann[REMOTE_DISCOVERY].split(",")))
+        # Objects the mix deleted, re-created after AWAY more changes: (due, objects).
+        self.away: collections.deque[tuple[int, list[dict[str, Any]]]] = collections.deque()
+        self.absent: set[int] = set()  # id() of the objects away
+
+    def next_ip(self) -> str:
+        self.ip = (self.ip + 1) % (1 << 20)
+        v = (10 << 24 | 224 << 16) + self.ip
+        return f"{v >> 24 & 255}.{v >> 16 & 255}.{v >> 8 & 255}.{v & 255}"
+
+    def _pick(self, pool: list[Any]) -> Any:
+        """An object of ``pool`` that is not away; None when (nearly) all are."""
+        for _ in range(20):
+            item = self.rng.choice(pool) if pool else None
+            first = item[0] if isinstance(item, tuple) else item
+            if item is not None and id(first) not in self.absent:
+                return item
+        return None
+
+    def _new_cluster_ip(self, svc: dict[str, Any]) -> None:
+        ip = self.next_ip()
+        svc["spec"]["clusterIP"], svc["spec"]["clusterIPs"] = ip, [ip]
+
+    def _away(self, objs: list[dict[str, Any]]) -> list[Any]:
+        """Delete ``objs`` now, re-create them AWAY changes later."""
+        self.away.append((self.changes + self.AWAY, objs))
+        self.absent.add(id(objs[0]))
+        return [_del(o) for o in reversed(objs)]
+
+    def op(self) -> list[Any]:
+        if self.away and self.away[0][0] <= self.changes:
+            _, objs = self.away.popleft()
+            self.absent.discard(id(objs[0]))
+            self.counts["re-created"] += 1
+            return list(objs)
+        while True:
+            r = self.rng.random()
+            for what, weight in self.WEIGHTS:
+                r -= weight
+                if r < 0:
+                    break
+            writes = self._change(what)
+            if writes:
+                self.counts[what] += 1
+                return writes
+
+    def _change(self, what: str) -> list[Any] | None:
+        """The writes of one change of kind ``what``; None when none can be made now."""
+        if what == "pod_ip":  # a StatefulSet pod restarted: same hostname, new IP
+            sl = self._pick(self.headless_slices)
+            if sl is None:
+                return None
+            e = self.rng.choice(sl["endpoints"])
+            e["addresses"] = [self.next_ip()]
+            if "targetRef" in e:
+                e["targetRef"]["uid"] = f"{self.rng.getrandbits(64):016x}"
+            return [sl]
+        if what in ("local_ready", "clusterip_ready"):
+            sl = self._pick(self.headless_slices if what == "local_ready"
+                            else self.clusterip_slices)
+            if sl is None:
+                return None
+            c = self.rng.choice(sl["endpoints"])["conditions"]
+            c["ready"] = c["serving"] = not c["ready"]
+            return [sl]
+        if what == "pod_mirror_gone":  # its remote pod went not ready: back later, new IP
+            pair = self._pick(self.pod_mirrors)
+            if pair is None:
+                return None
+            self._new_cluster_ip(pair[0])
+            return self._away(list(pair))
+        if what == "gateway_flip":
+            pair = self._pick(self.pod_mirrors)
+            if pair is None:
+                return None
+            c = pair[1]["endpoints"][0]["conditions"]
+            c["ready"] = c["serving"] = not c["ready"]
+            return [pair[1]]
+        if what == "remote_discovery_gone":
+            svc = self._pick(self.remote_discovery)
+            if svc is None:
+                return None
+            self._new_cluster_ip(svc)
+            return self._away([svc])
+        if not self.federated:
+            return None
+        svc, members = self.rng.choice(self.federated)  # a member joins or leaves
+        ann = svc["metadata"]["annotations"]
+        now = ann[REMOTE_DISCOVERY].split(",")
+        if len(now) > 1 and self.rng.random() < 0.5:
+            now.remove(self.rng.choice(now))
+        else:
+            now = [m for m in members if m in now or self.rng.random() < 0.5] or members[:1]
+        ann[REMOTE_DISCOVERY] = ",".join(now)
+        return [svc]
+
+    def tmp_cluster(self) -> list[Any]:
+        return []  # clusters come and go in the old mix only
+
+    write = Churn.write
+
+
+class LoopbackGateways:
+    """One HTTP probe endpoint on 127.0.0.1 per link, answering 200 to every GET: the
+    links' probe Services point there, so `--gateway-probe on` probes them for real."""
+
+    def __init__(self, links: list[str]) -> None:
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.servers = {}
+        for link in links:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.servers[link] = server
+
+    def point(self, items: list[dict[str, Any]]) -> None:
+        """Each link's probe Service (``probe-gateway-<link>``) at its loopback gateway."""
+        for o in items:
+            name = o["metadata"]["name"]
+            if o["kind"] == "Service" and name.startswith("probe-gateway-"):
+                server = self.servers[name.removeprefix("probe-gateway-")]
+                o["spec"]["clusterIP"], o["spec"]["clusterIPs"] = "127.0.0.1", ["127.0.0.1"]
+                o["spec"]["ports"][0]["port"] = server.server_address[1]
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.shutdown()
+            server.server_close()
+
+
 # --------------------------------------------------------------------------- the probe
 
 # `--trace` runs dnsside as `python -X tracemalloc=1 bench/churn_memory.py --probe FILE --
@@ -239,11 +436,16 @@ class _Mallinfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
+_LIBC: list[Any] = []  # loaded once: a CDLL per sample was ~600 blocks of garbage each
+
+
 def _mallinfo() -> dict[str, int]:
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = _Mallinfo2
-        m = libc.mallinfo2()
+        if not _LIBC:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallinfo2.restype = _Mallinfo2
+            _LIBC.append(libc.mallinfo2)
+        m = _LIBC[0]()
     except (OSError, AttributeError):
         return {}
     return {"malloc_arena": m.arena, "malloc_mmap": m.hblkhd, "malloc_used": m.uordblks,
@@ -317,9 +519,79 @@ def probe(path: str, argv: list[str]) -> int:
             out.write(json.dumps(row) + "\n")
 
     threading.Thread(target=sample, name="bench-probe", daemon=True).start()
+    _census_on_the_loop(out)
     from dnsside.cli import main
 
     return main(argv)
+
+
+def _census_on_the_loop(out: Any) -> None:
+    """Once a minute, on dnsside's own thread (the index's apply, wrapped here: a census
+    from another thread can catch a tuple being built), the gc's view: tracked objects
+    per generation, the commonest types in the oldest one, the frozen count, and the
+    collector's thresholds and per-generation collection counts. No collection is
+    forced, so the census changes nothing it measures."""
+    from dnsside.index import Index
+
+    apply = Index.apply
+    due = [time.monotonic() + 60.0]
+
+    def census_then_apply(self: Index, events: Any) -> Any:
+        if time.monotonic() >= due[0]:
+            due[0] += float(os.environ.get("CHURN_CENSUS_EVERY", "60"))
+            old = gc.get_objects(generation=2)
+            types = collections.Counter(type(o).__name__ for o in old)
+            out.write(json.dumps({
+                "t": time.time(), "census": {
+                    "gen": [len(gc.get_objects(generation=g)) for g in (0, 1)] + [len(old)],
+                    "count": gc.get_count(), "threshold": gc.get_threshold(),
+                    "frozen": gc.get_freeze_count(),
+                    "collections": [g["collections"] for g in gc.get_stats()],
+                    "old_types": types.most_common(12)}}) + "\n")
+            del old, types
+            if os.environ.get("CHURN_COLLECT"):  # diagnosis: is what grows collectable?
+                before = sys.getallocatedblocks()
+                gc.set_debug(gc.DEBUG_SAVEALL)
+                found = [gc.collect(g) for g in (0, 1, 2)]
+                garbage = collections.Counter(type(o).__name__ for o in gc.garbage)
+                gc.garbage.clear()
+                gc.set_debug(0)
+                gc.collect()
+                out.write(json.dumps({"t": time.time(), "collect": {
+                    "found": found, "blocks_before": before,
+                    "blocks_after": sys.getallocatedblocks(),
+                    "garbage": garbage.most_common(15)}}) + "\n")
+            if os.environ.get("CHURN_CONTAINERS"):  # diagnosis: which containers grow
+                gc.unfreeze()  # the frozen ones too (frozen again below, nothing collected)
+                big = []
+                every = gc.get_objects()
+                alltypes = collections.Counter(type(o).__name__ for o in every)
+                untracked: dict[int, tuple[str, int]] = {}
+                for o in every:
+                    for r in gc.get_referents(o):
+                        if not gc.is_tracked(r) and id(r) not in untracked:
+                            untracked[id(r)] = (type(r).__name__, sys.getsizeof(r))
+                sizes: collections.Counter[str] = collections.Counter()
+                counts: collections.Counter[str] = collections.Counter()
+                for name, size in untracked.values():
+                    sizes[name] += size
+                    counts[name] += 1
+                out.write(json.dumps({"t": time.time(), "all_types": alltypes,
+                                      "untracked_sizes": sizes, "untracked_counts": counts,
+                                      "blocks": sys.getallocatedblocks()}) + "\n")
+                del alltypes, untracked
+                for o in every:
+                    if type(o) in (dict, set, list, collections.deque, collections.Counter,
+                                   collections.defaultdict) and len(o) > 200:
+                        sample = next(iter(o), None)
+                        big.append((id(o), type(o).__name__, len(o), repr(sample)[:80]))
+                del every
+                gc.freeze()
+                out.write(json.dumps({"t": time.time(), "containers": big}) + "\n")
+                del big
+        return apply(self, events)
+
+    Index.apply = census_then_apply  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- the run
@@ -377,15 +649,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     topo = generate(args.members, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="churn-"))
     kube = ThreadedKube(tmp, bookmark_interval=1.0)
-    churn = Churn(kube.kube, topo.items, seed=3, pods=args.pods, locals_=args.locals)
-    kube.call(kube.kube.load, [*topo.items, *churn.initial])
-    objects = len(topo.items) + len(churn.initial)
+    gateways = None
+    if args.gateway_probe:
+        gateways = LoopbackGateways(sorted({o["metadata"]["name"] for o in topo.items
+                                            if o["kind"] == "Link"}))
+        gateways.point(topo.items)
+    churn: Churn | Issue28Churn
+    if args.mix == "new":
+        churn = Issue28Churn(kube.kube, topo.items, seed=3)
+        kube.call(kube.kube.load, topo.items)
+        objects = len(topo.items)
+    else:
+        churn = Churn(kube.kube, topo.items, seed=3, pods=args.pods, locals_=args.locals)
+        kube.call(kube.kube.load, [*topo.items, *churn.initial])
+        objects = len(topo.items) + len(churn.initial)
+        churn.initial = []
     del topo
-    churn.initial = []
     probe_file = OUT / f"churn_memory-{args.label}.probe.jsonl"
     serve = ["serve", "--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
-             "--gateway-probe", "off", "--listen", "127.0.0.1:0", "--http-listen",
-             "127.0.0.1:0", *args.dnsside_args]
+             "--gateway-probe", "on" if gateways else "off", "--listen", "127.0.0.1:0",
+             "--http-listen", "127.0.0.1:0", *args.dnsside_args]
     env = {k: v for k, v in os.environ.items() if k != "POD_IP"}
     env.update(kv.split("=", 1) for kv in args.env)
     if args.trace or args.probe:
@@ -448,6 +731,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         server.stop()
         kube.close()
+        if gateways is not None:
+            gateways.close()
     errors = [line for line in server.lines if "Traceback" in line or "ERROR" in line]
     half = samples[len(samples) // 2:]
     rss = [s["rss_kb"] / 1024 for s in samples]
@@ -455,7 +740,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "label": args.label, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join(sys.argv), "members": args.members, "objects": objects,
         "rate": args.rate, "minutes": args.minutes, "changes": churn.changes,
-        "relists": relists, "tmp_clusters": churn.tmp_n, "env": args.env,
+        "mix": args.mix, "gateway_probe": bool(gateways),
+        "kinds": dict(getattr(churn, "counts", {})),
+        "relists": relists, "tmp_clusters": getattr(churn, "tmp_n", 0), "env": args.env,
         "start_mb": rss[0], "peak_mb": max(rss), "end_mb": rss[-1],
         "half_start_mb": half[0]["rss_kb"] / 1024,
         "last_half_growth_mb": half[-1]["rss_kb"] / 1024 - half[0]["rss_kb"] / 1024,
@@ -471,13 +758,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(r: dict[str, Any]) -> None:
     print(f"\n{r['label']}: {r['changes']} changes in {r['minutes']} min "
-          f"({r['changes'] / (r['minutes'] * 60):.0f}/s), {r['relists']} relists, "
-          f"{r['tmp_clusters']} short-lived clusters, env {r['env'] or '-'}")
+          f"({r['changes'] / (r['minutes'] * 60):.0f}/s), mix {r.get('mix', 'old')}, "
+          f"gateway probe {'on' if r.get('gateway_probe') else 'off'}, {r['relists']} "
+          f"relists, {r['tmp_clusters']} short-lived clusters, env {r['env'] or '-'}")
+    if r.get("kinds"):
+        print("  changes by kind: " + ", ".join(f"{k} {v}" for k, v in r["kinds"].items()))
+    minutes = r["samples"][:: round(60 / SAMPLE_S)]
+    print("  VmRSS a minute, MB: " + " ".join(f"{s['rss_kb'] / 1024:.1f}" for s in minutes))
     print(f"VmRSS start {r['start_mb']:.1f} MB, peak {r['peak_mb']:.1f}, end {r['end_mb']:.1f}; "
           f"last half {r['half_start_mb']:.1f} → {r['end_mb']:.1f} MB "
           f"({r['last_half_growth_mb']:+.2f} MB, {r['last_half_mb_per_min']:+.3f} MB/min; "
           f"first half {r['first_half_mb_per_min']:+.3f} MB/min)")
     for p in r.get("probe") or []:
+        if "census" in p:
+            c = p["census"]
+            print(f"  census: gc generations {c['gen']}, frozen {c['frozen']}, "
+                  f"collections {c['collections']}; oldest generation: "
+                  + ", ".join(f"{t} {n}" for t, n in c["old_types"][:6]))
+            continue
         print("  probe: " + ", ".join(
             f"{k} {v / 1048576:.2f}M" if "malloc" in k or k in ("traced", "py_used",
                                                                "py_free_blocks")
@@ -502,6 +800,12 @@ def main() -> int:
     p.add_argument("--members", type=int, default=3000, help="bench/topology.py's size")
     p.add_argument("--pods", type=int, default=600, help="churned per-pod mirrors alive")
     p.add_argument("--locals", type=int, default=100, help="churned local services alive")
+    p.add_argument("--mix", choices=("old", "new"), default="old",
+                   help="old: issue 17's churn under fresh names; new: issue 28's changes "
+                   "to the topology's own objects (see Issue28Churn)")
+    p.add_argument("--gateway-probe", action="store_true",
+                   help="every link's probe Service at a loopback gateway, and dnsside run "
+                   "with --gateway-probe on")
     p.add_argument("--relist-every", type=float, default=120,
                    help="seconds between 410 relists (0: none)")
     p.add_argument("--trace", action="store_true",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
@@ -58,19 +59,39 @@ LINK_VERSIONS = ("v1alpha3", "v1alpha2", "v1alpha1")
 # parse caches below are small and emptied when full: objects churned under ever-new
 # names (pod IPs, service names) must not keep tens of thousands of entries alive long
 # after the objects went (issue 17, bench/MEMORY_CHURN.md).
+#
+# Emptied only when full, though, the cache kept every value it ever saw until then:
+# a slice's lone endpoint changing address (a selectorless Service, a per-pod mirror
+# re-created) added an entry per change that no record used any more, up to 4,096 of
+# them (issue 28). So every _SHARED_PRUNE new values, the entries no record holds any
+# more go: what the cache keeps is what live records share.
 _SHARED: dict[object, object] = {}
 _SHARED_MAX = 4096
+_SHARED_PRUNE = 128
+_shared_added = 0
 T = TypeVar("T")
 
 
 def _share(value: T) -> T:
+    global _shared_added
     found = _SHARED.get(value)
     if found is not None:
         return found  # type: ignore[return-value]
+    _shared_added += 1
+    if _shared_added >= _SHARED_PRUNE:
+        _shared_added = 0
+        _prune_shared()
     if len(_SHARED) >= _SHARED_MAX:
         _SHARED.clear()
     _SHARED[value] = value
     return value
+
+
+def _prune_shared() -> None:
+    """Drop the shared values nothing but the cache holds: its key and value (one object),
+    the list below and getrefcount's argument are four references."""
+    for value in [v for v in _SHARED.values() if sys.getrefcount(v) <= 4]:
+        del _SHARED[value]
 
 
 class ObjectError(ValueError):
