@@ -457,6 +457,7 @@ def test_tls_is_verified_against_the_secrets_ca_and_name(
                 return
             line = srv.wait_log("cluster tlswest: flat network: cannot use Secret")
             assert "failed TLS verification against the Secret's" in line, line
+            assert "(Link linkerd-multicluster/tlswest)" in line, line
             assert "certificate verify failed" in line, line
             assert " WARNING " in line, line
             wait_for(lambda: metric(srv, "dnsside_remote_credentials_valid", "tlswest") == 0,

@@ -107,7 +107,7 @@ def _rejected(exc: Exception) -> bool:
     return isinstance(exc, Unauthorized | Forbidden)
 
 
-def _untrusted(cluster: str, exc: Exception) -> str | None:
+def _untrusted(cluster: str, link: str, exc: Exception) -> str | None:
     """What a linked cluster's TLS certificate failing verification means (None for any
     other error): the Secret's CA (or server name) does not vouch for that server. The
     operator's to fix, like a rejected token, and never worth a request: nothing is sent
@@ -115,7 +115,7 @@ def _untrusted(cluster: str, exc: Exception) -> str | None:
     if not isinstance(exc, ssl.SSLCertVerificationError):  # aiohttp's wraps it as one
         return None
     return (f"the API server of cluster {cluster} failed TLS verification against the "
-            f"Secret's certificate-authority-data and server name: {exc}")
+            f"Secret's certificate-authority-data and server name (Link {link}): {exc}")
 
 
 def _gives_up(exc: Exception) -> bool:
@@ -451,6 +451,7 @@ class _LinkedCluster:
         """List the linked cluster's Services and slices as one Replace, then follow both;
         returns never. A 401/403 ends it as a CredentialsError."""
         cluster, source = self.cluster, self.source
+        link = f"{self.target.namespace}/{self.target.link}"
         reflector = Reflector(
             self.queue, source.namespaces, source.pacing, rng=source.rng,
             wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_gives_up,
@@ -473,7 +474,7 @@ class _LinkedCluster:
         except (Unauthorized, Forbidden) as exc:
             raise CredentialsError(_rejection(cluster, exc)) from None
         except ssl.SSLCertVerificationError as exc:
-            raise CredentialsError(_untrusted(cluster, exc) or str(exc)) from None
+            raise CredentialsError(_untrusted(cluster, link, exc) or str(exc)) from None
         records: tuple[Record, ...] = (*service_records, *slice_records)
         del service_records, slice_records
         replace = Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}), records))
@@ -489,7 +490,7 @@ class _LinkedCluster:
         def gone(exc: Exception) -> Exception | None:
             if isinstance(exc, ApiError) and _rejected(exc):
                 return CredentialsError(_rejection(cluster, exc))
-            if (untrusted := _untrusted(cluster, exc)) is not None:
+            if (untrusted := _untrusted(cluster, link, exc)) is not None:
                 return CredentialsError(untrusted)
             if isinstance(exc, CapExceeded):  # relisted afresh, within the caps or not
                 return CapExceeded(exc.cap, str(exc))
