@@ -95,26 +95,11 @@ def split_addresses(addresses: tuple[str, ...]
         if reason is None:
             return addresses, bad
         return (), [(addresses[0], reason)]
-    for a in addresses:
-        reason = unsafe_address(a)
-        if reason is not None:
-            bad.append((a, reason))
+    bad = [(a, reason) for a in addresses if (reason := unsafe_address(a)) is not None]
     if not bad:
         return addresses, bad
-    return tuple(a for a in addresses if unsafe_address(a) is None), bad
-
-
-# Port names already found to be labels: a few dozen, checked for every member.
-_PORT_NAMES: set[str] = set()
-
-
-def _port_name(name: str) -> bool:
-    if not is_dns_label(name):
-        return False
-    if len(_PORT_NAMES) >= 4096:
-        _PORT_NAMES.clear()
-    _PORT_NAMES.add(name)
-    return True
+    refused = {a for a, _ in bad}
+    return tuple(a for a in addresses if a not in refused), bad
 
 
 class Screen:
@@ -154,7 +139,7 @@ class Screen:
         for p in ports:
             if p.protocol not in PROTOCOLS:
                 bad.append((p, diagnosis.invalid_protocol(p.protocol)))
-            elif p.name and p.name not in _PORT_NAMES and not _port_name(p.name):
+            elif p.name and not is_dns_label(p.name):
                 bad.append((p, diagnosis.invalid_label("name", p.name)))
             elif p.name and self.long_ports and (
                     octets := self.base + 4 + len(p.name) + len(p.protocol)) > MAX_NAME_OCTETS:
