@@ -51,8 +51,8 @@ def topology_file(size: int) -> Path:
 def names_of(source: Path, flags: list[str]) -> list[str]:
     """Every owner name the index holds for ``source`` (through the code as it is now)."""
     from dnsside.config import Config
-    from dnsside.events import Kind, Replace, Synced
-    from dnsside.index import Index, make_responder
+    from dnsside.model.events import Kind, Replace, Synced
+    from dnsside.core.index import Index, make_responder
     from dnsside.serving.app import index_options
     from dnsside.sources.file import load_records
 

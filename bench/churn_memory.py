@@ -531,7 +531,7 @@ def _census_on_the_loop(out: Any) -> None:
     per generation, the commonest types in the oldest one, the frozen count, and the
     collector's thresholds and per-generation collection counts. No collection is
     forced, so the census changes nothing it measures."""
-    from dnsside.index import Index
+    from dnsside.core.index import Index
 
     apply = Index.apply
     due = [time.monotonic() + 60.0]

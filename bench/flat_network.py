@@ -458,11 +458,19 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
 
     from memory import walk
 
-    from dnsside.bulk import bulk
-    from dnsside.events import Kind, Remote, RemoteState, RemoteStatus, Replace, Synced, Upsert
-    from dnsside.flat import parse_remote_service
-    from dnsside.index import Index, IndexOptions, make_responder
-    from dnsside.linkerd import parse_object, parse_slice
+    from dnsside.core.bulk import bulk
+    from dnsside.model.events import (
+        Kind,
+        Remote,
+        RemoteState,
+        RemoteStatus,
+        Replace,
+        Synced,
+        Upsert,
+    )
+    from dnsside.core.remotes import parse_remote_service
+    from dnsside.core.index import Index, IndexOptions, make_responder
+    from dnsside.model.linkerd import parse_object, parse_slice
 
     names = list(CLUSTERS[:clusters])
     options = IndexOptions(cluster_name="east")
@@ -688,7 +696,7 @@ def report(r: dict[str, Any]) -> str:
             "interpreter, no fakes): the index dnsside builds from the same objects, each "
             "linked cluster's parsed list applied as one `Remote(cluster, Replace)` batch, as "
             "`dnsside serve` applies it, then on a fresh index with each batch inside "
-            "`dnsside.bulk.bulk()` (what a local list gets).",
+            "`dnsside.core.bulk.bulk()` (what a local list gets).",
             "",
             "| | as served | inside `bulk()` |",
             "|---|---|---|",

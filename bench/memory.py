@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from dnsside.events import Kind, Replace, Synced  # noqa: E402
-from dnsside.index import Index, IndexOptions, make_responder  # noqa: E402
-from dnsside.linkerd import parse_object  # noqa: E402
+from dnsside.model.events import Kind, Replace, Synced  # noqa: E402
+from dnsside.core.index import Index, IndexOptions, make_responder  # noqa: E402
+from dnsside.model.linkerd import parse_object  # noqa: E402
 
 
 def status() -> dict[str, int]:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from dnslib import QTYPE, DNSRecord
 
-from dnsside.events import Synced
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.responder import Responder
+from dnsside.model.events import Synced
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.dns.responder import Responder
 from dnsside.sources.file import FileSource
-from dnsside.wire import CLASS_IN, NS, SOA
+from dnsside.dns.wire import CLASS_IN, NS, SOA
 
 ORIGIN = "svc-global."
 

@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnsside.events import Synced, Upsert
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import Role, SliceRecord
+from dnsside.model.events import Synced, Upsert
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.model.linkerd import Role, SliceRecord
 from dnsside.sources.file import FileSource
-from dnsside.wire import to_wire
+from dnsside.dns.wire import to_wire
 
 
 def percentiles(xs: list[float]) -> dict[str, float]:

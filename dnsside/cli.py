@@ -108,7 +108,7 @@ async def _serve(config: Config) -> int:
 
 
 async def _explain(config: Config, name: str, qtype: str, output: str = "text") -> int:
-    from dnsside.explain import Explainer, render
+    from dnsside.core.explain import Explainer, render
 
     app = App(config, make_source(config))
     async for batch in app.source.events():
@@ -133,7 +133,7 @@ async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
     """``explain --flat-network``: list every linked cluster once too, until each has
     synced or failed on its credentials (or ``timeout``: then what is known is shown,
     and the report says which cluster was still connecting)."""
-    from dnsside.events import RemoteState
+    from dnsside.model.events import RemoteState
     from dnsside.sources.remote import Target
 
     index = app.index

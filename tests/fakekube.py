@@ -400,7 +400,7 @@ class FakeKube:
     host: str = "127.0.0.1"
     port: int = 0
     # The same API over TLS (tests/testca.py), as a linked cluster's is reached: a Link's
-    # kubeconfig must name an https server with its CA (dnsside/sources/linkcreds.py).
+    # kubeconfig must name an https server with its CA (dnsside/kubeapi/linkcreds.py).
     tls_port: int = 0
     kubeconfig: str = ""
 

@@ -24,11 +24,12 @@ import yaml
 from rawdns import AAAA, ANY, HINFO, NS, SRV, A, exchange, opt_rr, parse, query
 from support import DEMO, Dnsside, answers, wait_for
 
-from dnsside.dns import Zone, ZoneOptions
+from dnsside.dns.zone import Zone
+from dnsside.dns.zone import ZoneOptions
 
-from dnsside.responder import Responder
+from dnsside.dns.responder import Responder
 
-from dnsside.wire import Answer, to_wire
+from dnsside.dns.wire import Answer, to_wire
 
 V6 = "v6only.apps.svc-global"
 DUAL = "dual.apps.svc-global"

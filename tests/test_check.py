@@ -30,7 +30,7 @@ from fakekube import (
 from support import ROOT, Dnsside, ThreadedKube
 
 from dnsside.ops.check import CheckOptions, Result, passed, render, run_checks
-from dnsside.sources.kubeapi import KubeApi
+from dnsside.kubeapi.client import KubeApi
 
 SA = "system:serviceaccount:dnsside:dnsside"
 

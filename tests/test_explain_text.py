@@ -5,10 +5,10 @@ from __future__ import annotations
 import yaml
 from support import DEMO
 
-from dnsside.events import Kind, Replace, Synced
-from dnsside.explain import Explainer, render
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import parse_object
+from dnsside.model.events import Kind, Replace, Synced
+from dnsside.core.explain import Explainer, render
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.model.linkerd import parse_object
 
 
 def explainer() -> Explainer:

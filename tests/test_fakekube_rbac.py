@@ -26,7 +26,12 @@ from fakekube import (
     running_fake_kube,
 )
 
-from dnsside.sources.kubeapi import Forbidden, KubeApi, NotFound, Unauthorized
+from dnsside.kubeapi.client import (
+    Forbidden,
+    KubeApi,
+    NotFound,
+    Unauthorized,
+)
 
 # The service account `linkerd multicluster link` uses on the remote cluster.
 MIRROR = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-default"

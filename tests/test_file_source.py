@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import DEMO, Dnsside, answers, run_cli, wait_for
 
-from dnsside.events import Kind, LinksUnavailable, Replace
-from dnsside.linkerd import LinkRecord, ServiceRecord
+from dnsside.model.events import Kind, LinksUnavailable, Replace
+from dnsside.model.linkerd import LinkRecord, ServiceRecord
 from dnsside.sources.file import (
     FileSource,
     FileSourceError,
@@ -105,7 +105,7 @@ def test_bad_object_keeps_its_previous_version(tmp_path: Path) -> None:
     items = yaml.safe_load(DEMO.read_text())["items"]
     items[4]["spec"]["ports"] = "eighty"
     path.write_text(yaml.safe_dump({"kind": "List", "items": items}))
-    from dnsside.events import Kind
+    from dnsside.model.events import Kind
 
     prev = {(Kind.SERVICE if k[0] == "Service" else Kind.SLICE, k[1], k[2]): v
             for k, v in previous.items()}

@@ -20,10 +20,10 @@ from flatnet import (
     west_objects,
 )
 
-from dnsside import metrics
-from dnsside.dns import ZoneOptions
-from dnsside.diagnosis import Exclusion
-from dnsside.events import (
+from dnsside.telemetry import metrics
+from dnsside.dns.zone import ZoneOptions
+from dnsside.core.diagnosis import Exclusion
+from dnsside.model.events import (
     Delete,
     Gateway,
     GatewayState,
@@ -35,10 +35,10 @@ from dnsside.events import (
     Synced,
     Upsert,
 )
-from dnsside.explain import Explainer, render
-from dnsside.flat import parse_remote_service
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import (
+from dnsside.core.explain import Explainer, render
+from dnsside.core.remotes import parse_remote_service
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.model.linkerd import (
     LabelSelector,
     LinkRecord,
     Record,
@@ -231,7 +231,7 @@ def test_remote_changes_follow_and_an_unselected_service_goes(index: Index) -> N
 def test_a_lost_remote_keeps_its_members_and_says_so_once(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
     west_synced(index)
-    caplog.set_level(logging.INFO, "dnsside.index")
+    caplog.set_level(logging.INFO, "dnsside.core.index")
     for detail in ("watch services failed (connection)", "watch endpointslices failed"):
         index.apply([RemoteStatus("west", RemoteState.LOST, detail, "ns/s")])
     assert "10.244.1.5" in addrs(index, DB)
@@ -245,7 +245,7 @@ def test_a_lost_remote_keeps_its_members_and_says_so_once(
 
 def test_credentials_trouble_is_one_warning_and_a_metric(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "dnsside.index")
+    caplog.set_level(logging.INFO, "dnsside.core.index")
     for _ in range(3):
         index.apply([RemoteStatus("west", RemoteState.CREDENTIALS,
                                   "Secret linkerd-multicluster/cluster-credentials-west does "

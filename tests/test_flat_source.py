@@ -13,8 +13,15 @@ from fakekube import FakeKube, running_fake_kube
 from fakekube_rbac import REMOTE_ACCESS_RULES
 from flatnet import REMOTE_DISCOVERY_LABELS, endpoint, endpoint_slice, link, service
 
-from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace
-from dnsside.linkerd import LinkRecord, SliceRecord, parse_link
+from dnsside.model.events import (
+    Event,
+    Kind,
+    Remote,
+    RemoteState,
+    RemoteStatus,
+    Replace,
+)
+from dnsside.model.linkerd import LinkRecord, SliceRecord, parse_link
 from dnsside.sources.reflector import Pacing
 from dnsside.sources.remote import FirstLists, FlatNetworkSource
 

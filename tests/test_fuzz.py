@@ -24,9 +24,9 @@ import dns.rcode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dnsside.responder import Responder
-from dnsside.events import Synced, Upsert
-from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.dns.responder import Responder
+from dnsside.model.events import Synced, Upsert
+from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.sources.file import load_records
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-east.yaml"

@@ -11,9 +11,21 @@ import pytest
 import yaml
 from support import DEMO
 
-from dnsside.events import Delete, Kind, Replace, SourceError, Synced, Upsert
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import Record, ServiceRecord, SliceRecord, parse_object
+from dnsside.model.events import (
+    Delete,
+    Kind,
+    Replace,
+    SourceError,
+    Synced,
+    Upsert,
+)
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.model.linkerd import (
+    Record,
+    ServiceRecord,
+    SliceRecord,
+    parse_object,
+)
 from dnsside.serving.reporting import IndexReporter
 
 BOTH = frozenset({Kind.SERVICE, Kind.SLICE})
@@ -98,7 +110,7 @@ def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
 
 
 def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="dnsside.index")
+    caplog.set_level("INFO", logger="dnsside.core.index")
     west = [r for r in demo_records()
             if isinstance(r, ServiceRecord) and r.cluster == "west" and r.namespace == "default"]
     index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in west])
@@ -171,7 +183,7 @@ def test_source_error_keeps_serving(index: Index) -> None:
 
 
 def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
-    from dnsside.wire import TCP_LIMIT
+    from dnsside.dns.wire import TCP_LIMIT
 
     objs: list[ServiceRecord | SliceRecord] = []
     objs.append(rec({"kind": "Service", "metadata": {

@@ -17,8 +17,14 @@ import yaml
 from fakekube import FakeKube
 from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
 
-from dnsside.events import Event, Kind, LinksUnavailable, Replace, Synced
-from dnsside.linkerd import LinkRecord
+from dnsside.model.events import (
+    Event,
+    Kind,
+    LinksUnavailable,
+    Replace,
+    Synced,
+)
+from dnsside.model.linkerd import LinkRecord
 from dnsside.sources.kube import KubeSource
 
 NGINX = "nginx-svc.default.svc-global"

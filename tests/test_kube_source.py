@@ -16,11 +16,19 @@ import yaml
 from conftest import DEMO_EAST
 from fakekube import FakeKube
 
-from dnsside import metrics
-from dnsside.events import Delete, Event, Kind, Replace, SourceError, Synced, Upsert
-from dnsside.linkerd import Record, ServiceRecord, parse_object
+from dnsside.telemetry import metrics
+from dnsside.model.events import (
+    Delete,
+    Event,
+    Kind,
+    Replace,
+    SourceError,
+    Synced,
+    Upsert,
+)
+from dnsside.model.linkerd import Record, ServiceRecord, parse_object
 from dnsside.sources.kube import KubeSource
-from dnsside.sources.kubeapi import Backoff, KubeConfigError
+from dnsside.kubeapi.client import Backoff, KubeConfigError
 
 LINKS_PATH = "/apis/multicluster.linkerd.io/v1alpha3/links"
 SVC_PATHS = {"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", LINKS_PATH}
@@ -569,7 +577,7 @@ async def _poll(pred: Callable[[], bool], timeout: float = DEADLINE) -> None:
 def test_watch_lines_whatever_the_chunks() -> None:
     """The watch stream's line splitter (issue 17: no growing buffer, no copy of a chunk
     that is one whole event) yields the same lines however the stream is cut."""
-    from dnsside.sources.kubeapi import WatchLines
+    from dnsside.kubeapi.client import WatchLines
 
     events = [b'{"type":"ADDED","n":%d,"pad":"%s"}' % (i, b"x" * (i * 7 % 50))
               for i in range(40)]

@@ -1,15 +1,19 @@
 """The import contract of dnsside/, read from the source with ast (nothing is imported).
 
-Layers, lowest first; a module may import its own layer and the ones below:
+Layers, lowest first, each a folder of dnsside/ (the top holds only the package's face,
+the configuration and the entry points); a module may import its own layer and the ones
+below:
 
     config      dnsside (the package), config: no other dnsside module
-    core        linkerd, endpoints, flat, diagnosis, assembly, events, wire, dns, responder,
-                tables, publishing, index, explain, bulk, addresses: what the answers are,
-                and why
-    telemetry   metrics: the counters the sources and the serving side update
-    sources     sources/*, prober: the outside world turned into index events
-    serving     serving/*: app, reporting, server, mmsg, http: sockets, logs and the
-                process's life
+    dns         dns/*: the protocol as functions over bytes (wire, zone, responder): it
+                knows names and records, not Kubernetes or Linkerd
+    model       model/*: Linkerd's and Kubernetes' objects as records, the events sources
+                send, address and endpoint rules
+    core        core/*: the index and what the answers are, and why (pure: no I/O)
+    telemetry   telemetry/*: the counters the sources and the serving side update
+    kubeapi     kubeapi/*: the Kubernetes API client, shared by sources and ops
+    sources     sources/*: the outside world turned into index events
+    serving     serving/*: sockets, logs and the process's life
     ops         ops/*: install and check, never loaded by serve
     entry       cli, __main__: the command line, which loads ops for install/check only
 
@@ -30,12 +34,12 @@ from support import ROOT
 PACKAGE = ROOT / "dnsside"
 LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything in it
     "config": ("dnsside.config",),
-    "core": ("dnsside.linkerd", "dnsside.diagnosis", "dnsside.assembly", "dnsside.events",
-             "dnsside.wire", "dnsside.dns", "dnsside.responder", "dnsside.tables",
-             "dnsside.index", "dnsside.explain", "dnsside.bulk", "dnsside.endpoints",
-             "dnsside.flat", "dnsside.publishing", "dnsside.addresses"),
-    "telemetry": ("dnsside.metrics",),
-    "sources": ("dnsside.sources", "dnsside.prober"),
+    "dns": ("dnsside.dns",),
+    "model": ("dnsside.model",),
+    "core": ("dnsside.core",),
+    "telemetry": ("dnsside.telemetry",),
+    "kubeapi": ("dnsside.kubeapi",),
+    "sources": ("dnsside.sources",),
     "serving": ("dnsside.serving",),
     "ops": ("dnsside.ops",),
     "entry": ("dnsside.cli", "dnsside.__main__"),
@@ -47,10 +51,14 @@ ORDER = list(LAYERS)
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 # The one module through which the operations wing talks to the Kubernetes API.
-API_CLIENT = "dnsside.sources.kubeapi"
+API_CLIENT = "dnsside.kubeapi.client"
+TOP_LEVEL = {"dnsside", "dnsside.__main__", "dnsside.cli", "dnsside.config"}
 HTTP_LIBRARIES = ("aiohttp", "kubernetes_asyncio")
 
-MAX_LINES = 700
+MAX_LINES = 600
+# Modules still over MAX_LINES, each to be split, never added to.
+KNOWN_LONG = {"dnsside.core.index", "dnsside.model.linkerd", "dnsside.ops.check",
+              "dnsside.sources.reflector"}
 
 
 @dataclass(frozen=True)
@@ -161,7 +169,8 @@ def reachable(start: set[str]) -> set[str]:
 
 
 def test_nothing_that_serves_reaches_the_operations_wing() -> None:
-    serving = {m for m in MODULES if layer(m) in ("core", "telemetry", "sources", "serving")}
+    serving = {m for m in MODULES if layer(m) in ("dns", "model", "core", "telemetry", "kubeapi",
+                                                  "sources", "serving")}
     assert not {m for m in reachable(serving) if layer(m) == "ops"}
     # The CLI loads the wing only from inside the functions that run install and check.
     eager = [i for i in INTERNAL if i.module == "dnsside.cli" and layer(i.target) == "ops"
@@ -183,15 +192,22 @@ def test_serve_loads_no_operations_module() -> None:
 
 
 def test_sources_import_no_index_and_no_dns() -> None:
-    bad = [i for i in INTERNAL if layer(i.module) == "sources"
-           and i.target in ("dnsside.index", "dnsside.dns", "dnsside.explain")]
+    bad = [i for i in INTERNAL if layer(i.module) == "sources" and (
+        layer(i.target) == "dns"
+        or i.target in ("dnsside.core.index", "dnsside.core.encode", "dnsside.core.explain"))]
     assert not bad, bad
 
 
+def test_the_query_path_knows_no_kubernetes() -> None:
+    """The protocol layer answers from bytes: it never loads the Linkerd model."""
+    assert not [i for i in INTERNAL if layer(i.module) == "dns" and layer(i.target) != "dns"
+                and i.target != "dnsside"]
+
+
 def test_the_operations_wing_reaches_the_api_through_one_client() -> None:
-    sources = {(i.module, i.target) for i in INTERNAL
-               if layer(i.module) == "ops" and layer(i.target) == "sources"}
-    assert {target for _, target in sources} <= {API_CLIENT}, sources
+    api = {(i.module, i.target) for i in INTERNAL
+           if layer(i.module) == "ops" and layer(i.target) in ("kubeapi", "sources")}
+    assert {target for _, target in api} <= {API_CLIENT}, api
     http = {(i.module, i.target) for i in ALL if layer(i.module) == "ops"
             and i.target.split(".")[0] in HTTP_LIBRARIES}
     assert not http, http
@@ -203,10 +219,16 @@ def test_no_private_name_is_imported_from_another_module() -> None:
     assert not private, private
 
 
-def test_no_module_is_over_700_lines() -> None:
+def test_no_module_is_over_600_lines() -> None:
     long = {name for name, path in MODULES.items()
             if len(path.read_text(encoding="utf-8").splitlines()) > MAX_LINES}
-    assert not long, long
+    assert long == KNOWN_LONG, long ^ KNOWN_LONG
+
+
+def test_only_entry_points_and_configuration_at_the_top() -> None:
+    top = {name for name in MODULES if name.count(".") <= 1 and not
+           (PACKAGE / name.removeprefix("dnsside.")).is_dir()}
+    assert top == TOP_LEVEL, top ^ TOP_LEVEL
 
 
 def test_the_quick_tier_needs_only_the_venv() -> None:

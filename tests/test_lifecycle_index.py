@@ -12,9 +12,9 @@ import pytest
 import yaml
 from support import DEMO
 
-from dnsside import metrics
-from dnsside.dns import ZoneOptions
-from dnsside.events import (
+from dnsside.telemetry import metrics
+from dnsside.dns.zone import ZoneOptions
+from dnsside.model.events import (
     Delete,
     Gateway,
     GatewayState,
@@ -25,9 +25,15 @@ from dnsside.events import (
     Synced,
     Upsert,
 )
-from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.serving.reporting import IndexReporter
-from dnsside.linkerd import LinkRecord, Record, ServiceRecord, SliceRecord, parse_object
+from dnsside.model.linkerd import (
+    LinkRecord,
+    Record,
+    ServiceRecord,
+    SliceRecord,
+    parse_object,
+)
 
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
@@ -108,7 +114,7 @@ def test_orphans_stay_out_even_with_publish_not_ready() -> None:
 
 
 def test_link_deleted_then_recreated(index: Index, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="dnsside.index")
+    caplog.set_level(logging.INFO, logger="dnsside.core.index")
     west = link("west")
     changed = index.apply([Delete(Kind.LINK, west.namespace, west.name)])
     # Everything with a west mirror was rebuilt, nothing else.
@@ -138,7 +144,7 @@ def test_link_by_target_cluster_name_not_by_its_own_name(index: Index) -> None:
 def test_links_never_listed_filter_nothing_and_never_empty_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="dnsside.index")
+    caplog.set_level(logging.WARNING, logger="dnsside.core.index")
     idx = make_index()
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("cannot list Links (v1alpha3): forbidden"), Synced()])
@@ -159,7 +165,7 @@ def test_a_listed_link_set_stands_through_every_fault(
 ) -> None:
     """Once listed, Links change only by a newer complete list or a watch event: a watch
     that fails, a 403 that appears later, a relist that keeps failing change nothing."""
-    caplog.set_level(logging.INFO, logger="dnsside.index")
+    caplog.set_level(logging.INFO, logger="dnsside.core.index")
     west = link("west")
     index.apply([Delete(Kind.LINK, west.namespace, west.name)])  # unlinked, mirrors stay
     unlinked = addrs(index, NGINX)
@@ -284,7 +290,7 @@ def test_federated_members_and_no_federated() -> None:
 
 
 def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="dnsside.index")
+    caplog.set_level(logging.WARNING, logger="dnsside.core.index")
     idx = make_index(cluster_name="west")
     idx.apply([Replace(ALL, records()), Synced()])
     targets = srv_targets(idx, "_http._tcp." + NGINX)
@@ -305,7 +311,7 @@ def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture
 
 
 def test_default_cluster_name_warns(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="dnsside.index")
+    caplog.set_level(logging.WARNING, logger="dnsside.core.index")
     idx = make_index(cluster_name="local")
     idx.apply([Replace(ALL, records()), Synced()])
     assert "default-cluster-name" in idx.warnings

@@ -1,4 +1,4 @@
-"""dnsside/sources/linkcreds.py: what a Link's kubeconfig may hold, decided on the text
+"""dnsside/kubeapi/linkcreds.py: what a Link's kubeconfig may hold, decided on the text
 alone (the end-to-end view is tests/test_hostile_credentials.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ import pytest
 import yaml
 from testca import fake_ca
 
-from dnsside.sources.linkcreds import ALWAYS_REFUSED, Refused, Unusable, parse
+from dnsside.kubeapi.linkcreds import (
+    ALWAYS_REFUSED,
+    Refused,
+    Unusable,
+    parse,
+)
 
 CA = base64.b64encode(fake_ca().ca_pem.encode()).decode()
 SERVER = "https://api.west.example:6443"

@@ -9,9 +9,14 @@ import pytest
 import yaml
 from support import DEMO
 
-from dnsside.assembly import GlobalService, Member, assemble, probe_url
-from dnsside.diagnosis import NO_REMOTE_ENDPOINTS, Exclusion
-from dnsside.linkerd import (
+from dnsside.core.assembly import (
+    GlobalService,
+    Member,
+    assemble,
+    probe_url,
+)
+from dnsside.core.diagnosis import NO_REMOTE_ENDPOINTS, Exclusion
+from dnsside.model.linkerd import (
     FEDERATED_CLUSTER,
     LinkRecord,
     ObjectError,
@@ -409,7 +414,7 @@ def test_parse_caches_stay_small_under_churn() -> None:
     """Issue 17: objects churned under ever-new names (services, namespaces, ports, lone
     endpoints without a pod) leave at most a few thousand entries in the parse caches, not
     one each for the life of the process."""
-    from dnsside import linkerd
+    from dnsside.model import linkerd
 
     for i in range(3 * linkerd._SHARED_MAX):
         ns, name = f"churn-{i // 20}", f"app-{i}"

@@ -14,15 +14,23 @@ import dns.rdatatype
 import pytest
 from test_index import BOTH, demo_records, obj, rec
 
-from dnsside.dns import McsZone, Zone, ZoneOptions, encode_service
+from dnsside.dns.zone import McsZone, Zone
+from dnsside.core.encode import encode_service
+from dnsside.dns.zone import ZoneOptions
 
-from dnsside.responder import Responder
+from dnsside.dns.responder import Responder
 
-from dnsside.wire import to_wire
-from dnsside.events import Delete, Kind, Replace, Synced, Upsert
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.assembly import GlobalService, Member
-from dnsside.linkerd import FEDERATED_CLUSTER, Port, Via
+from dnsside.dns.wire import to_wire
+from dnsside.model.events import (
+    Delete,
+    Kind,
+    Replace,
+    Synced,
+    Upsert,
+)
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.assembly import GlobalService, Member
+from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
 
 M = "clusterset.local."
 HTTP = Port("http", 80, "TCP")

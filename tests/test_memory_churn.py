@@ -17,9 +17,15 @@ import random
 import tracemalloc
 from typing import Any
 
-from dnsside.events import Delete, Kind, Replace, Synced, Upsert
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.linkerd import parse_object
+from dnsside.model.events import (
+    Delete,
+    Kind,
+    Replace,
+    Synced,
+    Upsert,
+)
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.model.linkerd import parse_object
 
 NS = "db"
 GATEWAYS = {"west": "172.18.0.3", "north": "172.18.0.4"}

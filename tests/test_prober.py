@@ -20,9 +20,9 @@ import pytest
 import yaml
 from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
 
-from dnsside import metrics
-from dnsside.events import Gateway
-from dnsside.prober import GatewayProber, GatewayTracker
+from dnsside.telemetry import metrics
+from dnsside.model.events import Gateway
+from dnsside.sources.gateways import GatewayProber, GatewayTracker
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
@@ -374,7 +374,7 @@ async def test_a_stopped_probe_loop_never_reports_again() -> None:
 
     import aiohttp
 
-    from dnsside.prober import GatewayProber
+    from dnsside.sources.gateways import GatewayProber
 
     gw = Gateway200()
     gw.start()

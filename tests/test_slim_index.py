@@ -17,13 +17,24 @@ import yaml
 from fakekube import FakeKube
 from support import DEMO
 
-from dnsside.wire import Answer
-from dnsside.events import Kind, Replace, Synced, Upsert
-from dnsside.index import Index, IndexOptions, make_responder
-from dnsside.tables import Table
-from dnsside.linkerd import Endpoint, Endpoints, Record, SliceRecord, parse_object
+from dnsside.dns.wire import Answer
+from dnsside.model.events import (
+    Kind,
+    Replace,
+    Synced,
+    Upsert,
+)
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.tables import Table
+from dnsside.model.linkerd import (
+    Endpoint,
+    Endpoints,
+    Record,
+    SliceRecord,
+    parse_object,
+)
 from dnsside.sources.kube import KubeSource
-from dnsside.sources.kubeapi import continue_token
+from dnsside.kubeapi.client import continue_token
 
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
@@ -155,7 +166,7 @@ def _same(a: Answer, b: Answer) -> bool:
 
 def test_the_kube_source_loads_no_generated_api_until_asked() -> None:
     code = (
-        "import sys, dnsside.sources.kube, dnsside.sources.kubeapi as k\n"
+        "import sys, dnsside.sources.kube, dnsside.kubeapi.client as k\n"
         "assert k.ApiClient and k.load_kube_config\n"
         "generated = [m for m in sys.modules if m.startswith('kubernetes_asyncio.client.api.')"
         " or m.startswith('kubernetes_asyncio.client.models.')]\n"
@@ -212,7 +223,7 @@ def test_a_bulk_step_collects_the_garbage_the_last_freeze_kept() -> None:
     import gc
     import weakref
 
-    from dnsside.bulk import bulk
+    from dnsside.core.bulk import bulk
 
     class Node:
         other: Any = None

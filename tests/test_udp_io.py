@@ -24,7 +24,7 @@ from rawdns import SRV, A, opt_rr, query
 from support import wait_for
 from test_fuzz import MUTATIONS, PROFILE, mutate, queries, responder
 
-from dnsside import metrics
+from dnsside.telemetry import metrics
 from dnsside.serving import mmsg
 from dnsside.serving.server import UdpServer
 

@@ -1,6 +1,6 @@
 """A certificate authority made by the test run (openssl), for the fake API servers' TLS.
 
-A Link's kubeconfig must name an ``https`` server (dnsside/sources/linkcreds.py), so
+A Link's kubeconfig must name an ``https`` server (dnsside/kubeapi/linkcreds.py), so
 the fake API servers that play linked clusters serve TLS too, as a real one does, with
 a server certificate for 127.0.0.1 and localhost signed by a CA generated here once
 per process; the Secret carries that CA as ``certificate-authority-data``. A second,

@@ -9,8 +9,8 @@ Every check reads the API server (GET only, like dnsside itself) with the
 kubeconfig's identity, except the RBAC ones, which list each resource dnsside
 reads as ``--as`` (``Impersonate-User``), so ``--as
 system:serviceaccount:dnsside:dnsside`` checks dnsside's own grants. What the
-objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.linkerd` and
-:mod:`dnsside.diagnosis`; the
+objects *mean* (mirrors, orphans, links) comes from :mod:`dnsside.model.linkerd` and
+:mod:`dnsside.core.diagnosis`; the
 global service queried through ``--dns`` is picked by dnsside's own index from
 the same objects. Under ``--flat-network`` (:mod:`dnsside.ops.flatcheck`) the checks
 also read each Link's credentials Secret and, with the kubeconfig in it, the linked
@@ -28,10 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from dnsside import diagnosis, linkerd
 from dnsside.config import flag, split_hostport, zones_from_env
-from dnsside.diagnosis import CREDENTIALS_FIX, mirror_health
-from dnsside.linkerd import (
+from dnsside.core import diagnosis
+from dnsside.core.diagnosis import CREDENTIALS_FIX, mirror_health
+from dnsside.kubeapi.client import (
+    TRANSIENT,
+    ApiError,
+    KubeApi,
+    KubeConfigError,
+    NotFound,
+)
+from dnsside.model import linkerd
+from dnsside.model.linkerd import (
     LINK_GROUP,
     LinkRecord,
     ObjectError,
@@ -39,7 +47,6 @@ from dnsside.linkerd import (
     SliceRecord,
 )
 from dnsside.ops.flatcheck import KUBECONFIG_KEY, FlatNetworkChecks
-from dnsside.sources.kubeapi import TRANSIENT, ApiError, KubeApi, KubeConfigError, NotFound
 
 OK, FAIL, WARN = "\u2713", "\u00d7", "\u203c"  # check mark, cross, double !, as linkerd
 DEFAULT_NAMESPACE = "dnsside"
@@ -539,9 +546,9 @@ def _pick_service(services: Sequence[ServiceRecord], slices: Sequence[SliceRecor
                   ) -> tuple[str, str, int] | None:
     """A global service with ready members, as dnsside's own index builds it from these
     objects: (name to ask, A or AAAA, how many addresses the objects give)."""
-    from dnsside.dns import ZoneOptions
-    from dnsside.events import Kind, Replace, Synced
-    from dnsside.index import Index, IndexOptions, make_responder
+    from dnsside.core.index import Index, IndexOptions, make_responder
+    from dnsside.dns.zone import ZoneOptions
+    from dnsside.model.events import Kind, Replace, Synced
 
     options = IndexOptions(cluster_name=cluster_name.lower())
     index = Index(make_responder([zone], ZoneOptions()), options)

@@ -265,7 +265,7 @@ def _coredns(args: argparse.Namespace) -> str:
 async def _service_address(kubeconfig: str | None, namespace: str) -> str:
     """The dnsside Service's ClusterIP (the first family's) and its port named ``dns``
     (53, or 5353 where it was installed with ``--dns-port 5353``)."""
-    from dnsside.sources.kubeapi import TRANSIENT, KubeApi, KubeConfigError
+    from dnsside.kubeapi.client import TRANSIENT, KubeApi, KubeConfigError
 
     hint = ("pass --address, e.g. --address $(kubectl -n dnsside get service dnsside -o "
             "jsonpath='{.spec.clusterIP}')")

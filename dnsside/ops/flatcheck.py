@@ -30,9 +30,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 from dnsside.config import flag
-from dnsside.linkerd import LinkRecord
-from dnsside.ops.manifests import LINKS_NAMESPACE
-from dnsside.sources.kubeapi import (
+from dnsside.kubeapi.client import (
     SECRET_KUBECONFIG_KEY,
     TRANSIENT,
     ApiError,
@@ -46,6 +44,8 @@ from dnsside.sources.kubeapi import (
     describe_error,
     kubeconfig_in_secret,
 )
+from dnsside.model.linkerd import LinkRecord
+from dnsside.ops.manifests import LINKS_NAMESPACE
 
 KUBECONFIG_KEY = SECRET_KUBECONFIG_KEY  # the key of Linkerd's credentials Secret
 SERVICES = "/api/v1/services"

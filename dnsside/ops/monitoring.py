@@ -1,7 +1,7 @@
 """``dnsside install monitoring``: a PodMonitor and the PrometheusRule with dnsside's alerts.
 
 The one thing to keep in step: the metric names and labels in :data:`ALERTS` are
-:mod:`dnsside.metrics`'s, and each alert's runbook line is repeated in
+:mod:`dnsside.telemetry.metrics`'s, and each alert's runbook line is repeated in
 deploy/README.md under "Alerts" (tests/test_install.py fires every alert with promtool).
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dnsside.diagnosis import CREDENTIALS_FIX, LINK_WATCH_DOWN_FIX, UNLINK
+from dnsside.core.diagnosis import CREDENTIALS_FIX, LINK_WATCH_DOWN_FIX, UNLINK
 from dnsside.ops.manifests import LABELS, NAME, meta
 
 
@@ -25,7 +25,7 @@ class Alert:
     runbook: str  # one line; deploy/README.md repeats it under "Alerts"
 
 
-# Metric names are dnsside's (dnsside/metrics.py): dnsside_gateway_probe_state{cluster,state}
+# Metric names are dnsside's (dnsside/telemetry/metrics.py): dnsside_gateway_probe_state{cluster,state}
 # is 1 for the current state of each probed gateway (alive, failing, never-answered), and
 # dnsside_orphaned_mirrors{cluster} counts the mirrors of clusters no Link targets.
 ALERTS: tuple[Alert, ...] = (

@@ -18,19 +18,19 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from dnsside import metrics
 from dnsside.config import Config, networks, parse_hostport
 from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
-from dnsside.dns import ZoneOptions
-from dnsside.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.dns.zone import ZoneOptions
 from dnsside.serving.http import HttpServer
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.sources import Source
 from dnsside.sources.reflector import Pacing
+from dnsside.telemetry import metrics
 
 if TYPE_CHECKING:
-    from dnsside.sources.limits import Limits
+    from dnsside.kubeapi.caps import Limits
     from dnsside.sources.remote import FlatNetworkSource
 
 log = logging.getLogger("dnsside")
@@ -69,7 +69,7 @@ def flat_network_source(config: Config, index: Index) -> FlatNetworkSource:
 
 def flat_network_limits(config: Config) -> Limits:
     """What one linked cluster may cost and where it may publish (--flat-network-*)."""
-    from dnsside.sources.limits import Limits
+    from dnsside.kubeapi.caps import Limits
 
     return Limits(max_endpoints=config.flat_network_max_endpoints,
                   max_objects=config.flat_network_max_objects,
@@ -138,7 +138,7 @@ class App:
             log.info("dns listening on udp+tcp %s", _fmt(bind_host, port))
         log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
                  ", ".join(self.config.ns_addresses))
-        from dnsside.explain import Explainer
+        from dnsside.core.explain import Explainer
 
         http = HttpServer(self.is_ready, Explainer(self.index).explain,
                           networks(self.config.explain_from, "--explain-from"))
@@ -182,7 +182,7 @@ class App:
         this event loop, so the index never sees two batches at once."""
         tasks = [asyncio.create_task(self._consume(self.source), name=self.source.name)]
         if self.config.probing:
-            from dnsside.prober import GatewayProber
+            from dnsside.sources.gateways import GatewayProber
 
             prober = GatewayProber(
                 self.index.probe_targets, period=self.config.gateway_probe_period,

@@ -22,8 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from dnsside import metrics
 from dnsside.config import IPNetwork, allowed_peer
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.http")
 

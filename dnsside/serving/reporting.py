@@ -1,6 +1,6 @@
 """What the index learnt, as log lines and metrics: the index's observer in a server.
 
-The index is pure: it hands an :class:`~dnsside.index.IndexReport` to its observer
+The index is pure: it hands an :class:`~dnsside.core.index.IndexReport` to its observer
 after every batch and knows nothing of logging or Prometheus. This is that
 observer for ``dnsside serve`` (``explain`` and ``check --dns`` build an index
 without one, so their own output is all a user sees).
@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from dnsside import metrics
-from dnsside.diagnosis import ConfigWarning, Exclusion
-from dnsside.events import RemoteState
-from dnsside.index import Index, IndexReport
+from dnsside.core.diagnosis import ConfigWarning, Exclusion
+from dnsside.core.index import Index, IndexReport
+from dnsside.model.events import RemoteState
+from dnsside.telemetry import metrics
 
-log = logging.getLogger("dnsside.index")  # where operators have always found these lines
+log = logging.getLogger("dnsside.core.index")  # where operators have always found these lines
 
 
 class IndexReporter:

@@ -23,9 +23,9 @@ from typing import cast
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dnsside import metrics
-from dnsside.responder import Responder
+from dnsside.dns.responder import Responder
 from dnsside.serving import mmsg
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.server")
 query_log = logging.getLogger("dnsside.query")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from dnsside.events import Event
+from dnsside.model.events import Event
 
 
 class Source(Protocol):

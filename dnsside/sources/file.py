@@ -26,10 +26,22 @@ from typing import Any
 
 import yaml
 
-from dnsside import metrics
-from dnsside.bulk import bulk
-from dnsside.events import Event, Kind, LinksUnavailable, Replace, SourceError, Synced
-from dnsside.linkerd import LinkRecord, ObjectError, Record, parse_object
+from dnsside.core.bulk import bulk
+from dnsside.model.events import (
+    Event,
+    Kind,
+    LinksUnavailable,
+    Replace,
+    SourceError,
+    Synced,
+)
+from dnsside.model.linkerd import (
+    LinkRecord,
+    ObjectError,
+    Record,
+    parse_object,
+)
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.file")
 

@@ -25,9 +25,14 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from dnsside import metrics
-from dnsside.bulk import paused
-from dnsside.events import (
+from dnsside.core.bulk import paused
+from dnsside.kubeapi.client import (
+    ApiError,
+    Backoff,
+    KubeApi,
+    describe_error,
+)
+from dnsside.model.events import (
     Event,
     Kind,
     LinksUnavailable,
@@ -35,7 +40,7 @@ from dnsside.events import (
     Replace,
     Synced,
 )
-from dnsside.linkerd import (
+from dnsside.model.linkerd import (
     LINK_GROUP,
     LINK_VERSIONS,
     Record,
@@ -43,13 +48,8 @@ from dnsside.linkerd import (
     parse_service,
     parse_slice,
 )
-from dnsside.sources.kubeapi import (
-    ApiError,
-    Backoff,
-    KubeApi,
-    describe_error,
-)
 from dnsside.sources.reflector import Pacing, Reflector, RelistNeeded, Resource
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
 
@@ -159,7 +159,7 @@ class KubeSource:
         link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
         try:
             # Hundreds of thousands of records that live on: no GC passes over them while
-            # they are made (see dnsside.bulk); the index collects, then freezes them.
+            # they are made (see dnsside.core.bulk); the index collects, then freezes them.
             with paused():
                 async with asyncio.TaskGroup() as tg:
                     listings = [tg.create_task(self.reflector.list_resource(api, res))

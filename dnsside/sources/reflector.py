@@ -34,11 +34,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from dnsside import metrics
-from dnsside.bulk import paused
-from dnsside.events import Delete, Event, Kind, Replace, SourceError, Upsert
-from dnsside.linkerd import ObjectError, Record
-from dnsside.sources.kubeapi import (
+from dnsside.core.bulk import paused
+from dnsside.kubeapi.caps import TIME, CapExceeded
+from dnsside.kubeapi.client import (
     TRANSIENT,
     ApiError,
     Backoff,
@@ -51,7 +49,17 @@ from dnsside.sources.kubeapi import (
     error_reason,
     read_error,
 )
-from dnsside.sources.limits import TIME, CapExceeded, Gate, Tally
+from dnsside.model.events import (
+    Delete,
+    Event,
+    Kind,
+    Replace,
+    SourceError,
+    Upsert,
+)
+from dnsside.model.linkerd import ObjectError, Record
+from dnsside.sources.limits import Gate, Tally
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
 

@@ -14,7 +14,7 @@ refused, a server whose certificate the Secret's CA does not vouch for, and a 40
 or 403 from the linked cluster are the operator's to fix: the state is
 ``CREDENTIALS``, the Secret is read again before every retry (and every
 minute while synced: a rotated one is picked up), and nothing learnt is
-dropped. The kubeconfig is read as data only (:mod:`dnsside.sources.linkcreds`): one
+dropped. The kubeconfig is read as data only (:mod:`dnsside.kubeapi.linkcreds`): one
 that holds an exec plugin, a file name or weakened TLS is refused before anything
 is run, read or connected to, and the refusal names the Secret, the Link and the
 field. Anything else (a refused connection, a timeout, a 5xx) is the API being away:
@@ -37,12 +37,10 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from dnsside import metrics
-from dnsside.bulk import paused
-from dnsside.events import Event, Kind, Remote, RemoteState, RemoteStatus, Replace, SourceError
-from dnsside.flat import parse_remote_service
-from dnsside.linkerd import LabelSelector, LinkRecord, Record, parse_endpoints, parse_slice
-from dnsside.sources.kubeapi import (
+from dnsside.core.bulk import paused
+from dnsside.core.remotes import parse_remote_service
+from dnsside.kubeapi.caps import CapExceeded, Limits
+from dnsside.kubeapi.client import (
     SECRET_KUBECONFIG_KEY,
     TRANSIENT,
     ApiError,
@@ -55,8 +53,25 @@ from dnsside.sources.kubeapi import (
     describe_error,
     kubeconfig_in_secret,
 )
-from dnsside.sources.limits import CapExceeded, Gate, Limits
+from dnsside.model.events import (
+    Event,
+    Kind,
+    Remote,
+    RemoteState,
+    RemoteStatus,
+    Replace,
+    SourceError,
+)
+from dnsside.model.linkerd import (
+    LabelSelector,
+    LinkRecord,
+    Record,
+    parse_endpoints,
+    parse_slice,
+)
+from dnsside.sources.limits import Gate
 from dnsside.sources.reflector import DEFAULT_PACING, Pacing, Reflector, Resource
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.remote")
 
@@ -460,7 +475,7 @@ class _LinkedCluster:
                             partial(_remote_service, cluster, self.target.selector))
         slices = ENDPOINTSLICES
         try:
-            with paused():  # records that live on: no GC passes over them (dnsside.bulk)
+            with paused():  # records that live on: no GC passes over them (dnsside.core.bulk)
                 service_records, service_versions = await reflector.list_resource(
                     api, services)
                 try:

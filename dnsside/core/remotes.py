@@ -21,8 +21,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from dnsside.events import Delete, Kind, Replace, Upsert
-from dnsside.linkerd import (
+from dnsside.core.tables import Key, Slices, Table
+from dnsside.model.events import (
+    Delete,
+    Kind,
+    Replace,
+    Upsert,
+)
+from dnsside.model.linkerd import (
     MIRRORED_SERVICE,
     LabelSelector,
     Record,
@@ -31,7 +37,6 @@ from dnsside.linkerd import (
     SliceRecord,
     parse_service,
 )
-from dnsside.tables import Key, Slices, Table
 
 
 def parse_remote_service(obj: Mapping[str, Any], where: str, cluster: str,

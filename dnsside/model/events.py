@@ -1,7 +1,7 @@
 """What sources tell the index.
 
 Sources (the API watch, the file) never touch the index directly: they yield
-these events, and :class:`dnsside.index.Index` applies them. ``Replace`` is how
+these events, and :class:`dnsside.core.index.Index` applies them. ``Replace`` is how
 a source says "this is the whole truth for these kinds" — the initial list, a
 relist after 410 Expired, a file reload — so the index can diff it against what
 it holds and swap the result in at once: objects deleted while a watch was away
@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from dnsside.linkerd import LinkRecord, Record, ServiceRecord
+from dnsside.model.linkerd import LinkRecord, Record, ServiceRecord
 
 
 class Kind(enum.Enum):

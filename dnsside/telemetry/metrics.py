@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from dnsside import __version__
 
 if TYPE_CHECKING:
-    from dnsside.responder import Responder
+    from dnsside.dns.responder import Responder
 
 _RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
            16: "BADVERS"}

@@ -2,7 +2,7 @@
 
 kubernetes-asyncio's ``ApiClient`` is not used for a linked cluster: its configuration
 comes from its kubeconfig loader (which runs commands and reads files, see
-:mod:`dnsside.sources.linkcreds`), and its session trusts the environment
+:mod:`dnsside.kubeapi.linkcreds`), and its session trusts the environment
 (``trust_env``: ``$HTTPS_PROXY``, and ``~/.netrc`` passwords sent to matching hosts).
 This client sends exactly what the credentials hold: a bearer token, a client
 certificate, to the server they name, verifying its certificate against their CA (or
@@ -14,7 +14,7 @@ client certificate and key only from files. They are written into a directory of
 dnsside's own, made private (0700, files 0600), loaded, and removed before the
 context is used; nothing named by the Secret is ever opened.
 
-It offers the one call :class:`~dnsside.sources.kubeapi.KubeApi` makes of a client
+It offers the one call :class:`~dnsside.kubeapi.client.KubeApi` makes of a client
 (``call_api`` for a GET, ``configuration.host``, ``close``).
 """
 
@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from dnsside.sources.linkcreds import Credentials, Unusable
+from dnsside.kubeapi.linkcreds import Credentials, Unusable
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from dnsside import metrics
-from dnsside.events import Event, Gateway, GatewayState
+from dnsside.model.events import Event, Gateway, GatewayState
+from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.probe")
 

@@ -3,7 +3,7 @@
 This is the only module that knows what Linkerd's service mirror leaves in a
 cluster: root headless mirrors, per-pod mirrors, gateway and remote-discovery
 ClusterIP mirrors, federated Services, gateway probe Services and Links (how
-they add up to a global service is :mod:`dnsside.assembly`). It does no I/O:
+they add up to a global service is :mod:`dnsside.core.assembly`). It does no I/O:
 sources hand it decoded JSON objects and tests call it directly.
 
 The tricky thing here is that one global service ``(namespace, name)`` is
@@ -26,7 +26,12 @@ from sys import intern
 from typing import Any, TypeGuard, TypeVar
 
 from dnsside.config import is_dns_label  # Kubernetes names and hostnames: RFC 1123 labels
-from dnsside.endpoints import Endpoint, EndpointRow, Endpoints, pack_rows
+from dnsside.model.endpoints import (
+    Endpoint,
+    EndpointRow,
+    Endpoints,
+    pack_rows,
+)
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
 MIRRORED_SERVICE = "mirror.linkerd.io/mirrored-service"

@@ -1,11 +1,11 @@
 """The DNS contract: which names exist and what each answers, encoded before any query.
 
-:func:`encode_service` turns one :class:`~dnsside.assembly.GlobalService` into
-pre-encoded :class:`~dnsside.wire.Answer` objects keyed by question. The index
+:func:`encode_service` turns one :class:`~dnsside.core.assembly.GlobalService` into
+pre-encoded :class:`~dnsside.dns.wire.Answer` objects keyed by question. The index
 runs it when a service changes, never per query. Each zone names things by one
 of two schemes, each one encoder: :func:`_encode_in_zone` for ``--zone`` and
 :func:`_encode_mcs` for ``--mcs-zone``, the Multi-Cluster Services names of
-KEP-1645. The query path (:mod:`dnsside.responder`) does not know there are two.
+KEP-1645. The query path (:mod:`dnsside.dns.responder`) does not know there are two.
 
 The one tricky thing: answers are encoded once, for a lower-case question, and
 reused for every query of that name whatever its case. That is sound because
@@ -16,45 +16,28 @@ differs only in case has the same length, so every offset stays valid.
 
 from __future__ import annotations
 
-import functools
-import socket
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dnsside.assembly import GlobalService, Member
-from dnsside.linkerd import Port, Via
-from dnsside.wire import (
+from dnsside.core.assembly import GlobalService, Member
+from dnsside.dns.wire import (
     AAAA,
     AT_QUESTION,
     CLASS_IN,
     MAX_BODY,
     NOERROR,
-    NS,
-    NXDOMAIN,
-    SOA,
     SRV,
-    TXT,
     A,
     Answer,
-    resource_record,
-    to_wire,
+    pack_addresses,
+    rr_head,
 )
+from dnsside.dns.zone import Zone, ZoneOptions
+from dnsside.model.linkerd import Port, Via
 
 _PROTO_LABEL = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
-
-def _packed(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """(IPv4, IPv6) addresses in wire form, deduplicated. Addresses were validated and
-    normalised when parsed; inet_pton is the C fast path."""
-    v4: dict[bytes, None] = {}
-    v6: dict[bytes, None] = {}
-    for a in addresses:
-        if ":" in a:
-            v6[socket.inet_pton(socket.AF_INET6, a)] = None
-        else:
-            v4[socket.inet_pton(socket.AF_INET, a)] = None
-    return tuple(v4), tuple(v6)
 
 
 class _Target(Protocol):
@@ -87,16 +70,13 @@ class _MemberWire:
         # A and AAAA records minus their owner name: the same in every zone and scheme.
         tails = out.tails.get(id(member))
         if tails is None:
-            v4, v6 = _packed(member.addresses)
-            head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+            v4, v6 = pack_addresses(member.addresses)
+            head_a, head_aaaa = rr_head(A, ttl, 4), rr_head(AAAA, ttl, 16)
             tails = out.tails[id(member)] = (tuple(head_a + p for p in v4),
                                              tuple(head_aaaa + p for p in v6))
         self.a, self.aaaa = tails
 
 
-@functools.lru_cache(maxsize=256)
-def _rr_head(rtype: int, ttl: int, rdlength: int) -> bytes:
-    return struct.pack("!HHIH", rtype, CLASS_IN, ttl, rdlength)
 
 
 class _ServiceTarget:
@@ -108,8 +88,8 @@ class _ServiceTarget:
     def __init__(self, svc_name: bytes, members: Iterable[Member], ttl: int) -> None:
         self.target = svc_name
         self.local = True  # one target for every cluster: no priority to tell apart
-        v4, v6 = _packed(a for m in members for a in m.addresses)
-        head_a, head_aaaa = _rr_head(A, ttl, 4), _rr_head(AAAA, ttl, 16)
+        v4, v6 = pack_addresses(a for m in members for a in m.addresses)
+        head_a, head_aaaa = rr_head(A, ttl, 4), rr_head(AAAA, ttl, 16)
         self.a = tuple(head_a + p for p in v4)
         self.aaaa = tuple(head_aaaa + p for p in v6)
 
@@ -148,15 +128,6 @@ def _fit(rrs: list[bytes], room: int) -> list[bytes]:
         if total > room:
             return rrs[:i]
     return rrs
-
-
-@dataclass(frozen=True)
-class ZoneOptions:
-    ttl: int = 5
-    publish_not_ready: bool = False
-    srv_priority: str = "equal"  # or "local-first"
-    # Addresses of the zone's name server, the apex (validated, normalised IPv4/IPv6).
-    ns_addresses: tuple[str, ...] = ("127.0.0.1",)
 
 
 @dataclass
@@ -310,7 +281,7 @@ def _put_srv(
         head = heads.get((prio, p.port, len(target)))
         if head is None:
             head = heads[(prio, p.port, len(target))] = (
-                AT_QUESTION + _rr_head(SRV, ttl, 6 + len(target))
+                AT_QUESTION + rr_head(SRV, ttl, 6 + len(target))
                 + _PACK_SRV(prio, weights[prio], p.port))
         rr = head + target
         if size + len(rr) > MAX_BODY:
@@ -331,87 +302,3 @@ def _put_srv(
 
 
 _PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port
-
-
-# --------------------------------------------------------------------------- zones
-
-
-class Zone:
-    """One served zone: its apex records and the negative answers that carry its SOA.
-
-    The zone's name server is the apex itself: ``Z. NS Z.``, with ``Z. A`` / ``Z.
-    AAAA`` giving ``ZoneOptions.ns_addresses`` and the SOA MNAME naming it too.
-    Every name the zone generates (a service, a cluster, a member, an SRV name, a
-    namespace) lies strictly below the apex, so no Kubernetes object can ever take
-    or shadow the name server's name, and the NS answer carries its own glue.
-
-    ``scheme`` names the encoder that fills it (``_ENCODERS``); ``services_wire`` is the
-    name namespaces hang below (``<ns>.Z``); ``fixed_names`` exist whatever the index
-    holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``).
-    """
-
-    scheme = "svc-global"
-
-    def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
-        self.origin = origin if origin.endswith(".") else origin + "."
-        self.wire = to_wire(self.origin)
-        self.options = options
-        self.ns_host = self.wire
-        self.services_wire = self.wire
-        self.fixed_names: tuple[bytes, ...] = (self.wire,)
-        self.set_serial(serial)
-
-    def set_serial(self, serial: int) -> None:
-        """The serial changes whenever the index does; only zone-level bytes depend on it."""
-        self.serial = serial & 0xFFFFFFFF
-        ttl = self.options.ttl
-        rdata = (
-            self.ns_host + to_wire("hostmaster." + self.origin)
-            + struct.pack("!5I", self.serial, 7200, 1800, 86400, ttl)
-        )
-        self.soa_rr = resource_record(self.wire, SOA, ttl, rdata)
-        self.nodata = Answer(NOERROR, 0, (), (self.soa_rr,))
-        self.nxdomain = Answer(NXDOMAIN, 0, (), (self.soa_rr,))
-        v4, v6 = _packed(self.options.ns_addresses)
-        glue_a = [resource_record(self.ns_host, A, ttl, p) for p in v4]
-        glue_aaaa = [resource_record(self.ns_host, AAAA, ttl, p) for p in v6]
-        self.apex = {
-            self.wire + struct.pack("!HH", SOA, CLASS_IN): Answer(NOERROR, SOA, (self.soa_rr,)),
-            self.wire + struct.pack("!HH", NS, CLASS_IN): Answer(
-                NOERROR, NS, (resource_record(self.wire, NS, ttl, self.ns_host),), (),
-                glue_a + glue_aaaa
-            ),
-        }
-        if glue_a:
-            self.apex[self.wire + struct.pack("!HH", A, CLASS_IN)] = Answer(NOERROR, A, glue_a)
-        if glue_aaaa:
-            self.apex[self.wire + struct.pack("!HH", AAAA, CLASS_IN)] = Answer(
-                NOERROR, AAAA, glue_aaaa)
-
-
-MCS_DNS_VERSION = b"1.0.0"  # the KEP-1645 DNS specification's schema version (§1, §2.2)
-
-
-class McsZone(Zone):
-    """A ``--mcs-zone``: the Multi-Cluster Services names of the same global
-    services, all below ``svc.M``, plus ``dns-version.M`` TXT at the top. SOA, NS and
-    every negative answer work as in any zone."""
-
-    scheme = "mcs"
-
-    def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
-        super().__init__(origin, options, serial)
-        self.services_wire = b"\x03svc" + self.wire
-        self.fixed_names = (self.wire, self.services_wire, self._version_wire())
-
-    def _version_wire(self) -> bytes:
-        return b"\x0bdns-version" + self.wire
-
-    def set_serial(self, serial: int) -> None:
-        super().set_serial(serial)
-        txt = bytes([len(MCS_DNS_VERSION)]) + MCS_DNS_VERSION
-        self.apex[self._version_wire() + struct.pack("!HH", TXT, CLASS_IN)] = Answer(
-            NOERROR, TXT, (AT_QUESTION + _rr_head(TXT, self.options.ttl, len(txt)) + txt,)
-        )
-
-

@@ -3,15 +3,15 @@
 One global service ``(namespace, name)`` is assembled from the local original
 and from objects with *other* names (``<svc>-<cluster>`` root mirrors,
 ``<pod>-<cluster>`` per-pod mirrors and the slices of each), which the index
-finds through :attr:`~dnsside.linkerd.ServiceRecord.original`.
+finds through :attr:`~dnsside.model.linkerd.ServiceRecord.original`.
 
 The one tricky rule: a member that must never be served whatever the flags (an
 orphaned link's mirror, the loser of a name clash) is not dropped but kept in
-``GlobalService.excluded`` with its :class:`~dnsside.diagnosis.Exclusion`, so
+``GlobalService.excluded`` with its :class:`~dnsside.core.diagnosis.Exclusion`, so
 `explain` can say why it is missing, and its readiness stays Linkerd's. The same
 holds for what no source may put into an answer, whoever sends it (a linked
 cluster's API validates nothing): an address no pod or Service can own
-(:mod:`dnsside.addresses`) and a name DNS cannot carry (a hostname that is no
+(:mod:`dnsside.model.addresses`) and a name DNS cannot carry (a hostname that is no
 label, a port name or protocol an SRV name cannot hold, an owner name over 255
 octets with the longest served zone). :class:`Screen` checks them here, once per
 assembly, never per query; an endpoint keeps its good addresses (a dual-stack pod
@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from dnsside import diagnosis
-from dnsside.addresses import Unsafe, describe, unsafe_address
 from dnsside.config import is_dns_label
-from dnsside.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
-from dnsside.linkerd import (
+from dnsside.core import diagnosis
+from dnsside.core.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
+from dnsside.model.addresses import Unsafe, describe, unsafe_address
+from dnsside.model.linkerd import (
     DEFAULT_PROBE_PATH,
     FEDERATED_CLUSTER,
     PROBE_PORT_NAME,

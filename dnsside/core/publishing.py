@@ -1,7 +1,7 @@
 """Pre-encoded answers in, out of the responder's tables: one global service at a time.
 
 The index decides *which* global services changed; this puts each one's answers
-into the :class:`~dnsside.responder.Responder` in place of its previous ones.
+into the :class:`~dnsside.dns.responder.Responder` in place of its previous ones.
 
 The one tricky thing is the order: the new answers are inserted first and only
 then are the names no longer there removed, so a query running between two
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from dnsside.assembly import GlobalService
-from dnsside.dns import ServiceAnswers, ZoneOptions, encode_service
-from dnsside.responder import Responder
-from dnsside.tables import Key
-from dnsside.wire import Answer, to_wire
+from dnsside.core.assembly import GlobalService
+from dnsside.core.encode import ServiceAnswers, encode_service
+from dnsside.core.tables import Key
+from dnsside.dns.responder import Responder
+from dnsside.dns.wire import Answer, to_wire
+from dnsside.dns.zone import ZoneOptions
 
 
 def _same_answer(a: Answer | None, b: Answer) -> bool:

@@ -2,9 +2,9 @@
 
 It keeps the slim records sources deliver and, for every event, works out which
 global services the event touches, rebuilds just those with
-:func:`dnsside.linkerd.assemble`, re-encodes them with
+:func:`dnsside.model.linkerd.assemble`, re-encodes them with
 :func:`dnsside.dns.encode_service` and swaps their entries into the
-:class:`~dnsside.responder.Responder`'s tables. Nothing else is rebuilt: the cost of
+:class:`~dnsside.dns.responder.Responder`'s tables. Nothing else is rebuilt: the cost of
 an event is the size of the services it touches, not the size of the cluster.
 
 The one subtle part is the bookkeeping of *which* global service an object
@@ -27,13 +27,35 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnsside import diagnosis
-from dnsside.addresses import Unsafe, unsafe_address
-from dnsside.assembly import GlobalService, Member, assemble, probe_url, refusals
-from dnsside.bulk import bulk
-from dnsside.diagnosis import ConfigWarning, Exclusion, Notice, Told
-from dnsside.dns import McsZone, Zone, ZoneOptions
-from dnsside.events import (
+from dnsside.core import diagnosis
+from dnsside.core.assembly import (
+    GlobalService,
+    Member,
+    assemble,
+    probe_url,
+    refusals,
+)
+from dnsside.core.bulk import bulk
+from dnsside.core.diagnosis import (
+    ConfigWarning,
+    Exclusion,
+    Notice,
+    Told,
+)
+from dnsside.core.publishing import Publisher
+from dnsside.core.remotes import RemoteCluster
+from dnsside.core.tables import (
+    Key,
+    Names,
+    Slices,
+    Table,
+    add_name,
+    remove_name,
+)
+from dnsside.dns.responder import Responder
+from dnsside.dns.zone import McsZone, Zone, ZoneOptions
+from dnsside.model.addresses import Unsafe, unsafe_address
+from dnsside.model.events import (
     Delete,
     Event,
     Gateway,
@@ -48,8 +70,7 @@ from dnsside.events import (
     Synced,
     Upsert,
 )
-from dnsside.flat import RemoteCluster
-from dnsside.linkerd import (
+from dnsside.model.linkerd import (
     LinkRecord,
     Record,
     Role,
@@ -57,9 +78,6 @@ from dnsside.linkerd import (
     SliceRecord,
     Via,
 )
-from dnsside.publishing import Publisher
-from dnsside.responder import Responder
-from dnsside.tables import Key, Names, Slices, Table, add_name, remove_name
 
 # A global service's contribution to the member, orphan and clash counts, flat:
 # (tag, cluster, n, tag, cluster, n, ...) with tag one of _TAGS. Kept instead of the

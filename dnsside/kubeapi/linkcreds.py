@@ -14,7 +14,7 @@ Everything else in that cluster or user is refused with a :class:`Refused` namin
 field as a path (``users[0].user.exec``); a malformed one is :class:`Unusable`.
 Nothing here runs, opens or connects to anything: the caller builds a client from the
 :class:`Credentials` only after the decision, and only from them
-(:mod:`dnsside.sources.dataclient`).
+(:mod:`dnsside.kubeapi.dataclient`).
 
 The choices, and why:
 

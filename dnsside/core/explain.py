@@ -1,6 +1,6 @@
 """`dnsside explain NAME [TYPE]`: the answer to a question, and where each record comes from.
 
-It asks the same :class:`~dnsside.responder.Responder` the server uses (so what it
+It asks the same :class:`~dnsside.dns.responder.Responder` the server uses (so what it
 prints is what a client gets), then walks the global service behind the name
 and says, member by member, which objects it comes from and why it is in or
 out of the answer. Only humans call this; nothing here is on the query path.
@@ -12,12 +12,12 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
-from dnsside.assembly import GlobalService, Member
-from dnsside.dns import published
-from dnsside.events import Gateway
-from dnsside.index import Index
-from dnsside.linkerd import Via
-from dnsside.wire import to_wire
+from dnsside.core.assembly import GlobalService, Member
+from dnsside.core.encode import published
+from dnsside.core.index import Index
+from dnsside.dns.wire import to_wire
+from dnsside.model.events import Gateway
+from dnsside.model.linkerd import Via
 
 
 class Explainer:

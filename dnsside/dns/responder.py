@@ -9,7 +9,7 @@ compression pointer.
 The one tricky thing: a reply is the query's ID, patched flags, pre-encoded
 counts, the question exactly as the client sent it (RFC 0x20 case echo), and the
 pre-encoded body, which is sound because every name in the body is spelled out
-or points at offset 12 (see :mod:`dnsside.wire`).
+or points at offset 12 (see :mod:`dnsside.dns.wire`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 
-from dnsside.dns import Zone
-from dnsside.wire import (
+from dnsside.dns.wire import (
     AAAA,
     ANY,
     AT_QUESTION,
@@ -55,6 +54,7 @@ from dnsside.wire import (
     resource_record,
     section_counts,
 )
+from dnsside.dns.zone import Zone
 
 # --------------------------------------------------------------------------- answering
 

@@ -1,7 +1,7 @@
 """DNS wire format: the constants, records and pre-encoded answers both halves share.
 
-The encoder (:mod:`dnsside.dns`) builds :class:`Answer` objects from these
-pieces when a service changes; the responder (:mod:`dnsside.responder`) glues
+The encoder (:mod:`dnsside.core.encode`) builds :class:`Answer` objects from these
+pieces when a service changes; the responder (:mod:`dnsside.dns.responder`) glues
 them to a query's header and question when one arrives. Nothing here knows
 Linkerd or sockets.
 
@@ -14,9 +14,10 @@ compression pointer to offset 12 (:data:`AT_QUESTION`).
 from __future__ import annotations
 
 import functools
+import socket
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
                                                          255)
@@ -169,3 +170,19 @@ def resource_record(owner: bytes, rtype: int, ttl: int, rdata: bytes) -> bytes:
 AT_QUESTION = b"\xc0\x0c"  # compression pointer to the question name
 
 
+def pack_addresses(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """(IPv4, IPv6) addresses in wire form, deduplicated. Addresses were validated and
+    normalised when parsed; inet_pton is the C fast path."""
+    v4: dict[bytes, None] = {}
+    v6: dict[bytes, None] = {}
+    for a in addresses:
+        if ":" in a:
+            v6[socket.inet_pton(socket.AF_INET6, a)] = None
+        else:
+            v4[socket.inet_pton(socket.AF_INET, a)] = None
+    return tuple(v4), tuple(v6)
+
+
+@functools.lru_cache(maxsize=256)
+def rr_head(rtype: int, ttl: int, rdlength: int) -> bytes:
+    return struct.pack("!HHIH", rtype, CLASS_IN, ttl, rdlength)

@@ -75,7 +75,7 @@ for _n in range(224, 240):
 def unsafe_address(address: str) -> Unsafe | None:
     """Why no pod or Service can own ``address``, or None when one can.
 
-    ``address`` is canonical text, as :func:`dnsside.linkerd.normal_ip` returns it (the
+    ``address`` is canonical text, as :func:`dnsside.model.linkerd.normal_ip` returns it (the
     fast paths read its first octet or group and trust the rest); any other spelling
     goes through :mod:`ipaddress`, which raises ValueError for what is no address."""
     head, dot, rest = address.partition(".")

@@ -1,6 +1,6 @@
 """A slice's endpoints, packed into one string.
 
-Kept apart from :mod:`dnsside.linkerd` (which parses the objects) because the
+Kept apart from :mod:`dnsside.model.linkerd` (which parses the objects) because the
 packing is its own small protocol: endpoints joined by ``\x1e``, fields by
 ``\x1f``, three flag characters first. A name holding a separator cannot be
 packed, and stays a tuple of :class:`Endpoint`.

@@ -9,7 +9,7 @@ subclass its status names (:class:`Forbidden`, :class:`NotFound`,
 The one tricky thing: authentication (kubeconfig, exec plugins and their token
 refresh, in-cluster service accounts, TLS, proxies) comes from
 kubernetes-asyncio's ``ApiClient`` for the operator's own kubeconfig, and from
-:class:`~dnsside.sources.dataclient.DataClient` for a Link's (data only, never the
+:class:`~dnsside.kubeapi.dataclient.DataClient` for a Link's (data only, never the
 library's loader); but the requests are raw: a watch is read
 line by line off the response and a list page is parsed straight into records,
 so no generated model object ever holds a whole Kubernetes object.
@@ -33,11 +33,11 @@ from typing import Any
 import aiohttp
 
 from dnsside import __version__
-from dnsside.sources.dataclient import DataClient
-from dnsside.sources.kubeclient import load as load_client
-from dnsside.sources.limits import BYTES, ERROR_BODY_BYTES, CapExceeded
-from dnsside.sources.linkcreds import Refused, Unusable
-from dnsside.sources.linkcreds import parse as parse_credentials
+from dnsside.kubeapi.caps import BYTES, ERROR_BODY_BYTES, CapExceeded
+from dnsside.kubeapi.dataclient import DataClient
+from dnsside.kubeapi.kubeconfig import load as load_client
+from dnsside.kubeapi.linkcreds import Refused, Unusable
+from dnsside.kubeapi.linkcreds import parse as parse_credentials
 
 log = logging.getLogger("dnsside.kube")
 
@@ -256,7 +256,7 @@ class KubeApi:
                                    request_timeout: float = 60.0,
                                    insecure_tls: bool = False) -> KubeApi:
         """A client for a Link's kubeconfig (its credentials Secret), read as data only:
-        kubernetes-asyncio's loader never sees it (:mod:`dnsside.sources.linkcreds` says
+        kubernetes-asyncio's loader never sees it (:mod:`dnsside.kubeapi.linkcreds` says
         why). ``insecure_tls`` (``--insecure-remote-tls``) allows insecure-skip-tls-verify,
         http:// and proxy-url; :attr:`weakened` then says which. KubeConfigError (a
         :class:`RefusedCredentials` naming the field) names ``where`` and what is wrong."""

@@ -21,9 +21,14 @@ import enum
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dnsside.addresses import Unsafe, describe, unsafe_address
-from dnsside.events import RemoteState
-from dnsside.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord
+from dnsside.model.addresses import Unsafe, describe, unsafe_address
+from dnsside.model.events import RemoteState
+from dnsside.model.linkerd import (
+    LinkRecord,
+    Role,
+    ServiceRecord,
+    SliceRecord,
+)
 
 # --------------------------------------------------------------------------- left out
 
