@@ -25,9 +25,10 @@ class Alert:
     runbook: str  # one line; deploy/README.md repeats it under "Alerts"
 
 
-# Metric names are dnsside's (dnsside/telemetry/metrics.py): dnsside_gateway_probe_state{cluster,state}
-# is 1 for the current state of each probed gateway (alive, failing, never-answered), and
-# dnsside_orphaned_mirrors{cluster} counts the mirrors of clusters no Link targets.
+# Metric names are dnsside's (dnsside/telemetry/metrics.py):
+# dnsside_gateway_probe_state{cluster,state} is 1 for the current state of each probed
+# gateway (alive, failing, never-answered), and dnsside_orphaned_mirrors{cluster} counts
+# the mirrors of clusters no Link targets.
 ALERTS: tuple[Alert, ...] = (
     Alert("DnssideNotSynced",
           "max by (namespace, pod) (dnsside_source_synced) == 0", "5m", "critical",
