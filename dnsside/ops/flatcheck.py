@@ -257,8 +257,10 @@ async def flat_tls_weakened(creds: LinkCredentials) -> Findings:
                       **creds.names)
 
 
-def _remote_facts(creds: LinkCredentials, remote: KubeApi) -> dict[str, str]:
-    return {"cluster": creds.link.target_cluster, "server": remote.host,
+def _remote_facts(creds: LinkCredentials) -> dict[str, str]:
+    """The facts of a line about the linked cluster's API (it has a client: it was listed)."""
+    assert creds.client is not None
+    return {"cluster": creds.link.target_cluster, "server": creds.client.host,
             "secret": creds.secret_name}
 
 
@@ -267,10 +269,9 @@ def _remote_facts(creds: LinkCredentials, remote: KubeApi) -> dict[str, str]:
        "has no endpointslices); dnsside reads its v1 Endpoints instead, which it may list. "
        "Upgrading Linkerd there ends the fallback", Severity.WARNING)
 async def flat_endpoints(creds: LinkCredentials) -> Findings:
-    listing, remote = await creds.listing(), await creds.remote()
-    if listing is not None and listing.fallback is not None and isinstance(remote, KubeApi):
-        yield Finding(False, error=describe_error(listing.fallback),
-                      **_remote_facts(creds, remote))
+    listing = await creds.listing()
+    if listing is not None and listing.fallback is not None:
+        yield Finding(False, error=describe_error(listing.fallback), **_remote_facts(creds))
 
 
 def failure(exc: BaseException) -> str:
@@ -282,12 +283,14 @@ def failure(exc: BaseException) -> str:
 
 
 def _remote_fails(kind: str) -> Callable[[LinkCredentials], Findings]:
+    """The function of the check that says how to fix a ``kind`` of :func:`failure`."""
+
     async def run(creds: LinkCredentials) -> Findings:
-        listing, remote = await creds.listing(), await creds.remote()
-        if listing is not None and listing.error is not None and isinstance(remote, KubeApi) \
-                and failure(listing.error) == kind:
+        listing = await creds.listing()
+        if listing is not None and listing.error is not None and failure(listing.error) == kind:
             yield Finding(False, resource=listing.resource, error=describe_error(listing.error),
-                          selector="", **_remote_facts(creds, remote))
+                          selector="", **_remote_facts(creds))
+
     return run
 
 
@@ -314,11 +317,11 @@ flat_remote_error: Check[LinkCredentials] = Check(
 @check("flat-remote", _REMOTE)
 async def flat_remote(creds: LinkCredentials) -> Findings:
     """The Link's line when it lists; its failures are the four checks above."""
-    listing, remote = await creds.listing(), await creds.remote()
-    if listing is not None and listing.error is None and isinstance(remote, KubeApi):
+    listing = await creds.listing()
+    if listing is not None and listing.error is None:
         yield Finding(True, resource=listing.listed,
                       selector=f" (remoteDiscoverySelector {creds.link.remote_selector})",
-                      **_remote_facts(creds, remote))
+                      **_remote_facts(creds))
 
 
 PER_LINK: tuple[Step[LinkCredentials], ...] = (
