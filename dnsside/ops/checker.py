@@ -23,11 +23,12 @@ import enum
 import functools
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeVar, cast
+from typing import Generic, Protocol, TypeAlias, TypeVar, cast
 
 OK, FAIL, WARN = "\u2713", "\u00d7", "\u203c"  # check mark, cross, double !, as linkerd
 
 C = TypeVar("C")  # what a check reads: the cluster's facts, one Link, one zone...
+C_contra = TypeVar("C_contra", contravariant=True)
 Item = TypeVar("Item")
 S = TypeVar("S")
 T = TypeVar("T")
@@ -55,6 +56,24 @@ Findings: TypeAlias = AsyncGenerator[Finding, None]
 
 
 @dataclass(frozen=True)
+class Result:
+    """One line of output: a finding with its texts filled in."""
+
+    topic: str
+    ok: bool
+    text: str
+    hint: str = ""
+    warning: bool = False
+
+
+class Step(Protocol[C_contra]):
+    """What a list of checks holds: a check, or checks run over several contexts."""
+
+    async def walk(self, topic: str, context: C_contra, results: list[Result]) -> bool:
+        """Run over ``context``, adding to ``results``; False when a fatal check failed."""
+
+
+@dataclass(frozen=True)
 class Check(Generic[C]):
     """One check: ``description`` and ``hint`` are templates filled in by each finding's
     facts; ``run`` checks, over the context its list walks."""
@@ -64,6 +83,18 @@ class Check(Generic[C]):
     hint: str
     severity: Severity
     run: Callable[[C], Findings]
+
+    async def walk(self, topic: str, context: C, results: list[Result]) -> bool:
+        async with contextlib.aclosing(self.run(context)) as findings:
+            async for found in findings:
+                facts = found.facts
+                text = self.description.format(**facts) if found.text is None else found.text
+                hint = "" if found.ok else self.hint.format(**facts)
+                results.append(Result(topic, found.ok, text, hint,
+                                      self.severity is Severity.WARNING))
+                if not found.ok and self.severity is Severity.FATAL:
+                    return False
+        return True
 
 
 def check(id: str, description: str, hint: str = "", severity: Severity = Severity.ERROR
@@ -86,25 +117,21 @@ class ForEach(Generic[C, Item]):
     over: Callable[[C], AsyncGenerator[Item, None]]
     checks: Sequence[Step[Item]]
 
-
-Step: TypeAlias = "Check[C] | ForEach[C, Any]"
+    async def walk(self, topic: str, context: C, results: list[Result]) -> bool:
+        async with contextlib.aclosing(self.over(context)) as items:
+            async for item in items:
+                for step in self.checks:
+                    if not await step.walk(topic, item, results):
+                        return False
+        return True
 
 
 @dataclass(frozen=True)
 class Category(Generic[C]):
+    """A heading of the output and the checks under it."""
+
     name: str
     checks: Sequence[Step[C]]
-
-
-@dataclass(frozen=True)
-class Result:
-    """One line of output: a finding with its texts filled in."""
-
-    topic: str
-    ok: bool
-    text: str
-    hint: str = ""
-    warning: bool = False
 
 
 def once(read: Callable[[S], Awaitable[T]]) -> Callable[[S], Awaitable[T]]:
@@ -127,30 +154,10 @@ async def walk(categories: Sequence[Category[C]], context: C) -> list[Result]:
     """Run every check in order; the results up to a fatal failure, if one fails."""
     results: list[Result] = []
     for category in categories:
-        if not await _walk(category.name, category.checks, context, results):
-            break
+        for step in category.checks:
+            if not await step.walk(category.name, context, results):
+                return results
     return results
-
-
-async def _walk(topic: str, steps: Sequence[Step[C]], context: C, results: list[Result]
-                ) -> bool:
-    """Run ``steps`` over ``context``; False when a fatal check failed."""
-    for step in steps:
-        if isinstance(step, ForEach):
-            async with contextlib.aclosing(step.over(context)) as items:
-                async for item in items:
-                    if not await _walk(topic, step.checks, item, results):
-                        return False
-            continue
-        async with contextlib.aclosing(step.run(context)) as findings:
-            async for found in findings:
-                text = step.description.format(**found.facts) if found.text is None else found.text
-                results.append(Result(topic, found.ok, text,
-                                      "" if found.ok else step.hint.format(**found.facts),
-                                      step.severity is Severity.WARNING))
-                if not found.ok and step.severity is Severity.FATAL:
-                    return False
-    return True
 
 
 def passed(result: Result) -> bool:
