@@ -14,7 +14,7 @@ import base64
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -650,3 +650,43 @@ async def test_flat_network_check_reads_a_linked_cluster_within_a_cap(
     bad = [r for r in failed(results) if r.text.startswith("link west: the API at")]
     assert bad and "more than" in bad[0].hint, [r.text for r in failed(results)]
     assert sent < 32 * 1024 * 1024, sent
+
+
+# --------------------------------------------------------------------------- the walk
+
+
+async def test_the_walk_runs_entries_in_list_order_and_a_fatal_failure_ends_it() -> None:
+    """Entries run in list order, a ForEach over each of its contexts; a fatal failure
+    ends the walk there, and the context it stopped in is closed all the same."""
+    from dnsside.ops.checker import Category, Finding, Findings, ForEach, Severity, check, walk
+
+    opened: list[int] = []
+    closed: list[int] = []
+
+    async def numbers(_: None) -> AsyncGenerator[int, None]:
+        for n in (1, 2, 3):
+            opened.append(n)
+            try:
+                yield n
+            finally:
+                closed.append(n)
+
+    @check("even", "{n} is even", "{n} is odd", Severity.WARNING)
+    async def even(n: int) -> Findings:
+        yield Finding(n % 2 == 0, n=n)
+
+    @check("small", "{n} is small", "{n} is not", Severity.FATAL)
+    async def small(n: int) -> Findings:
+        yield Finding(n < 2, n=n)
+
+    @check("after", "never", "never")
+    async def after(_: None) -> Findings:
+        yield Finding(True)
+
+    results = await walk((Category("numbers", (ForEach(numbers, (even, small)),)),
+                          Category("more", (after,))), None)
+    assert [(r.text, r.ok, r.hint) for r in results] == [
+        ("1 is even", False, "1 is odd"), ("1 is small", True, ""),
+        ("2 is even", True, ""), ("2 is small", False, "2 is not")]
+    assert [r.warning for r in results] == [True, False, True, False]
+    assert opened == closed == [1, 2]

@@ -17,15 +17,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import cast
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from dnsside.dns.responder import Responder
 from dnsside.serving import mmsg
 from dnsside.telemetry import metrics
+from dnsside.telemetry.udp import UdpCollector
 
 log = logging.getLogger("dnsside.server")
 query_log = logging.getLogger("dnsside.query")
@@ -225,51 +222,7 @@ class UdpServer:
             self.receive_calls = self.received = n
 
 
-class _UdpCollector(Collector):
-    """`dnsside_udp_receive_calls_total` and `dnsside_udp_received_datagrams_total`,
-    summed over the running UDP servers (one per address family with `--listen :PORT`):
-    their ratio is the mean batch, which says how far behind the arrivals the UDP
-    threads run (1 at a trickle or one by one, up to mmsg.BATCH when saturated)."""
-
-    def __init__(self) -> None:
-        self.servers: set[UdpServer] = set()
-        self.lock = threading.Lock()
-        self.registered = False
-
-    def add(self, server: UdpServer) -> None:
-        with self.lock:
-            self.servers.add(server)
-            first, self.registered = not self.registered, True
-        if first:  # outside the lock: register() calls collect() to learn the names
-            metrics.REGISTRY.register(self)
-
-    def discard(self, server: UdpServer) -> None:
-        with self.lock:
-            self.servers.discard(server)
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        with self.lock:
-            servers = list(self.servers)
-        calls = CounterMetricFamily(
-            "dnsside_udp_receive_calls", "System calls (recvmmsg or recvfrom) that returned UDP "
-            "datagrams.")
-        calls.add_metric([], sum(s.receive_calls for s in servers))
-        yield calls
-        datagrams = CounterMetricFamily(
-            "dnsside_udp_received_datagrams", "UDP datagrams received.")
-        datagrams.add_metric([], sum(s.received for s in servers))
-        yield datagrams
-        # The I/O each server really uses: --udp-io batch falls back to plain (with one
-        # warning in the log) where recvmmsg/sendmmsg cannot be used.
-        modes = GaugeMetricFamily(
-            "dnsside_udp_io", "Running UDP servers by the system calls they use: batch "
-            "(recvmmsg/sendmmsg) or plain (recvfrom/sendto).", labels=["mode"])
-        for mode in UDP_IO_MODES:
-            modes.add_metric([mode], sum(1 for s in servers if s.io == mode))
-        yield modes
-
-
-_COLLECTOR = _UdpCollector()
+_COLLECTOR = UdpCollector(UDP_IO_MODES)  # every UdpServer adds itself while it runs
 # Every TCP query is timed (TCP is the rare transport: a truncated answer's retry, AXFR
 # attempts, resolvers that prefer it), from the read of its message to the write.
 _TCP_LATENCY = metrics.ANSWER_SECONDS.labels(transport="tcp")
