@@ -84,9 +84,11 @@ class Explainer:
             if mcs and request.labels[-1] != SERVICES_LABEL:
                 return {"explanation": "not a Multi-Cluster Services name (they end in "
                                        f"svc.{zone.origin}): NXDOMAIN"}
-            return {"explanation": "no name of the zone has this shape (<ns>, <svc>.<ns>, "
-                                   "<cluster>.<svc>.<ns>, <host>.<cluster>.<svc>.<ns>, "
-                                   "_<port>._<proto>.<svc>.<ns>): NXDOMAIN"}
+            below = f"svc.{zone.origin}" if mcs else zone.origin
+            return {"explanation": f"no name of the zone has this shape (below {below}: "
+                                   "<ns>, <svc>.<ns>, <cluster>.<svc>.<ns>, "
+                                   "<host>.<cluster>.<svc>.<ns>, _<port>._<proto>.<svc>.<ns>): "
+                                   "NXDOMAIN"}
         if kind is Kind.NAMESPACE:
             services = sorted(n for ns, n in self.index.global_services
                               if ns == request.namespace)
