@@ -22,7 +22,7 @@ from dnsside.model.events import (
     Replace,
 )
 from dnsside.model.linkerd import LinkRecord, SliceRecord, parse_link
-from dnsside.sources.reflector import Pacing
+from dnsside.sources.pacing import Pacing
 from dnsside.sources.remote import FirstLists, FlatNetworkSource
 
 FAST = Pacing(backoff_base=0.01, backoff_cap=0.1)

@@ -36,9 +36,9 @@ from topology import CLUSTER, MIRROR, headless_link, write
 from topology import endpoint_slice as slice_of
 from topology import service as svc_of
 
-from dnsside.model.addresses import Unsafe, describe, unsafe_address
+from dnsside.model.addresses import Unsafe, describe, normal_ip, unsafe_address
 from dnsside.core.assembly import assemble
-from dnsside.model.linkerd import normal_ip, parse_service, parse_slice
+from dnsside.model.linkerd import parse_service, parse_slice
 
 # --------------------------------------------------------------------------- the function
 

@@ -414,9 +414,9 @@ def test_parse_caches_stay_small_under_churn() -> None:
     """Issue 17: objects churned under ever-new names (services, namespaces, ports, lone
     endpoints without a pod) leave at most a few thousand entries in the parse caches, not
     one each for the life of the process."""
-    from dnsside.model import linkerd
+    from dnsside.model import sharing
 
-    for i in range(3 * linkerd._SHARED_MAX):
+    for i in range(3 * sharing.SHARED_MAX):
         ns, name = f"churn-{i // 20}", f"app-{i}"
         parse_object({"kind": "Service", "metadata": {"name": name, "namespace": ns,
                                                       "labels": {"app": name}},
@@ -426,6 +426,7 @@ def test_parse_caches_stay_small_under_churn() -> None:
             "name": f"{name}-x", "namespace": ns, "labels": {"kubernetes.io/service-name": name}},
             "addressType": "IPv4", "ports": [{"name": "http", "port": 1024 + i % 60000}],
             "endpoints": [{"addresses": [f"10.9.{i // 256 % 256}.{i % 256}"]}]})
-        for cache in (linkerd._SHARED, linkerd._GOOD_LABELS, linkerd._PORT_LISTS):
-            assert len(cache) <= linkerd._SHARED_MAX
-    assert linkerd._SHARED_MAX <= 4096
+        sizes = sharing.sizes()
+        assert max(sizes.values()) <= sharing.SHARED_MAX, sizes
+    assert set(sizes) == {"shared", "labels", "port lists"}
+    assert sharing.SHARED_MAX <= 4096

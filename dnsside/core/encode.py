@@ -3,9 +3,11 @@
 :func:`encode_service` turns one :class:`~dnsside.core.assembly.GlobalService` into
 pre-encoded :class:`~dnsside.dns.wire.Answer` objects keyed by question. The index
 runs it when a service changes, never per query. Each zone names things by one
-of two schemes, each one encoder: :func:`_encode_in_zone` for ``--zone`` and
+of two schemes (their grammar is :mod:`dnsside.dns.names`, which writes every owner
+name here), each one encoder: :func:`_encode_in_zone` for ``--zone`` and
 :func:`_encode_mcs` for ``--mcs-zone``, the Multi-Cluster Services names of
-KEP-1645. The query path (:mod:`dnsside.dns.responder`) does not know there are two.
+KEP-1645; which names of the grammar exist is decided here. The query path
+(:mod:`dnsside.dns.responder`) does not know there are two.
 
 The one tricky thing: answers are encoded once, for a lower-case question, and
 reused for every query of that name whatever its case. That is sound because
@@ -22,6 +24,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dnsside.core.assembly import GlobalService, Member
+from dnsside.dns.names import (
+    MCS,
+    SVC_GLOBAL,
+    cluster_name,
+    member_name,
+    protocol_name,
+    service_name,
+    srv_name,
+)
 from dnsside.dns.wire import (
     AAAA,
     AT_QUESTION,
@@ -36,8 +47,6 @@ from dnsside.dns.wire import (
 )
 from dnsside.dns.zone import Zone, ZoneOptions
 from dnsside.model.linkerd import Port, Via
-
-_PROTO_LABEL = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
 
 
 class _Target(Protocol):
@@ -58,13 +67,13 @@ class _MemberWire:
     def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
         self.local = member.local
-        cluster = out.labels.get(member.cluster)
+        cluster = out.clusters.get((member.cluster, svc_name))
         if cluster is None:
-            cluster = out.labels[member.cluster] = _label(member.cluster)
-        cluster += svc_name
+            cluster = out.clusters[(member.cluster, svc_name)] = cluster_name(member.cluster,
+                                                                              svc_name)
         self.name: bytes | None = None
         if member.hostname is not None:
-            self.target = self.name = _label(member.hostname) + cluster
+            self.target = self.name = member_name(member.hostname, cluster)
         else:
             self.target = cluster
         # A and AAAA records minus their owner name: the same in every zone and scheme.
@@ -142,7 +151,8 @@ class ServiceAnswers:
     # and each member's address record tails by id(member), for the next zone.
     shared: dict[bytes, Answer] = field(default_factory=dict)
     tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
-    labels: dict[str, bytes] = field(default_factory=dict)  # cluster names as labels
+    # Each cluster's name below each service name (one service, a few zones).
+    clusters: dict[tuple[str, bytes], bytes] = field(default_factory=dict)
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -169,14 +179,14 @@ def _encode_in_zone(
 ) -> None:
     """The ``--zone`` names: ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
     ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
-    svc_name = _label(gs.name) + _label(gs.namespace) + zone
+    svc_name = service_name(gs.name, gs.namespace, zone)
     wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
     _address_answers(out, svc_name, wires)
     by_cluster: dict[str, list[_MemberWire]] = {}
     for w in wires:
         by_cluster.setdefault(w.member.cluster, []).append(w)
     for cluster, group in by_cluster.items():
-        _address_answers(out, _label(cluster) + svc_name, group)
+        _address_answers(out, cluster_name(cluster, svc_name), group)
         for w in group:
             if w.name is not None:
                 _address_answers(out, w.name, [w])
@@ -199,7 +209,7 @@ def _encode_mcs(
     points at ``<svc>.<ns>.svc.M``. Never a ``<clusterid>.<svc>.<ns>.svc.M`` name (§2.3.4,
     §2.4.4: no per-cluster subsets), so that is NXDOMAIN.
     """
-    svc_name = _label(gs.name) + _label(gs.namespace) + services
+    svc_name = service_name(gs.name, gs.namespace, services)
     pairs: list[tuple[_Target, Port]]
     if gs.headless:
         wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
@@ -216,7 +226,7 @@ def _encode_mcs(
     _srv_answers(out, svc_name, pairs, options)
 
 
-_ENCODERS = {"svc-global": _encode_in_zone, "mcs": _encode_mcs}  # Zone.scheme → its encoder
+_ENCODERS = {SVC_GLOBAL: _encode_in_zone, MCS: _encode_mcs}  # Zone.scheme → its encoder
 
 
 def _srv_answers(
@@ -232,24 +242,19 @@ def _srv_answers(
     _put_srv(out, svc_name, distinct, options)
     named: dict[tuple[str, str], list[tuple[_Target, Port]]] = {}
     for w, p in pairs:
-        if p.name and p.protocol in _PROTO_LABEL:
+        if p.name:
             named.setdefault((p.name, p.protocol), []).append((w, p))
     for (port_name, protocol), group_pairs in named.items():
-        proto_name = _label(_PROTO_LABEL[protocol]) + svc_name
-        out.names.add(proto_name)
+        proto = protocol_name(protocol, svc_name)
+        if proto is None:
+            continue
+        out.names.add(proto)
         try:
-            srv_name = _label("_" + port_name) + proto_name
+            name = srv_name(port_name, proto)
         except ValueError:
             continue
         distinct = list({(id(w), p.port): (w, p) for w, p in group_pairs}.values())
-        _put_srv(out, srv_name, distinct, options)
-
-
-def _label(text: str) -> bytes:
-    raw = text.lower().encode("ascii")
-    if not 0 < len(raw) < 64:
-        raise ValueError(f"bad DNS label {text!r}")
-    return bytes([len(raw)]) + raw
+        _put_srv(out, name, distinct, options)
 
 
 def _put_srv(

@@ -15,6 +15,7 @@ from dnslib import RCODE, DNSRecord
 from dnsside.core.assembly import GlobalService, Member
 from dnsside.core.encode import published
 from dnsside.core.index import Index
+from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Gateway
 from dnsside.model.linkerd import Via
@@ -70,28 +71,34 @@ class Explainer:
             return {"explanation": "outside every served zone: REFUSED"}
         if not self.index.synced:
             return {"explanation": "the source has not finished its initial sync: SERVFAIL"}
-        relative = name.lower().rstrip(".")[: -len(zone.origin.rstrip("."))].rstrip(".")
-        labels = [label for label in relative.split(".") if label]
-        if not labels:
+        request = parse(wire, zone)
+        kind, mcs = request.kind, request.scheme == MCS
+        if kind is Kind.APEX:
             return {"explanation": f"the zone apex {zone.origin}"}
-        mcs = zone.scheme == "mcs"
-        if mcs:  # KEP-1645 names: everything but dns-version lives below svc.M
-            if labels == ["dns-version"]:
-                return {"explanation": "the schema version of the Multi-Cluster Services DNS "
-                                       "specification (TXT)"}
-            if labels[-1] != "svc":
+        if kind is Kind.VERSION:
+            return {"explanation": "the schema version of the Multi-Cluster Services DNS "
+                                   "specification (TXT)"}
+        if kind is Kind.SERVICES:
+            return {"explanation": f"svc.{zone.origin}: an empty non-terminal"}
+        if kind is Kind.NONE:
+            if mcs and request.labels[-1] != SERVICES_LABEL:
                 return {"explanation": "not a Multi-Cluster Services name (they end in "
                                        f"svc.{zone.origin}): NXDOMAIN"}
-            labels = labels[:-1]
-            if not labels:
-                return {"explanation": f"svc.{zone.origin}: an empty non-terminal"}
+            below = f"svc.{zone.origin}" if mcs else zone.origin
+            return {"explanation": f"no name of the zone has this shape (below {below}: "
+                                   "<ns>, <svc>.<ns>, <cluster>.<svc>.<ns>, "
+                                   "<host>.<cluster>.<svc>.<ns>, _<port>._<proto>.<svc>.<ns>): "
+                                   "NXDOMAIN"}
+        if kind is Kind.NAMESPACE:
+            services = sorted(n for ns, n in self.index.global_services
+                              if ns == request.namespace)
+            return {"explanation": f"namespace {request.namespace}: global services {services}"}
         srv_filter = None
-        if labels[0].startswith("_") and len(labels) == 4:  # _<port>._<proto>.<svc>.<ns>
-            srv_filter, labels = ".".join(labels[:2]), labels[2:]
-        if len(labels) == 1:
-            services = sorted(n for ns, n in self.index.global_services if ns == labels[0])
-            return {"explanation": f"namespace {labels[0]}: global services {services}"}
-        svc, ns = labels[-2], labels[-1]
+        if kind is Kind.SRV:  # _<port>._<proto>
+            srv_filter = ".".join(request.labels[:2])
+        elif kind is Kind.PROTOCOL:  # _<proto>
+            srv_filter = request.labels[0]
+        svc, ns = request.service, request.namespace
         gs = self.index.global_services.get((ns, svc))
         scope = self._flat_scope(ns)
         if gs is None:
@@ -99,8 +106,7 @@ class Explainer:
                                    "the local Service is not exported"
                                    + (f"; {scope}" if scope else "")}
         shown = set(map(id, published(gs, self.index.options.zone)))
-        cluster = labels[-3] if len(labels) >= 3 else None
-        host = labels[-4] if len(labels) >= 4 else None
+        cluster, host = request.cluster or None, request.host or None
         federated = not gs.headless and any(
             m.via is Via.FEDERATED and id(m) in shown for m in gs.members)
         members = []
@@ -109,7 +115,7 @@ class Explainer:
                 continue
             if host is not None and m.hostname != host:
                 continue
-            if id(m) in shown and mcs and len(labels) == 3:
+            if id(m) in shown and mcs and kind is Kind.CLUSTER:
                 why = "left out: KEP-1645 has no per-cluster names"
             elif id(m) in shown and mcs and federated and m.via is not Via.FEDERATED:
                 why = "left out: the federated ClusterIP stands for every cluster"
@@ -148,7 +154,7 @@ class Explainer:
         if srv_filter:
             out["srv_filter"] = srv_filter
         if mcs:
-            out["naming"] = _mcs_naming(gs, len(labels))
+            out["naming"] = _mcs_naming(gs, kind)
         return out
 
     def _flat_scope(self, namespace: str) -> str:
@@ -191,9 +197,9 @@ class Explainer:
         return "not probed: no gateway probe Service for this cluster"
 
 
-def _mcs_naming(gs: GlobalService, depth: int) -> str:
+def _mcs_naming(gs: GlobalService, kind: Kind) -> str:
     """How the --mcs-zone encoder reads this service, in one sentence."""
-    if depth == 3:
+    if kind is Kind.CLUSTER:
         return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): NXDOMAIN "
                 "whatever the members")
     if gs.headless:

@@ -17,8 +17,9 @@ from collections import Counter
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import ServiceAnswers, encode_service
 from dnsside.core.tables import Key
+from dnsside.dns.names import namespace_name
 from dnsside.dns.responder import Responder
-from dnsside.dns.wire import Answer, to_wire
+from dnsside.dns.wire import Answer
 from dnsside.dns.zone import ZoneOptions
 
 
@@ -89,7 +90,7 @@ class Publisher:
         """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the
         namespace is published."""
         for zone in self.responder.zones:
-            name = to_wire(namespace)[:-1] + zone.services_wire
+            name = namespace_name(namespace, zone.services_wire)
             self._namespace_refs[name] += delta
             if self._namespace_refs[name] > 0:
                 self.responder.names[name] = zone

@@ -20,6 +20,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 
+from dnsside.dns.names import find_zone
 from dnsside.dns.wire import (
     AAAA,
     ANY,
@@ -218,7 +219,7 @@ class Responder:
         if badvers:
             return _error(data, BADVERS, question, OPT_BADVERS[do]), (qtype, BADVERS)
         qname = data[12 : qend - 4].lower()
-        zone = self.zone_of(qname) if qclass == CLASS_IN else None
+        zone = find_zone(qname, self.zone_by_wire) if qclass == CLASS_IN else None
         if zone is None:  # another class, or outside every zone: never an open resolver
             return (_error(data, REFUSED, question, OPT_NOT_AUTH[do] if edns else b""),
                     (qtype, REFUSED))
@@ -254,15 +255,7 @@ class Responder:
         return _hinfo_answer(zone.options.ttl)
 
     def zone_of(self, qname: bytes) -> Zone | None:
-        i = 0
-        while True:
-            zone = self.zone_by_wire.get(qname[i:])
-            if zone is not None:
-                return zone
-            n = qname[i]
-            if n == 0:
-                return None
-            i += n + 1
+        return find_zone(qname, self.zone_by_wire)
 
 
 # OPT records (no options) seen on the fast path → (UDP limit less our OPT record, that

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from dnsside.dns.names import MCS, SVC_GLOBAL, services_name, version_name
 from dnsside.dns.wire import (
     AAAA,
     AT_QUESTION,
@@ -43,19 +44,19 @@ class Zone:
     namespace) lies strictly below the apex, so no Kubernetes object can ever take
     or shadow the name server's name, and the NS answer carries its own glue.
 
-    ``scheme`` names the encoder that fills it (``_ENCODERS``); ``services_wire`` is the
-    name namespaces hang below (``<ns>.Z``); ``fixed_names`` exist whatever the index
-    holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``).
+    ``scheme`` names its grammar (:mod:`dnsside.dns.names`) and the encoder that fills it;
+    ``services_wire`` is the name namespaces hang below (``<ns>.Z``); ``fixed_names`` exist
+    whatever the index holds (the apex, and for an MCS zone ``svc.M`` and ``dns-version.M``).
     """
 
-    scheme = "svc-global"
+    scheme = SVC_GLOBAL
 
     def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
         self.origin = origin if origin.endswith(".") else origin + "."
         self.wire = to_wire(self.origin)
         self.options = options
         self.ns_host = self.wire
-        self.services_wire = self.wire
+        self.services_wire = services_name(self.wire, self.scheme)
         self.fixed_names: tuple[bytes, ...] = (self.wire,)
         self.set_serial(serial)
 
@@ -95,20 +96,16 @@ class McsZone(Zone):
     services, all below ``svc.M``, plus ``dns-version.M`` TXT at the top. SOA, NS and
     every negative answer work as in any zone."""
 
-    scheme = "mcs"
+    scheme = MCS
 
     def __init__(self, origin: str, options: ZoneOptions, serial: int = 1) -> None:
         super().__init__(origin, options, serial)
-        self.services_wire = b"\x03svc" + self.wire
-        self.fixed_names = (self.wire, self.services_wire, self._version_wire())
-
-    def _version_wire(self) -> bytes:
-        return b"\x0bdns-version" + self.wire
+        self.fixed_names = (self.wire, self.services_wire, version_name(self.wire))
 
     def set_serial(self, serial: int) -> None:
         super().set_serial(serial)
         txt = bytes([len(MCS_DNS_VERSION)]) + MCS_DNS_VERSION
-        self.apex[self._version_wire() + struct.pack("!HH", TXT, CLASS_IN)] = Answer(
+        self.apex[version_name(self.wire) + struct.pack("!HH", TXT, CLASS_IN)] = Answer(
             NOERROR, TXT, (AT_QUESTION + rr_head(TXT, self.options.ttl, len(txt)) + txt,)
         )
 

@@ -49,6 +49,23 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import socket
+
+
+def normal_ip(text: str) -> str:
+    """The canonical text of an IP address; ValueError when it is none.
+
+    Dotted-quad IPv4, by far the common case, is checked by inet_pton in C and
+    kept as is (inet_pton accepts only the canonical form); the rest goes through
+    ipaddress, which also canonicalises IPv6.
+    """
+    try:
+        socket.inet_pton(socket.AF_INET, text)
+        return text
+    except OSError:
+        if "%" in text:  # fe80::1%eth0: a scope is the reader's interface, no pod's address
+            raise ValueError(f"{text!r} carries a scope") from None
+        return str(ipaddress.ip_address(text))
 
 
 class Unsafe(enum.StrEnum):
@@ -75,7 +92,7 @@ for _n in range(224, 240):
 def unsafe_address(address: str) -> Unsafe | None:
     """Why no pod or Service can own ``address``, or None when one can.
 
-    ``address`` is canonical text, as :func:`dnsside.model.linkerd.normal_ip` returns it (the
+    ``address`` is canonical text, as :func:`normal_ip` returns it (the
     fast paths read its first octet or group and trust the rest); any other spelling
     goes through :mod:`ipaddress`, which raises ValueError for what is no address."""
     head, dot, rest = address.partition(".")

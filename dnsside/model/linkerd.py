@@ -11,27 +11,28 @@ assembled from objects with *other* names: ``<svc>-<cluster>`` root mirrors,
 ``<pod>-<cluster>`` per-pod mirrors and the slices of each. Every record
 therefore carries the key of the global service it contributes to
 (:attr:`ServiceRecord.original`), computed once when the object is parsed, so
-the index can find what an event touches without scanning.
+the index can find what an event touches without scanning. Values that recur across
+thousands of objects are shared, and repeated checks remembered, by
+:mod:`dnsside.model.sharing`.
 """
 
 from __future__ import annotations
 
 import enum
-import ipaddress
-import socket
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeGuard
 
 from dnsside.config import is_dns_label  # Kubernetes names and hostnames: RFC 1123 labels
+from dnsside.model.addresses import normal_ip
 from dnsside.model.endpoints import (
     Endpoint,
     EndpointRow,
     Endpoints,
     pack_rows,
 )
+from dnsside.model.sharing import Memo, is_label, share
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
 MIRRORED_SERVICE = "mirror.linkerd.io/mirrored-service"
@@ -55,48 +56,6 @@ FEDERATED_SUFFIX = "-federated"
 # links.multicluster.linkerd.io: every version Linkerd has served, newest first.
 LINK_GROUP = "multicluster.linkerd.io"
 LINK_VERSIONS = ("v1alpha3", "v1alpha2", "v1alpha1")
-
-
-# Values that repeat across thousands of objects (port lists, the gateway endpoint
-# of every per-pod mirror slice) are shared rather than copied: at 100k members
-# that halves the memory records take. The values that repeat are few (a few dozen
-# port lists, one gateway endpoint per link and readiness), so this and the other
-# parse caches below are small and emptied when full: objects churned under ever-new
-# names (pod IPs, service names) must not keep tens of thousands of entries alive long
-# after the objects went (issue 17, bench/MEMORY_CHURN.md).
-#
-# Emptied only when full, though, the cache kept every value it ever saw until then:
-# a slice's lone endpoint changing address (a selectorless Service, a per-pod mirror
-# re-created) added an entry per change that no record used any more, up to 4,096 of
-# them (issue 28). So every _SHARED_PRUNE new values, the entries no record holds any
-# more go: what the cache keeps is what live records share.
-_SHARED: dict[object, object] = {}
-_SHARED_MAX = 4096
-_SHARED_PRUNE = 128
-_shared_added = 0
-T = TypeVar("T")
-
-
-def _share(value: T) -> T:
-    global _shared_added
-    found = _SHARED.get(value)
-    if found is not None:
-        return found  # type: ignore[return-value]
-    _shared_added += 1
-    if _shared_added >= _SHARED_PRUNE:
-        _shared_added = 0
-        _prune_shared()
-    if len(_SHARED) >= _SHARED_MAX:
-        _SHARED.clear()
-    _SHARED[value] = value
-    return value
-
-
-def _prune_shared() -> None:
-    """Drop the shared values nothing but the cache holds: its key and value (one object),
-    the list below and getrefcount's argument are four references."""
-    for value in [v for v in _SHARED.values() if sys.getrefcount(v) <= 4]:
-        del _SHARED[value]
 
 
 class ObjectError(ValueError):
@@ -274,22 +233,6 @@ Record = ServiceRecord | SliceRecord | LinkRecord
 # --------------------------------------------------------------------------- parsing
 
 
-def normal_ip(text: str) -> str:
-    """The canonical text of an IP address; ValueError when it is none.
-
-    Dotted-quad IPv4, by far the common case, is checked by inet_pton in C and
-    kept as is (inet_pton accepts only the canonical form); the rest goes through
-    ipaddress, which also canonicalises IPv6.
-    """
-    try:
-        socket.inet_pton(socket.AF_INET, text)
-        return text
-    except OSError:
-        if "%" in text:  # fe80::1%eth0: a scope is the reader's interface, no pod's address
-            raise ValueError(f"{text!r} carries a scope") from None
-        return str(ipaddress.ip_address(text))
-
-
 def parse_object(obj: Any, where: str = "") -> Record | None:
     """Turn one decoded Kubernetes object into a record; None for kinds we don't use.
 
@@ -314,23 +257,6 @@ def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
 def _ident(kind: str, namespace: str, name: str, where: str) -> str:
     """How an error names an object (built only when there is an error)."""
     return f"{where}: {kind} {namespace}/{name}" if where else f"{kind} {namespace}/{name}"
-
-
-# Labels already found to be DNS labels (namespaces, clusters, services repeat thousands
-# of times; the services of a cluster fit); bounded like _SHARED. Hostnames (one per pod)
-# are checked every time.
-_GOOD_LABELS: set[str] = set()
-
-
-def _is_label(value: str) -> bool:
-    if value in _GOOD_LABELS:
-        return True
-    if not is_dns_label(value):
-        return False
-    if len(_GOOD_LABELS) >= _SHARED_MAX:
-        _GOOD_LABELS.clear()
-    _GOOD_LABELS.add(value)
-    return True
 
 
 def _meta(obj: Mapping[str, Any], kind: str, where: str) -> tuple[str, str, Mapping[str, Any]]:
@@ -362,7 +288,7 @@ def _str_map(meta: Mapping[str, Any], field: str, ident: Any) -> Mapping[str, st
 
 # Port lists by their raw (name, port, protocol)s: thousands of Services and slices have
 # the same few, and validating and building them was a tenth of the sync's CPU.
-_PORT_LISTS: dict[tuple[Any, ...], tuple[Port, ...]] = {}
+_PORT_LISTS: Memo[tuple[Any, ...], tuple[Port, ...]] = Memo("port lists")
 
 
 def _ports(raw: Any, ident: Any, field: str) -> tuple[Port, ...]:
@@ -382,11 +308,7 @@ def _ports(raw: Any, ident: Any, field: str) -> tuple[Port, ...]:
                 found = None
             if found is not None:
                 return found
-            ports = _check_ports(raw, ident(), field)
-            if len(_PORT_LISTS) >= _SHARED_MAX:
-                _PORT_LISTS.clear()
-            _PORT_LISTS[tuple(key)] = ports
-            return ports
+            return _PORT_LISTS.put(tuple(key), _check_ports(raw, ident(), field))
     return _check_ports(raw, ident(), field)
 
 
@@ -404,8 +326,8 @@ def _check_ports(raw: Any, ident: str, field: str) -> tuple[Port, ...]:
             raise ObjectError(f"{ident}: {field}[{i}].port must be an integer 1-65535")
         if not isinstance(name, str) or not isinstance(protocol, str):
             raise ObjectError(f"{ident}: {field}[{i}].name/protocol must be strings")
-        ports.append(_share(Port(intern(name.lower()), number, intern(protocol.upper()))))
-    return _share(tuple(ports))
+        ports.append(share(Port(intern(name.lower()), number, intern(protocol.upper()))))
+    return share(tuple(ports))
 
 
 def _strip_cluster(name: str, cluster: str) -> str:
@@ -487,7 +409,7 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
         # validates nothing) would publish the same names as its lower-case twin.
         for what, value in (("namespace", namespace), ("service", original),
                             ("cluster", cluster.lower())):
-            if value and not _is_label(value):
+            if value and not is_label(value):
                 raise ObjectError(f"{ident()}: {what} {value!r} cannot be a DNS label")
         if hostname and not is_dns_label(hostname.lower()):  # one per pod: not worth caching
             raise ObjectError(f"{ident()}: hostname {hostname!r} cannot be a DNS label")
@@ -592,7 +514,7 @@ def _packed_endpoints(raw: list[Any], ident: Any) -> Sequence[Endpoint]:
         return tuple(Endpoint(*row) for row in rows)
     # A per-pod mirror slice holds one gateway endpoint, the same in all of them.
     if len(rows) == 1 and rows[0][2] is None and rows[0][3] is None:
-        return _share(packed)
+        return share(packed)
     return packed
 
 
@@ -663,5 +585,5 @@ def parse_endpoints(obj: Mapping[str, Any], where: str = "") -> SliceRecord:
         name=name,
         service_name=name,
         endpoints=tuple(Endpoint(*row) for row in rows) if packed is None else packed,
-        ports=_share(tuple(ports)),
+        ports=share(tuple(ports)),
     )

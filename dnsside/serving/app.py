@@ -26,7 +26,7 @@ from dnsside.serving.http import HttpServer
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.sources import Source
-from dnsside.sources.reflector import Pacing
+from dnsside.sources.pacing import Pacing
 from dnsside.telemetry import metrics
 
 if TYPE_CHECKING:

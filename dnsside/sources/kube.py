@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from dnsside.core.bulk import paused
 from dnsside.kubeapi.client import (
     ApiError,
-    Backoff,
     KubeApi,
     describe_error,
 )
@@ -48,7 +47,8 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
-from dnsside.sources.reflector import Pacing, Reflector, RelistNeeded, Resource
+from dnsside.sources.pacing import Pacing
+from dnsside.sources.reflector import Reflector, RelistNeeded, Resource
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
@@ -203,7 +203,7 @@ class KubeSource:
         answer, not an error: Links are then unavailable. Other failures are retried
         (``attempts`` times; None: until cancelled); in a ``relist`` each is reported as
         the Link watch being down, so the last complete list stands meanwhile."""
-        backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
+        backoff = self.pacing.backoff(self._rng)
         attempt = 0
         while True:
             attempt += 1
@@ -215,7 +215,7 @@ class KubeSource:
                 reason = f"listing Links failed: {describe_error(exc)}"
                 if attempts is not None and attempt >= attempts:
                     return _LinkView(None, [], reason=reason)
-                delay = self.reflector.retry_delay(backoff, exc)
+                delay = self.pacing.retry_delay(backoff, exc)
                 message = f"{reason}; retrying in {delay:.1f}s"
                 await self.reflector.report_and_wait(exc, message, delay,
                                                      [LinkWatch(message)] if relist else ())

@@ -4,10 +4,10 @@ Each resource is listed in pages (parsed straight into slim records, no whole
 object kept), then watched from the list's resourceVersion with bookmarks; a
 stream that ends is reopened from the last resourceVersion seen, an error is
 retried after a jittered exponential backoff, and 410 Expired relists the
-resource. The local kube source runs one for its own API server; under
-``--flat-network`` each linked cluster gets one of its own, whose events are
-wrapped as that cluster's (``wrap``) and whose log lines and metric labels
-carry its name (``label``).
+resource (how long each one waits: :mod:`dnsside.sources.pacing`). The local kube
+source runs one for its own API server; under ``--flat-network`` each linked
+cluster gets one of its own, whose events are wrapped as that cluster's (``wrap``)
+and whose log lines and metric labels carry its name (``label``).
 
 A linked cluster's reflector has a :class:`~dnsside.sources.limits.Gate`: its
 pages and watch lines are read with a size cap, a list and a watch event with a
@@ -39,7 +39,6 @@ from dnsside.kubeapi.caps import TIME, CapExceeded
 from dnsside.kubeapi.client import (
     TRANSIENT,
     ApiError,
-    Backoff,
     KubeApi,
     WatchLines,
     continue_token,
@@ -59,6 +58,7 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import ObjectError, Record
 from dnsside.sources.limits import Gate, Tally
+from dnsside.sources.pacing import DEFAULT_PACING, Pacing, RelistPacing
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
@@ -106,45 +106,6 @@ class _Cursor:
 
     resource_version: str
     progressed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Pacing:
-    """How a reflector paces its requests: retries (jittered exponential backoff from
-    ``backoff_base`` up to ``backoff_cap`` seconds), watch streams (the server closes them
-    after about ``watch_timeout``), list pages and request timeouts."""
-
-    backoff_base: float = 0.5
-    backoff_cap: float = 30.0
-    watch_timeout: float = 300.0
-    page_size: int = 500
-    request_timeout: float = 60.0
-
-
-DEFAULT_PACING = Pacing()
-
-
-class RelistPacing:
-    """How long to wait before relisting a resource whose watch history expired (410).
-
-    An API server compacts its history every few minutes, so a watch normally runs long
-    before a 410 and the relist goes out at once. One that answers every watch with 410
-    (a linked cluster's API gone wrong, or hostile) would otherwise have dnsside list
-    the whole resource again in a tight loop, up to its caps each time: CPU taken from
-    every other cluster and from the queries. So a relist that follows a short-lived
-    watch waits a jittered exponential backoff first, and a watch that ran for
-    ``settled`` seconds resets it. Pure: the caller says how long the watch ran.
-    """
-
-    def __init__(self, backoff: Backoff, settled: float = 10.0) -> None:
-        self.backoff = backoff
-        self.settled = settled
-
-    def delay(self, watched_for: float) -> float:
-        if watched_for >= self.settled:
-            self.backoff.reset()
-            return 0.0
-        return self.backoff.next()
 
 
 def _never(exc: Exception) -> bool:
@@ -202,8 +163,7 @@ class Reflector:
         """Watch one resource in every namespace; relist it when its history expired (one
         ``Replace``, so nothing deleted meanwhile lingers and no answer empties), at once
         unless the watches it follows were short-lived (:class:`RelistPacing`)."""
-        pacing = RelistPacing(Backoff(self.pacing.backoff_base, self.pacing.backoff_cap,
-                                      self._rng))
+        pacing = RelistPacing(self.pacing.backoff(self._rng))
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
@@ -232,7 +192,7 @@ class Reflector:
         self, api: KubeApi, res: Resource
     ) -> tuple[list[Record], dict[str | None, str]]:
         """List ``res`` in every namespace, retrying until it works."""
-        backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
+        backoff = self.pacing.backoff(self._rng)
         scopes: Sequence[str | None] = self.namespaces or (None,)
         gate = self.gate
         while True:
@@ -259,7 +219,7 @@ class Reflector:
                         f"{gate.limits.timeout:g} s (--flat-network-timeout)")) from None
                 if self.fatal(exc) or isinstance(exc, CapExceeded):
                     raise
-                delay = self.retry_delay(backoff, exc)
+                delay = self.pacing.retry_delay(backoff, exc)
                 message = (f"{self.label}list {res.plural} failed: {describe_error(exc)}; "
                            f"retrying in {delay:.1f}s")
                 await self.report_and_wait(exc, message, delay)
@@ -396,7 +356,7 @@ class Reflector:
         """
         where = self.where(res, "watch", namespace)
         cursor = _Cursor(resource_version)
-        backoff = Backoff(self.pacing.backoff_base, self.pacing.backoff_cap, self._rng)
+        backoff = self.pacing.backoff(self._rng)
         loop = asyncio.get_running_loop()
         down = False
 
@@ -430,7 +390,7 @@ class Reflector:
                 self._restarted(res, reason)
                 if cursor.progressed:
                     backoff.reset()
-                delay = self.retry_delay(backoff, exc)
+                delay = self.pacing.retry_delay(backoff, exc)
                 message = (
                     f"{where} failed ({reason}): {describe_error(exc)}; resuming from "
                     f"resourceVersion {cursor.resource_version} in {delay:.1f}s"
@@ -442,11 +402,7 @@ class Reflector:
             # The server closed the stream cleanly (timeoutSeconds): reopen at once,
             # unless it keeps doing so without delivering anything.
             self._restarted(res, "closed")
-            if cursor.progressed or loop.time() - opened >= 1.0:
-                backoff.reset()
-                delay = 0.0
-            else:
-                delay = backoff.next()
+            delay = self.pacing.reopen_delay(backoff, cursor.progressed, loop.time() - opened)
             log.info(
                 "%s: stream closed by the server; resuming from resourceVersion %s%s",
                 where, cursor.resource_version, f" in {delay:.1f}s" if delay else "",
@@ -465,12 +421,6 @@ class Reflector:
             log.exception("%s", message)
         await self.put([SourceError(message), *also])
         await asyncio.sleep(delay)
-
-    def retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
-        delay = backoff.next()
-        if isinstance(exc, ApiError) and exc.retry_after is not None:
-            delay = max(delay, min(exc.retry_after, self.pacing.backoff_cap))
-        return delay
 
     async def _stream(
         self,

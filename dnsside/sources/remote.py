@@ -70,7 +70,8 @@ from dnsside.model.linkerd import (
     parse_slice,
 )
 from dnsside.sources.limits import Gate
-from dnsside.sources.reflector import DEFAULT_PACING, Pacing, Reflector, Resource
+from dnsside.sources.pacing import DEFAULT_PACING, Pacing
+from dnsside.sources.reflector import Reflector, Resource
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.remote")

@@ -1,0 +1,247 @@
+"""The names dnsside serves, stated once: the grammar of both naming schemes.
+
+A ``--zone`` Z (scheme ``svc-global``) names the global services so::
+
+    Z                                     apex
+    <ns>.Z                                namespace (owns no record)
+    <svc>.<ns>.Z                          service
+    <cluster>.<svc>.<ns>.Z                cluster
+    <host>.<cluster>.<svc>.<ns>.Z         member (a pod with a hostname)
+    _<proto>.<svc>.<ns>.Z                 protocol (owns no record)
+    _<port>._<proto>.<svc>.<ns>.Z         SRV of one named port
+
+A ``--mcs-zone`` M (scheme ``mcs``, the Multi-Cluster Services names of KEP-1645) hangs
+the same shapes below ``svc.M``, which owns no record, and has ``dns-version.M`` at the
+top. Its per-cluster name is in the grammar but never encoded (KEP-1645 has none), so
+it is NXDOMAIN; the encoder, not the grammar, decides which names exist.
+
+:func:`parse` reads a name as a typed :class:`Request`; the builders below it write the
+owner names the encoders publish, and :func:`owner` is the exact inverse of
+:func:`parse` (tests hold both ways). The responder never parses a name by this
+grammar: a name exists when the tables hold it, so the grammar cannot disagree with
+what is answered; the query path only asks :func:`find_zone`.
+
+The grammar is unambiguous because every label taken from Kubernetes (namespace,
+service, cluster, hostname) is an RFC 1123 label, which cannot start with ``_``: a
+first label ``_x`` can only begin a protocol or SRV name.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from dnsside.dns.wire import to_wire
+
+SVC_GLOBAL = "svc-global"
+MCS = "mcs"
+
+# The protocols an SRV name can carry, as Kubernetes spells them, and their labels.
+PROTOCOL_LABELS = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
+_PROTOCOLS = {text: protocol for protocol, text in PROTOCOL_LABELS.items()}
+SERVICES_LABEL = "svc"  # an MCS zone's services hang below svc.M
+VERSION_LABEL = "dns-version"  # dns-version.M TXT: the KEP-1645 schema version
+
+
+class Kind(enum.Enum):
+    APEX = "apex"
+    VERSION = "dns-version"  # mcs only
+    SERVICES = "services"  # svc.M, mcs only
+    NAMESPACE = "namespace"
+    SERVICE = "service"
+    CLUSTER = "cluster"
+    MEMBER = "member"
+    PROTOCOL = "protocol"
+    SRV = "srv"
+    NONE = "none"  # below the apex, but no name of its scheme has this shape
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A name read by the grammar: what it is, and the labels that say which one.
+    Fields the kind has no label for are empty."""
+
+    kind: Kind
+    scheme: str
+    labels: tuple[str, ...] = ()  # everything below the apex, leftmost first
+    namespace: str = ""
+    service: str = ""
+    cluster: str = ""
+    host: str = ""
+    port: str = ""  # SRV: the port's name, without its underscore
+    protocol: str = ""  # SRV and PROTOCOL: TCP, UDP or SCTP
+
+
+class ZoneName(Protocol):
+    """What the grammar needs of a zone: its name in wire form and its scheme."""
+
+    @property
+    def wire(self) -> bytes: ...
+
+    @property
+    def scheme(self) -> str: ...
+
+
+Z = TypeVar("Z")
+
+
+def find_zone(qname: bytes, zones: Mapping[bytes, Z]) -> Z | None:
+    """The zone a well-formed lower-case wire name lies in (the longest match wins, since
+    the walk starts at the whole name), or None."""
+    i = 0
+    while True:
+        zone = zones.get(qname[i:])
+        if zone is not None:
+            return zone
+        n = qname[i]
+        if n == 0:
+            return None
+        i += n + 1
+
+
+def parse(name: bytes | str, zone: ZoneName) -> Request:
+    """``name`` (wire form, or text with or without its final dot; any case) as a request
+    of ``zone``'s scheme. ValueError when it is no DNS name or not in ``zone``."""
+    wire = to_wire(name) if isinstance(name, str) else name.lower()
+    labels, apex = _split(wire), _split(zone.wire)
+    below = len(labels) - len(apex)
+    if below < 0 or labels[below:] != apex:
+        raise ValueError(f"{_text(labels)} is not in zone {_text(apex)}")
+    relative = tuple(label.decode("latin-1") for label in labels[:below])
+    scheme = zone.scheme
+    if not relative:
+        return Request(Kind.APEX, scheme)
+    services = relative
+    if scheme == MCS:
+        if relative == (VERSION_LABEL,):
+            return Request(Kind.VERSION, scheme, relative)
+        if relative[-1] != SERVICES_LABEL:
+            return Request(Kind.NONE, scheme, relative)
+        services = relative[:-1]
+        if not services:
+            return Request(Kind.SERVICES, scheme, relative)
+    return _below_services(services, scheme, relative)
+
+
+def _below_services(labels: tuple[str, ...], scheme: str, relative: tuple[str, ...]) -> Request:
+    """The shapes both schemes share, read from the right: ``<ns>``, then ``<svc>``, then
+    either a cluster and a host, or the SRV labels."""
+    n = len(labels)
+    if n == 1:
+        return Request(Kind.NAMESPACE, scheme, relative, namespace=labels[0])
+    svc, ns = labels[-2], labels[-1]
+    if labels[0].startswith("_"):
+        if n == 3 and labels[0] in _PROTOCOLS:
+            return Request(Kind.PROTOCOL, scheme, relative, namespace=ns, service=svc,
+                           protocol=_PROTOCOLS[labels[0]])
+        if n == 4 and labels[1] in _PROTOCOLS and len(labels[0]) > 1:
+            return Request(Kind.SRV, scheme, relative, namespace=ns, service=svc,
+                           port=labels[0][1:], protocol=_PROTOCOLS[labels[1]])
+        return Request(Kind.NONE, scheme, relative)
+    if n == 2:
+        return Request(Kind.SERVICE, scheme, relative, namespace=ns, service=svc)
+    if n == 3:
+        return Request(Kind.CLUSTER, scheme, relative, namespace=ns, service=svc,
+                       cluster=labels[0])
+    if n == 4:
+        return Request(Kind.MEMBER, scheme, relative, namespace=ns, service=svc,
+                       cluster=labels[1], host=labels[0])
+    return Request(Kind.NONE, scheme, relative)
+
+
+def _split(wire: bytes) -> list[bytes]:
+    labels = []
+    i = 0
+    while i < len(wire) and wire[i]:
+        n = wire[i]
+        if n > 63 or i + 1 + n >= len(wire):
+            raise ValueError(f"malformed name {wire!r}")
+        labels.append(wire[i + 1 : i + 1 + n])
+        i += n + 1
+    if i != len(wire) - 1:
+        raise ValueError(f"malformed name {wire!r}")
+    return labels
+
+
+def _text(labels: list[bytes]) -> str:
+    return ".".join(label.decode("latin-1") for label in labels) + "."
+
+
+# --------------------------------------------------------------------------- owner names
+# What the encoders write. Each builder takes the name it hangs below, so an encoder that
+# writes thousands of names below one service builds that service's name once.
+
+
+def label(text: str) -> bytes:
+    """One label in wire form, lower case. ValueError when DNS cannot carry it."""
+    raw = text.lower().encode("ascii")
+    if not 0 < len(raw) < 64:
+        raise ValueError(f"bad DNS label {text!r}")
+    return bytes([len(raw)]) + raw
+
+
+def services_name(zone: bytes, scheme: str) -> bytes:
+    """The name namespaces hang below: the apex, or an MCS zone's ``svc.M``."""
+    return label(SERVICES_LABEL) + zone if scheme == MCS else zone
+
+
+def version_name(zone: bytes) -> bytes:
+    """An MCS zone's ``dns-version.M``."""
+    return label(VERSION_LABEL) + zone
+
+
+def namespace_name(namespace: str, services: bytes) -> bytes:
+    return label(namespace) + services
+
+
+def service_name(service: str, namespace: str, services: bytes) -> bytes:
+    return label(service) + label(namespace) + services
+
+
+def cluster_name(cluster: str, service: bytes) -> bytes:
+    return label(cluster) + service
+
+
+def member_name(host: str, cluster: bytes) -> bytes:
+    return label(host) + cluster
+
+
+def protocol_name(protocol: str, service: bytes) -> bytes | None:
+    """``_<proto>.<svc>...``; None for a protocol SRV names do not carry."""
+    text = PROTOCOL_LABELS.get(protocol)
+    return None if text is None else label(text) + service
+
+
+def srv_name(port: str, protocol: bytes) -> bytes:
+    """``_<port>._<proto>.<svc>...``; ValueError for a port name too long for a label."""
+    return label("_" + port) + protocol
+
+
+def owner(request: Request, zone: ZoneName) -> bytes:
+    """The wire name :func:`parse` reads as ``request`` in ``zone``. ValueError for
+    ``Kind.NONE``, which has no shape to write."""
+    kind = request.kind
+    if kind is Kind.APEX:
+        return zone.wire
+    if kind is Kind.VERSION:
+        return version_name(zone.wire)
+    services = services_name(zone.wire, zone.scheme)
+    if kind is Kind.SERVICES:
+        return services
+    if kind is Kind.NAMESPACE:
+        return namespace_name(request.namespace, services)
+    if kind is Kind.NONE:
+        raise ValueError("a name of no shape has no owner name")
+    service = service_name(request.service, request.namespace, services)
+    if kind is Kind.SERVICE:
+        return service
+    if kind is Kind.CLUSTER:
+        return cluster_name(request.cluster, service)
+    if kind is Kind.MEMBER:
+        return member_name(request.host, cluster_name(request.cluster, service))
+    protocol = protocol_name(request.protocol, service)
+    if protocol is None:
+        raise ValueError(f"SRV names carry no protocol {request.protocol!r}")
+    return protocol if kind is Kind.PROTOCOL else srv_name(request.port, protocol)

@@ -1,0 +1,77 @@
+"""When a reflector asks an API server again: after a failure, after a stream the server
+closed, after a watch history that expired. Pure: the reflector reads the clock and
+says what happened; these say how long to wait.
+
+The subtle point is the same in each: a server that fails *fast* must not get dnsside
+asking in a tight loop. A retry waits a jittered exponential backoff (longer when the
+server says Retry-After); a stream closed cleanly is reopened at once only when it
+lived or delivered something; a relist after a 410 goes out at once only when the watch
+it ends ran for a while.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from dnsside.kubeapi.client import ApiError, Backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How a reflector paces its requests: retries (jittered exponential backoff from
+    ``backoff_base`` up to ``backoff_cap`` seconds), watch streams (the server closes them
+    after about ``watch_timeout``), list pages and request timeouts."""
+
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    watch_timeout: float = 300.0
+    page_size: int = 500
+    request_timeout: float = 60.0
+
+    def backoff(self, rng: random.Random) -> Backoff:
+        return Backoff(self.backoff_base, self.backoff_cap, rng)
+
+    def retry_delay(self, backoff: Backoff, exc: BaseException) -> float:
+        """The wait before retrying a failed request: the backoff's next step, or the
+        server's Retry-After when that is longer (never past the cap)."""
+        delay = backoff.next()
+        if isinstance(exc, ApiError) and exc.retry_after is not None:
+            delay = max(delay, min(exc.retry_after, self.backoff_cap))
+        return delay
+
+    @staticmethod
+    def reopen_delay(backoff: Backoff, progressed: bool, lived: float) -> float:
+        """The wait before reopening a watch the server closed cleanly (timeoutSeconds): none
+        when the stream delivered anything or lived a second, else the next backoff step
+        (a server that closes every stream at once)."""
+        if progressed or lived >= 1.0:
+            backoff.reset()
+            return 0.0
+        return backoff.next()
+
+
+DEFAULT_PACING = Pacing()
+
+
+class RelistPacing:
+    """How long to wait before relisting a resource whose watch history expired (410).
+
+    An API server compacts its history every few minutes, so a watch normally runs long
+    before a 410 and the relist goes out at once. One that answers every watch with 410
+    (a linked cluster's API gone wrong, or hostile) would otherwise have dnsside list
+    the whole resource again in a tight loop, up to its caps each time: CPU taken from
+    every other cluster and from the queries. So a relist that follows a short-lived
+    watch waits a jittered exponential backoff first, and a watch that ran for
+    ``settled`` seconds resets it.
+    """
+
+    def __init__(self, backoff: Backoff, settled: float = 10.0) -> None:
+        self.backoff = backoff
+        self.settled = settled
+
+    def delay(self, watched_for: float) -> float:
+        if watched_for >= self.settled:
+            self.backoff.reset()
+            return 0.0
+        return self.backoff.next()
