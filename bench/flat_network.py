@@ -469,7 +469,8 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
         Upsert,
     )
     from dnsside.core.remotes import parse_remote_service
-    from dnsside.core.index import Index, IndexOptions, make_responder
+    from dnsside.core.index import Index, IndexOptions
+    from dnsside.core.publishing import make_responder
     from dnsside.model.linkerd import parse_object, parse_slice
 
     names = list(CLUSTERS[:clusters])

@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from dnsside.model.events import Kind, Replace, Synced  # noqa: E402
-from dnsside.core.index import Index, IndexOptions, make_responder  # noqa: E402
+from dnsside.core.index import Index, IndexOptions  # noqa: E402
+from dnsside.core.publishing import make_responder  # noqa: E402
 from dnsside.model.linkerd import parse_object  # noqa: E402
 
 
