@@ -4,7 +4,7 @@ federated members, name clashes and the configuration warnings."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, get_args
 
 import dns.message
 import dns.rcode
@@ -16,6 +16,7 @@ from dnsside.telemetry import metrics
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
+    Event,
     Gateway,
     GatewayState,
     Kind,
@@ -25,8 +26,9 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.diagnosis import Exclusion
-from dnsside.core.index import Index, IndexOptions
+from dnsside.core.diagnosis import Exclusion, Notice
+from dnsside.core.index import HANDLERS, Index, IndexOptions
+from dnsside.core.links import TRANSITIONS, LinkInput, LinkPhase, Links
 from dnsside.core.publishing import make_responder
 from dnsside.serving.reporting import IndexReporter
 from dnsside.model.linkerd import (
@@ -362,3 +364,33 @@ def test_a_gone_cluster_leaves_no_counts_or_label_sets(index: Index) -> None:
     index.apply([Upsert(west), *(Upsert(r) for r in mirrors)])
     assert gauge("dnsside_members", cluster="west", ready="true")
     assert not gauge("dnsside_orphaned_mirrors", cluster="west")
+
+
+def test_every_link_phase_has_a_move_for_every_input() -> None:
+    """The Link state machine is total: no (phase, input) pair is left to chance."""
+    assert set(TRANSITIONS) == {(p, i) for p in LinkPhase for i in LinkInput}
+
+
+def test_every_event_type_has_its_handler() -> None:
+    assert set(HANDLERS) == set(get_args(Event))
+
+
+def test_links_tell_each_change_once() -> None:
+    links = Links()
+    told = links.unavailable("403")
+    assert told is not None and told.notice is Notice.LINKS_UNREADABLE
+    assert links.unavailable("403") is None  # the same reason: told already
+    assert links.watch("a watch error") is None  # before a list the watch means nothing
+    assert links.describe() == "cannot be read (403): orphaned mirrors are not filtered"
+    told = links.unavailable("no CRD")
+    assert told is not None and told.text.startswith("Links cannot be read: no CRD;")
+    assert links.describe() == "cannot be read (no CRD): orphaned mirrors are not filtered"
+    links.replace([])
+    told = links.listed()
+    assert told is not None and told.notice is Notice.LINKS_READABLE and links.readable
+    told = links.watch("timeout")
+    assert told is not None and told.notice is Notice.LINK_WATCH_DOWN
+    assert links.unavailable("500") is None and links.watch_down == "500"  # the newest reason
+    told = links.watch("")
+    assert told is not None and told.notice is Notice.LINK_WATCH_UP
+    assert links.phase is LinkPhase.FOLLOWING and not links.watch_down

@@ -132,7 +132,7 @@ class Index:
         self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
         self._publisher = Publisher(responder, options.zone)  # the responder's one writer
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
-        self.view = ClusterView(options.cluster_name, options.include_local,
+        self.cluster_view = ClusterView(options.cluster_name, options.include_local,
                                 options.include_federated, flat=self.flat,
                                 zone_octets=self._publisher.zone_octets())
         self.warnings: dict[ConfigWarning, str] = {}  # active configuration warnings
@@ -258,10 +258,10 @@ class Index:
         linked = self.links.linked()
         failing = frozenset(c for c, (state, _) in self.gateways.items()
                             if state is Gateway.FAILING)
-        before = self.view
+        before = self.cluster_view
         if linked == before.linked_clusters and failing == before.failing_gateways:
             return set()
-        self.view = replace(before, linked_clusters=linked, failing_gateways=failing)
+        self.cluster_view = replace(before, linked_clusters=linked, failing_gateways=failing)
         mirrors_by_key = self.local.mirrors_by_key
         if (linked is None) != (before.linked_clusters is None):
             return set(mirrors_by_key)  # filtering switched on or off: anything may move
@@ -316,7 +316,7 @@ class Index:
         ]
         return assemble(namespace, name, local,
                         self.local.slices_of(namespace, name) if local is not None else [],
-                        mirrors, self.view)
+                        mirrors, self.cluster_view)
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
         """Re-assemble and re-encode ``dirty``; return the keys whose answers or counts

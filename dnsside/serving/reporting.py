@@ -2,8 +2,9 @@
 
 The index is pure: it hands an :class:`~dnsside.core.index.IndexReport` to its observer
 after every batch and knows nothing of logging or Prometheus. This is that
-observer for ``dnsside serve`` (``explain`` and ``check --dns`` build an index
-without one, so their own output is all a user sees).
+observer for ``dnsside serve`` and ``dnsside explain`` (``check --dns`` builds an
+index without one, so its own output is all a user sees). It reads the index
+through its :class:`~dnsside.core.view.ReportView` only.
 
 The one tricky thing: metric label sets must follow the clusters. A cluster
 that is gone (no member, nothing left out) has its series removed, or a
