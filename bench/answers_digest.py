@@ -52,7 +52,8 @@ def names_of(source: Path, flags: list[str]) -> list[str]:
     """Every owner name the index holds for ``source`` (through the code as it is now)."""
     from dnsside.config import Config
     from dnsside.model.events import Kind, Replace, Synced
-    from dnsside.core.index import Index, make_responder
+    from dnsside.core.index import Index
+    from dnsside.core.publishing import make_responder
     from dnsside.serving.app import index_options
     from dnsside.sources.file import load_records
 

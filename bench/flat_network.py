@@ -469,7 +469,8 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
         Upsert,
     )
     from dnsside.core.remotes import parse_remote_service
-    from dnsside.core.index import Index, IndexOptions, make_responder
+    from dnsside.core.index import Index, IndexOptions
+    from dnsside.core.publishing import make_responder
     from dnsside.model.linkerd import parse_object, parse_slice
 
     names = list(CLUSTERS[:clusters])
@@ -524,7 +525,7 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
     for key, answer in responder.answers.items():
         by_type.setdefault(struct.unpack("!H", key[-4:-2])[0], []).append(answer)
     parts = [("SRV answers", by_type.get(33, [])), ("A answers", by_type.get(1, [])),
-             ("question keys", list(responder.answers)), ("remote records", index.remotes),
+             ("question keys", list(responder.answers)), ("remote records", index.flat.clusters),
              ("published keys", index._publisher._published)]
     memory = []
     for label, part in parts:
@@ -543,8 +544,8 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
         started = time.perf_counter()
         index.apply([Remote(name, Upsert(record))])
         times.append((time.perf_counter() - started) * 1000)
-    members = sum(1 for r in index.remotes.values() for s in r.slices_of((key[0], obj[
-        "metadata"]["labels"]["kubernetes.io/service-name"])) for _ in s.endpoints)
+    members = sum(1 for r in index.flat.clusters.values() for s in r.slices_of(key[0], obj[
+        "metadata"]["labels"]["kubernetes.io/service-name"]) for _ in s.endpoints)
     out["change"] = {"p50_ms": statistics.median(times), "max_ms": max(times),
                      "endpoints_in_service": members}
     return out

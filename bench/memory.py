@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from dnsside.model.events import Kind, Replace, Synced  # noqa: E402
-from dnsside.core.index import Index, IndexOptions, make_responder  # noqa: E402
+from dnsside.core.index import Index, IndexOptions  # noqa: E402
+from dnsside.core.publishing import make_responder  # noqa: E402
 from dnsside.model.linkerd import parse_object  # noqa: E402
 
 
@@ -147,17 +148,15 @@ def main() -> int:
     parts: list[tuple[str, Any]] = [
         ("responder.answers", responder.answers),
         ("responder.names", responder.names),
-        ("index.services", index.services),
-        ("index.slices", index.slices),
-        # Before issue 13 the index held GlobalService objects; now their tallies.
-        ("index.global_services", getattr(index, "_tallies", index.global_services)),
+        ("index.services", index.local.services),
+        ("index.slices", index.local.slices),
+        # The index keeps the global services' tallies, not GlobalService objects.
+        ("index.global_services", index.tallies),
         ("index's published keys", index._publisher._published),
-        ("index.slices_by_service", index.slices_by_service),
-        ("index.mirrors_by_key", index.mirrors_by_key),
+        ("index.slices_by_service", index.local.slices_by_service),
+        ("index.mirrors_by_key", index.local.mirrors_by_key),
         ("index (the rest)", {k: v for k, v in vars(index).items()
-                              if k not in {"services", "slices", "global_services", "_publisher",
-                                           "_tallies",
-                                           "slices_by_service", "mirrors_by_key", "responder"}}),
+                              if k not in {"local", "global_services", "_publisher", "tallies"}}),
     ]
     seen: set[int] = set()
     rows = []

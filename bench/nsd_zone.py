@@ -26,7 +26,8 @@ from pathlib import Path
 from dnslib import QTYPE, DNSRecord
 
 from dnsside.model.events import Synced
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
 from dnsside.sources.file import FileSource
 from dnsside.dns.wire import CLASS_IN, NS, SOA

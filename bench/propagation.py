@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from dnsside.model.events import Synced, Upsert
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.model.linkerd import Role, SliceRecord
 from dnsside.sources.file import FileSource
 from dnsside.dns.wire import to_wire
@@ -65,7 +66,7 @@ def main() -> int:
     apply_seconds = time.perf_counter() - t1  # index + encode, without reading the file
     apply_cpu_seconds = time.process_time() - cpu  # the same in CPU: less noisy when shared
     del events
-    members = sum(index.member_counts().values())
+    members = sum(index.counts.member_counts().values())
 
     # One per-pod mirror slice per global service, with a ready gateway endpoint.
     rng = random.Random(7)

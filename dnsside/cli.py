@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ from typing import Any
 
 from dnsside import __version__
 from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
-from dnsside.serving.app import App, flat_network_source, make_source
+from dnsside.serving.app import App, explain_index, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
 
@@ -110,14 +109,7 @@ async def _serve(config: Config) -> int:
 async def _explain(config: Config, name: str, qtype: str, output: str = "text") -> int:
     from dnsside.core.explain import Explainer, render
 
-    app = App(config, make_source(config))
-    async for batch in app.source.events():
-        app.index.apply(batch)
-        if app.index.synced:
-            break
-    if config.flat_network:
-        await _sync_linked_clusters(app)
-    report = Explainer(app.index).explain(name, qtype)
+    report = Explainer(await explain_index(config)).explain(name, qtype)
     if output == "json":
         print(json.dumps(report, indent=2))
     elif output == "yaml":
@@ -127,27 +119,6 @@ async def _explain(config: Config, name: str, qtype: str, output: str = "text") 
     else:
         print(render(report), end="")
     return 0
-
-
-async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
-    """``explain --flat-network``: list every linked cluster once too, until each has
-    synced or failed on its credentials (or ``timeout``: then what is known is shown,
-    and the report says which cluster was still connecting)."""
-    from dnsside.model.events import RemoteState
-    from dnsside.sources.remote import Target
-
-    index = app.index
-    flat = flat_network_source(app.config, index)
-    clusters = set(Target.of(index.links.values()))
-    settled = (RemoteState.SYNCED, RemoteState.CREDENTIALS, RemoteState.CAPPED)
-    flat.links_changed()
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            async for batch in flat.events():
-                index.apply(batch)
-                states = [index.remote_status.get(c) for c in clusters]
-                if all(s is not None and s.state in settled for s in states):
-                    break
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,8 @@ from support import DEMO
 
 from dnsside.model.events import Kind, Replace, Synced
 from dnsside.core.explain import Explainer, render
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.model.linkerd import parse_object
 
 

@@ -37,7 +37,8 @@ from dnsside.model.events import (
 )
 from dnsside.core.explain import Explainer, render
 from dnsside.core.remotes import parse_remote_service
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.model.linkerd import (
     LabelSelector,
     LinkRecord,
@@ -179,8 +180,8 @@ def test_remote_pods_answer_by_their_own_addresses_and_replace_the_mirror(index:
     gs = index.global_services[("data", "db")]
     left_out = [(m.cluster, m.exclusion.value if m.exclusion else None) for m in gs.excluded]
     assert left_out == [("west", "served-flat")]
-    assert index.member_counts()[("west", True)] == 1
-    assert index.member_counts()[("west", False)] == 1
+    assert index.counts.member_counts()[("west", True)] == 1
+    assert index.counts.member_counts()[("west", False)] == 1
 
 
 def test_a_hostname_less_endpoint_is_named_by_its_dashed_address(index: Index) -> None:
@@ -263,7 +264,7 @@ def test_a_deleted_link_removes_its_members_at_once_and_late_events_are_ignored(
     index.apply([Delete(Kind.LINK, "linkerd-multicluster", "west")])
     # Its mirror is an orphan now, and its pods are gone with the Link.
     assert addrs(index, DB) == {"10.42.0.10", "10.42.0.11"}
-    assert "west" not in index.remotes and "west" not in index.remote_status
+    assert "west" not in index.flat.clusters and "west" not in index.flat.status
     index.apply([Remote("west", Upsert(parse_slice(endpoint_slice(
         "db-x1y2z", "db", [endpoint("10.244.1.7", "db-2")]))))])
     assert addrs(index, DB) == {"10.42.0.10", "10.42.0.11"}

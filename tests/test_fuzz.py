@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from dnsside.dns.responder import Responder
 from dnsside.model.events import Synced, Upsert
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.sources.file import load_records
 
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo-east.yaml"

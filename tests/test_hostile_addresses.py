@@ -37,7 +37,7 @@ from topology import endpoint_slice as slice_of
 from topology import service as svc_of
 
 from dnsside.model.addresses import Unsafe, describe, normal_ip, unsafe_address
-from dnsside.core.assembly import assemble
+from dnsside.core.assembly import ClusterView, assemble
 from dnsside.model.linkerd import parse_service, parse_slice
 
 # --------------------------------------------------------------------------- the function
@@ -144,7 +144,7 @@ def test_a_dual_stack_endpoint_keeps_its_good_address() -> None:
         {"addresses": ["10.42.0.5"], "hostname": "pg-0"}], [("pg", 5432)]))
     v6 = parse_slice(slice_of("db", "pg-v6", "pg", [
         {"addresses": ["fe80::5"], "hostname": "pg-0"}], [("pg", 5432)], "IPv6"))
-    gs = assemble("db", "pg", svc, [v4, v6], [], cluster_name="east")
+    gs = assemble("db", "pg", svc, [v4, v6], [], ClusterView("east"))
     assert gs is not None
     assert [(m.hostname, m.addresses) for m in gs.members] == [("pg-0", ("10.42.0.5",))]
     [out] = gs.excluded

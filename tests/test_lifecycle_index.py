@@ -4,7 +4,7 @@ federated members, name clashes and the configuration warnings."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, get_args
 
 import dns.message
 import dns.rcode
@@ -16,6 +16,7 @@ from dnsside.telemetry import metrics
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
+    Event,
     Gateway,
     GatewayState,
     Kind,
@@ -25,7 +26,10 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.diagnosis import Exclusion, Notice
+from dnsside.core.index import HANDLERS, Index, IndexOptions
+from dnsside.core.links import TRANSITIONS, LinkInput, LinkPhase, Links
+from dnsside.core.publishing import make_responder
 from dnsside.serving.reporting import IndexReporter
 from dnsside.model.linkerd import (
     LinkRecord,
@@ -152,7 +156,7 @@ def test_links_never_listed_filter_nothing_and_never_empty_answers(
     assert addrs(idx, NGINX) >= WEST_NGINX
     assert gauge("dnsside_links_readable") == 0
     assert "Links cannot be read: cannot list Links (v1alpha3): forbidden" in caplog.text
-    assert "cannot be read" in idx.describe_links()
+    assert "cannot be read" in idx.links.describe()
     # A synced Link view filters.
     idx.apply([Replace(frozenset({Kind.LINK}), tuple(r for r in records()
                                                      if isinstance(r, LinkRecord)))])
@@ -180,27 +184,27 @@ def test_a_listed_link_set_stands_through_every_fault(
         assert addrs(index, NGINX) == unlinked
         assert ask(index, "nginx-set-0.west.nginx-svc.default.svc-global").rcode() == (
             dns.rcode.NXDOMAIN)
-        assert index.linked_clusters() == {"north", "south"}
+        assert index.links.linked() == {"north", "south"}
         assert gauge("dnsside_links_readable") == 1
         assert gauge("dnsside_links_watch_up") == 0
     down = [r.getMessage() for r in caplog.records if "Link watch down" in r.getMessage()]
     assert len(down) == 1 and "the last complete list of 2 Links (north, south) stands" in down[0]
-    described = index.describe_links(now=index.links_complete_at + 42)
+    described = index.links.describe(now=index.links.complete_at + 42)
     assert "the Link watch is down (cannot list Links (v1alpha3): forbidden)" in described
     assert "last known complete 42 s ago stands" in described
     # The relist that finally succeeds is the truth, and applies what changed meanwhile:
     # south was unlinked while the watch was down, west linked again.
     links = tuple(r for r in records() if isinstance(r, LinkRecord) and r.name != "south")
     index.apply([Replace(frozenset({Kind.LINK}), links)])
-    assert index.linked_clusters() == {"west", "north"}
+    assert index.links.linked() == {"west", "north"}
     assert addrs(index, NGINX) >= WEST_NGINX
     assert ask(index, "kafka.db.svc-global").rcode() == dns.rcode.NOERROR
     assert gauge("dnsside_links_watch_up") == 1
-    assert index.describe_links() == "2 read (north, west)"
+    assert index.links.describe() == "2 read (north, west)"
     # A watch event says the watch follows again, too.
     index.apply([LinkWatch("watch links failed (dropped)")])
     index.apply([Upsert(link("south"))])
-    assert gauge("dnsside_links_watch_up") == 1 and "down" not in index.describe_links()
+    assert gauge("dnsside_links_watch_up") == 1 and "down" not in index.links.describe()
 
 
 def test_a_dump_without_links_filters_nothing() -> None:
@@ -208,7 +212,7 @@ def test_a_dump_without_links_filters_nothing() -> None:
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("the file has no Link objects"), Synced()])
     assert "10.45.0.10" in addrs(idx, NGINX)
-    assert idx.linked_clusters() is None
+    assert idx.links.linked() is None
 
 
 def test_no_link_at_all_leaves_only_the_local_cluster() -> None:
@@ -353,9 +357,40 @@ def test_a_gone_cluster_leaves_no_counts_or_label_sets(index: Index) -> None:
     index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in mirrors])
     assert gauge("dnsside_orphaned_mirrors", cluster="west") is None
     assert gauge("dnsside_members", cluster="west", ready="true") is None
-    assert "west" not in {c for c, _ in index._members}
-    assert "west" not in index._orphans and "west" not in index._clashes
+    assert "west" not in {c for c, _ in index.counts.member_counts()}
+    assert "west" not in index.counts.exclusion_counts(Exclusion.ORPHANED)
+    assert "west" not in index.counts.exclusion_counts(Exclusion.NAME_CLASH)
     assert gauge("dnsside_members", cluster="north", ready="false") == 5  # others untouched
     index.apply([Upsert(west), *(Upsert(r) for r in mirrors)])
     assert gauge("dnsside_members", cluster="west", ready="true")
     assert not gauge("dnsside_orphaned_mirrors", cluster="west")
+
+
+def test_every_link_phase_has_a_move_for_every_input() -> None:
+    """The Link state machine is total: no (phase, input) pair is left to chance."""
+    assert set(TRANSITIONS) == {(p, i) for p in LinkPhase for i in LinkInput}
+
+
+def test_every_event_type_has_its_handler() -> None:
+    assert set(HANDLERS) == set(get_args(Event))
+
+
+def test_links_tell_each_change_once() -> None:
+    links = Links()
+    told = links.unavailable("403")
+    assert told is not None and told.notice is Notice.LINKS_UNREADABLE
+    assert links.unavailable("403") is None  # the same reason: told already
+    assert links.watch("a watch error") is None  # before a list the watch means nothing
+    assert links.describe() == "cannot be read (403): orphaned mirrors are not filtered"
+    told = links.unavailable("no CRD")
+    assert told is not None and told.text.startswith("Links cannot be read: no CRD;")
+    assert links.describe() == "cannot be read (no CRD): orphaned mirrors are not filtered"
+    links.replace([])
+    told = links.listed()
+    assert told is not None and told.notice is Notice.LINKS_READABLE and links.readable
+    told = links.watch("timeout")
+    assert told is not None and told.notice is Notice.LINK_WATCH_DOWN
+    assert links.unavailable("500") is None and links.watch_down == "500"  # the newest reason
+    told = links.watch("")
+    assert told is not None and told.notice is Notice.LINK_WATCH_UP
+    assert links.phase is LinkPhase.FOLLOWING and not links.watch_down

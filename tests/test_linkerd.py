@@ -10,6 +10,7 @@ import yaml
 from support import DEMO
 
 from dnsside.core.assembly import (
+    ClusterView,
     GlobalService,
     Member,
     assemble,
@@ -61,7 +62,7 @@ def build(namespace: str, name: str, **kw: Any) -> GlobalService | None:
         if s.role is not Role.LOCAL and s.original == name
     ]
     return assemble(namespace, name, local, slices_of(name) if local else [], mirrors,
-                    cluster_name=kw.pop("cluster_name", "east"), **kw)
+                    ClusterView(cluster_name=kw.pop("cluster_name", "east"), **kw))
 
 
 def by_name(gs: GlobalService) -> dict[tuple[str, str | None], Member]:
@@ -180,7 +181,7 @@ def test_local_hostname_fallbacks() -> None:
     del sl["endpoints"][1]["hostname"]
     del sl["endpoints"][1]["targetRef"]  # → dashed IP
     sl["endpoints"][1]["conditions"] = {}  # nil ready counts as ready
-    gs = assemble("default", "nginx-svc", svc, [parse_slice(sl)], [], cluster_name="east")
+    gs = assemble("default", "nginx-svc", svc, [parse_slice(sl)], [], ClusterView("east"))
     assert gs is not None
     assert {(m.hostname, m.ready) for m in gs.members} == {("nginx-set-0", True),
                                                            ("10-42-1-11", True)}
@@ -195,7 +196,7 @@ def test_dual_stack_local_pod_merges_across_slices() -> None:
     v6["endpoints"][0]["addresses"] = ["fd00:42::10"]
     v6["endpoints"][1]["addresses"] = ["fd00:42::11"]
     gs = assemble("default", "nginx-svc", svc, [parse_slice(v4), parse_slice(v6)], [],
-                  cluster_name="east")
+                  ClusterView("east"))
     assert gs is not None
     assert {m.hostname: m.addresses for m in gs.members} == {
         "nginx-set-0": ("10.42.1.10", "fd00:42::10"),
@@ -343,11 +344,11 @@ def test_a_service_with_only_orphaned_mirrors_has_no_members() -> None:
     recs = [r for r in records() if isinstance(r, ServiceRecord) and r.namespace == "db"]
     mirrors = [(r, []) for r in recs if r.original == "cockroachdb" and r.role is not Role.LOCAL]
     # No local original (or one that is not exported): global only through its mirrors.
-    gs = assemble("db", "cockroachdb", None, [], mirrors, cluster_name="east",
-                  linked_clusters=frozenset({"south"}))
+    gs = assemble("db", "cockroachdb", None, [], mirrors,
+                  ClusterView("east", linked_clusters=frozenset({"south"})))
     assert gs is not None
     assert gs.members == () and len(gs.excluded) == 6 and all(m.exclusion is Exclusion.ORPHANED for m in gs.excluded)
-    assert assemble("db", "cockroachdb", None, [], [], cluster_name="east") is None
+    assert assemble("db", "cockroachdb", None, [], [], ClusterView("east")) is None
 
 
 def test_failing_gateway_takes_only_gateway_routed_members_out() -> None:

@@ -28,7 +28,8 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.core.assembly import GlobalService, Member
 from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
 

@@ -24,7 +24,8 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.model.linkerd import parse_object
 
 NS = "db"

@@ -24,7 +24,8 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
 from dnsside.core.tables import Table
 from dnsside.model.linkerd import (
     Endpoint,
@@ -125,7 +126,7 @@ def test_global_services_are_assembled_on_demand_and_match_the_answers() -> None
     reply = idx.responder.respond(b"\x12\x34\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00"
                                   b"\tnginx-svc\x07default\nsvc-global\x00\x00\x01\x00\x01")
     assert reply is not None and reply.count(b"\x00\x01\x00\x01\x00\x00\x00") == len(ready)
-    assert sum(idx._members.values()) == sum(len(g.members) for g in idx.global_services.values())
+    assert sum(idx.counts.member_counts().values()) == sum(len(g.members) for g in idx.global_services.values())
     with pytest.raises(KeyError):
         idx.global_services[("default", "no-such-service")]
 

@@ -21,7 +21,8 @@ with a bad IPv6 one still answers A) and the bad ones are excluded beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from dnsside.config import is_dns_label
 from dnsside.core import diagnosis
@@ -291,38 +292,61 @@ _MEMBER_ROLES = (Role.POD_MIRROR, Role.CLUSTER_MIRROR, Role.FEDERATED)
 _LINKED_ROLES = (Role.HEADLESS_ROOT, Role.POD_MIRROR, Role.CLUSTER_MIRROR)
 
 
+class FlatServices(Protocol):
+    """The linked clusters' own Services watched directly (``--flat-network``)."""
+
+    def services_of(self, key: tuple[str, str]
+                    ) -> Sequence[tuple[ServiceRecord, Sequence[SliceRecord]]]: ...
+
+
+class _NoFlatNetwork:
+    def services_of(self, key: tuple[str, str]
+                    ) -> Sequence[tuple[ServiceRecord, Sequence[SliceRecord]]]:
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What assembly needs to know of clusters rather than of one service's objects: who
+    we are, which clusters are linked, whose gateways fail, which are served directly.
+    The index builds a new one whenever the Links or the failing gateways change."""
+
+    cluster_name: str
+    include_local: bool = True
+    include_federated: bool = True
+    # The Links' target clusters, None when the Links cannot be read (no orphans then).
+    linked_clusters: frozenset[str] | None = None
+    failing_gateways: frozenset[str] = frozenset()
+    flat: FlatServices = field(default_factory=_NoFlatNetwork)
+    zone_octets: int = DEFAULT_ZONE_OCTETS  # what the longest served zone adds to a name
+
+
 def assemble(
     namespace: str,
     name: str,
     local: ServiceRecord | None,
     local_slices: Sequence[SliceRecord],
     mirrors: Iterable[tuple[ServiceRecord, Sequence[SliceRecord]]],
-    *,
-    cluster_name: str,
-    include_local: bool = True,
-    include_federated: bool = True,
-    linked_clusters: Collection[str] | None = None,
-    failing_gateways: Collection[str] = (),
-    flat: Sequence[tuple[ServiceRecord, Sequence[SliceRecord]]] = (),
-    zone_octets: int = DEFAULT_ZONE_OCTETS,
+    view: ClusterView,
 ) -> GlobalService | None:
     """Build the global service ``(namespace, name)``, or None when it does not exist.
 
     It exists when a mirror of a linked cluster (or a federated Service) exists, or the
-    local Service is exported. ``linked_clusters`` are the Links' target clusters, None
-    when the Links cannot be read (then nothing is an orphan). Mirrors of any other
+    local Service is exported. Mirrors of a cluster ``view`` does not count as linked
     cluster are orphans: excluded, and on their own they make a service with no members
     (so ``explain`` can still say why). Root headless mirrors make the service exist but
     contribute no member themselves: their pods arrive as per-pod mirrors.
 
-    ``flat`` are the linked clusters' own headless Services of this name, watched
+    ``view.flat`` gives the linked clusters' own headless Services of this name, watched
     directly (``--flat-network``): each makes the service exist and adds its pods by
     their own addresses, and that cluster's mirrors of it are left out (one cluster's
     pods appear once).
 
-    Every member passes a :class:`Screen` (``zone_octets``: what the longest served zone
-    adds to a name): what it refuses is excluded, with its reason.
+    Every member passes a :class:`Screen` (``view.zone_octets``: what the longest served
+    zone adds to a name): what it refuses is excluded, with its reason.
     """
+    linked_clusters = view.linked_clusters
+    flat = view.flat.services_of((namespace, name))
     live: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
     orphans: list[tuple[ServiceRecord, Sequence[SliceRecord]]] = []
     headless = local is not None and local.role is Role.LOCAL and local.headless
@@ -348,19 +372,19 @@ def assemble(
     ]
     if not live and not exported and not flat:
         return GlobalService(namespace, name, (), tuple(excluded), headless)
-    screen = Screen(namespace, name, zone_octets)
+    screen = Screen(namespace, name, view.zone_octets)
     members: list[Member] = []
-    if include_local and local is not None and local.role is Role.LOCAL:
-        members.extend(_local_members(local, local_slices, cluster_name, screen))
+    if view.include_local and local is not None and local.role is Role.LOCAL:
+        members.extend(_local_members(local, local_slices, view.cluster_name, screen))
     candidates: list[Member] = []
     for svc, slices in sorted(flat, key=lambda ms: ms[0].cluster):
         candidates.extend(endpoint_members(slices, svc.cluster, Via.FLAT_NETWORK, screen))
     for svc, slices in sorted(live, key=lambda ms: (ms[0].cluster, ms[0].hostname, ms[0].name)):
         if svc.role not in _MEMBER_ROLES or not svc.cluster_ips:
             continue
-        if svc.role is Role.FEDERATED and not include_federated:
+        if svc.role is Role.FEDERATED and not view.include_federated:
             continue
-        mirror = _mirror_member(svc, slices, failing_gateways)
+        mirror = _mirror_member(svc, slices, view.failing_gateways)
         if svc.cluster in flat_clusters:
             excluded.append(_excluded(mirror, Exclusion.SERVED_FLAT))
             continue

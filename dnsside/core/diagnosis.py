@@ -22,7 +22,6 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dnsside.model.addresses import Unsafe, describe, unsafe_address
-from dnsside.model.events import RemoteState
 from dnsside.model.linkerd import (
     LinkRecord,
     Role,
@@ -297,34 +296,9 @@ def refused(cluster: str, source: str, why: Exclusion, items: Sequence[str]) -> 
 _SHOWN = 10  # items a refusal notice lists
 
 
-def links_unreadable(reason: str) -> Told:
-    return Told(Notice.LINKS_UNREADABLE, (
-        f"Links cannot be read: {reason}; serving every mirror, orphaned or not, until they "
-        "can"))
-
-
-def link_watch_down(reason: str, links: int, clusters: Iterable[str]) -> Told:
-    return Told(Notice.LINK_WATCH_DOWN, (
-        f"Link watch down ({reason}): the last complete list of {links} Links "
-        f"({', '.join(sorted(clusters)) or 'none'}) stands until a newer list or watch event "
-        "replaces it"))
-
-
-def describe_links(readable: bool | None, reason: str, links: int, clusters: Iterable[str],
-                   watch_down: str, age: float) -> str:
-    """The Link state in one phrase, for the sync log line and `explain`."""
-    if readable:
-        listed = f"{links} read ({', '.join(sorted(clusters))})"
-        if not watch_down:
-            return listed
-        return (f"{listed}; the Link watch is down ({watch_down}): the list last known "
-                f"complete {age:.0f} s ago stands")
-    if readable is False:
-        return f"cannot be read ({reason}): orphaned mirrors are not filtered"
-    return "not known yet"
-
-
 __all__ = [
+    "CAP_FIX",
+    "CREDENTIALS_FIX",
     "GATEWAY_FAILING",
     "LINK_WATCH_DOWN_FIX",
     "MIRRORING_OFF_FIX",
@@ -337,11 +311,8 @@ __all__ = [
     "Told",
     "bad_ports",
     "configuration_warnings",
-    "describe_links",
     "invalid_label",
     "invalid_protocol",
-    "link_watch_down",
-    "links_unreadable",
     "mirror_health",
     "name_clash",
     "name_too_long",
@@ -371,32 +342,3 @@ CAP_FIX = {
     "time": "its API server sends too slowly (or a list that never ends); if it is only slow, "
             "raise --flat-network-timeout",
 }
-
-
-def remote_state(cluster: str, state: RemoteState, detail: str, secret: str, services: int,
-                 before: RemoteState | None, cap: str = "") -> Told:
-    """What an operator hears when the direct watch of a linked cluster changes state."""
-    if state is RemoteState.SYNCED:
-        again = " again" if before in (RemoteState.LOST, RemoteState.CREDENTIALS) else ""
-        return Told(Notice.REMOTE_SYNCED, (
-            f"cluster {cluster}: flat network: its API is watched directly{again} with Secret "
-            f"{secret}: {services} headless services served by their pods' own addresses"))
-    if state is RemoteState.CREDENTIALS:
-        return Told(Notice.REMOTE_CREDENTIALS, (
-            f"cluster {cluster}: flat network: cannot use Secret {secret}: {detail}; "
-            + ("its last-known members stand" if services else "its pods are not served "
-               "directly (its mirrors still are)") + "; " + CREDENTIALS_FIX.format(
-                cluster=cluster)))
-    if state is RemoteState.CAPPED:
-        return Told(Notice.REMOTE_CAPPED, (
-            f"cluster {cluster}: flat network: capped ({cap}): {detail}; "
-            + (f"its last complete list stands ({services} services)" if services else
-               "its pods are not served directly (its mirrors still are)")
-            + "; retried with backoff; " + CAP_FIX.get(cap, "")).rstrip("; "))
-    if state is RemoteState.LOST:
-        return Told(Notice.REMOTE_LOST, (
-            f"cluster {cluster}: flat network: its API is lost ({detail}): the last-known "
-            f"members of its {services} services stand until it answers again"))
-    return Told(Notice.REMOTE_CONNECTING, (
-        f"cluster {cluster}: flat network: connecting again with Secret {secret}"
-        + (f" ({detail})" if detail else "")))

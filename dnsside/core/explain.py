@@ -14,7 +14,7 @@ from dnslib import RCODE, DNSRecord
 
 from dnsside.core.assembly import GlobalService, Member
 from dnsside.core.encode import published
-from dnsside.core.index import Index
+from dnsside.core.view import ExplainView
 from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Gateway
@@ -22,25 +22,23 @@ from dnsside.model.linkerd import Via
 
 
 class Explainer:
-    def __init__(self, index: Index) -> None:
+    """Reads the index through its :class:`~dnsside.core.view.ExplainView` only."""
+
+    def __init__(self, index: ExplainView) -> None:
         self.index = index
 
     def _origin(self, namespace: str, m: Member) -> str:
         """The objects a member comes from, spelled out from the index."""
         if m.via is Via.FLAT_NETWORK:  # a linked cluster's own slice, watched directly
-            remote = self.index.remotes.get(m.cluster)
-            found = remote.slices.get((namespace, m.source)) if remote is not None else None
-            # v1 Endpoints (remotes before Linkerd 2.14) are named after their Service.
-            kind = "Endpoints" if found is not None and found.service_name == found.name \
-                else "EndpointSlice"
+            kind = self.index.flat.object_kind(m.cluster, namespace, m.source)
             return f"{kind} {namespace}/{m.source} in cluster {m.cluster}"
         if m.local and m.hostname is not None:  # endpoints of the local headless Service
-            svc = self.index.slices[(namespace, m.source)].service_name
-            slices = [s.name for s in self.index.slices_of(namespace, svc)
+            svc = self.index.local.slices[(namespace, m.source)].service_name
+            slices = [s.name for s in self.index.local.slices_of(namespace, svc)
                       if any(m.hostname in (e.hostname, e.pod_name) or (
                           e.addresses and e.addresses[0] in m.addresses) for e in s.endpoints)]
             return ", ".join(f"EndpointSlice {namespace}/{name}" for name in slices)
-        slices = [s.name for s in self.index.slices_of(namespace, m.source)]
+        slices = [s.name for s in self.index.local.slices_of(namespace, m.source)]
         return ", ".join([f"Service {namespace}/{m.source}",
                           *(f"EndpointSlice {namespace}/{name}" for name in slices)])
 
@@ -100,12 +98,12 @@ class Explainer:
             srv_filter = request.labels[0]
         svc, ns = request.service, request.namespace
         gs = self.index.global_services.get((ns, svc))
-        scope = self._flat_scope(ns)
+        scope = self.index.flat.scope(ns)
         if gs is None:
             return {"explanation": f"no global service {ns}/{svc}: no mirror of it exists and "
                                    "the local Service is not exported"
                                    + (f"; {scope}" if scope else "")}
-        shown = set(map(id, published(gs, self.index.options.zone)))
+        shown = set(map(id, published(gs, self.index.zone_options)))
         cluster, host = request.cluster or None, request.host or None
         federated = not gs.headless and any(
             m.via is Via.FEDERATED and id(m) in shown for m in gs.members)
@@ -141,12 +139,13 @@ class Explainer:
             if m.via.through_gateway:
                 entry["gateway_probe"] = self._gateway(m.cluster)
             if m.via is Via.FLAT_NETWORK:
-                entry["remote_api"] = self._remote(m.cluster)
+                entry["remote_api"] = self.index.flat.describe(m.cluster)
             members.append(entry)
         out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members,
-                               "links": self.index.describe_links()}
-        if self.index.remote_status:
-            out["flat_network"] = {c: self._remote(c) for c in sorted(self.index.remote_status)}
+                               "links": self.index.links.describe()}
+        if self.index.flat.status:
+            out["flat_network"] = {c: self.index.flat.describe(c)
+                                   for c in sorted(self.index.flat.status)}
         if scope:
             out["flat_network_namespaces"] = scope
         if self.index.warnings:
@@ -156,26 +155,6 @@ class Explainer:
         if mcs:
             out["naming"] = _mcs_naming(gs, kind)
         return out
-
-    def _flat_scope(self, namespace: str) -> str:
-        """Why linked clusters' own objects in ``namespace`` are not served, if they are not."""
-        allowed = self.index.options.flat_namespaces
-        if not allowed or namespace in allowed:
-            return ""
-        return (f"linked clusters' own objects in namespace {namespace} are ignored: it is not "
-                f"one of --flat-network-namespaces ({', '.join(allowed)})")
-
-    def _remote(self, cluster: str) -> str:
-        """How the direct watch of a linked cluster fares (--flat-network)."""
-        status = self.index.remote_status.get(cluster)
-        if status is None:
-            return "not watched directly"
-        cap = f"{status.cap} cap; " if status.cap else ""
-        text = f"{status.state.value} ({cap}Secret {status.secret})"
-        text += f": {status.detail}" if status.detail else ""
-        if status.weakened:  # --insecure-remote-tls let its Secret do it
-            text += "; TLS weakened (--insecure-remote-tls): " + "; ".join(status.weakened)
-        return text
 
     def _gateway(self, cluster: str) -> str:
         known = self.index.gateways.get(cluster)

@@ -2,8 +2,10 @@
 
 The index decides *which* global services changed; this puts each one's answers
 into the :class:`~dnsside.dns.responder.Responder` in place of its previous ones.
+The :class:`Publisher` is the responder's one writer: the answers, the names, the
+zones' serial and the moment it turns ready all go through it.
 
-The one tricky thing is the order: the new answers are inserted first and only
+The subtle point is the order: the new answers are inserted first and only
 then are the names no longer there removed, so a query running between two
 statements sees the old or the new answer for a name, never a gap. Unchanged
 bytes are not touched at all (a write that changed nothing visible costs no
@@ -13,6 +15,7 @@ churn in the tables).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import ServiceAnswers, encode_service
@@ -20,7 +23,15 @@ from dnsside.core.tables import Key
 from dnsside.dns.names import namespace_name
 from dnsside.dns.responder import Responder
 from dnsside.dns.wire import Answer
-from dnsside.dns.zone import ZoneOptions
+from dnsside.dns.zone import McsZone, Zone, ZoneOptions
+
+
+def make_responder(
+    zones: Sequence[str], options: ZoneOptions, mcs_zones: Sequence[str] = ()
+) -> Responder:
+    """The ``--zone`` zones, then the ``--mcs-zone`` ones (KEP-1645 names)."""
+    return Responder([*(Zone(z, options) for z in zones),
+                      *(McsZone(z, options) for z in mcs_zones)])
 
 
 def _same_answer(a: Answer | None, b: Answer) -> bool:
@@ -39,6 +50,20 @@ class Publisher:
         # Tuples of the keys, not the dicts: the responder already holds the answers.
         self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
         self._namespace_refs: Counter[bytes] = Counter()
+
+    def set_serial(self, serial: int, ready: bool = False) -> None:
+        """Every zone's SOA serial is now ``serial``; ``ready``: the initial sync is done,
+        and the responder answers from now on (the apex answers first, then ready)."""
+        for z in self.responder.zones:
+            z.set_serial(serial)
+        if ready:
+            self.responder.set_ready()
+        else:
+            self.responder.refresh_apex()
+
+    def zone_octets(self) -> int:
+        """What the longest served zone adds to a name: every name must fit in 255 octets."""
+        return max((len(z.services_wire) for z in self.responder.zones), default=0)
 
     def publish(self, key: Key, gs: GlobalService | None) -> bool:
         """Put ``gs``'s answers in the responder's tables in place of its previous ones;

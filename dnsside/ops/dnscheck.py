@@ -173,7 +173,8 @@ def _pick_service(services: Sequence[ServiceRecord], slices: Sequence[SliceRecor
                   ) -> tuple[str, str, int] | None:
     """A global service with ready members, as dnsside's own index builds it from these
     objects: (name to ask, A or AAAA, how many addresses the objects give)."""
-    from dnsside.core.index import Index, IndexOptions, make_responder
+    from dnsside.core.index import Index, IndexOptions
+    from dnsside.core.publishing import make_responder
     from dnsside.dns.zone import ZoneOptions
     from dnsside.model.events import Kind, Replace, Synced
 

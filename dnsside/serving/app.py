@@ -6,6 +6,10 @@ source events until told to stop, then stop in the order SIGTERM demands —
 report not ready, keep answering for the lame-duck period (``--lameduck``, as
 CoreDNS's ``health { lameduck }``: kube-proxy and CoreDNS need a few seconds to
 stop sending here), then stop accepting, let TCP connections flush, exit.
+
+``dnsside explain`` builds the same index from the same source (:func:`explain_index`),
+lists once instead of following, and wires the flat network through the same
+:class:`LinkedClusters` as ``serve``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from dnsside.config import Config, networks, parse_hostport
 from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
-from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.index import Index, IndexOptions, Observer
+from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.serving.http import HttpServer
 from dnsside.serving.reporting import IndexReporter
@@ -57,14 +62,57 @@ def pacing(config: Config) -> Pacing:
                   backoff_cap=config.kube_backoff_cap)
 
 
-def flat_network_source(config: Config, index: Index) -> FlatNetworkSource:
-    """--flat-network: every linked cluster the index's Links name, once it has synced."""
-    from dnsside.sources.remote import FlatNetworkSource
+def make_index(config: Config, observer: Observer | None = None) -> Index:
+    """The index and, through it, the responder of ``config``'s zones."""
+    options = index_options(config)
+    return Index(make_responder(config.zones, options.zone, config.mcs_zones), options,
+                 observer)
 
-    return FlatNetworkSource(lambda: index.links.values() if index.synced else (),
-                             config.kubeconfig, config.namespaces, pacing(config),
-                             insecure_tls=config.insecure_remote_tls,
-                             limits=flat_network_limits(config))
+
+class LinkedClusters:
+    """--flat-network: each linked cluster the index's Links name (once it has synced),
+    watched with its Link's credentials; ``serve`` follows them, ``explain`` lists each
+    once (:meth:`settle`)."""
+
+    def __init__(self, config: Config, index: Index) -> None:
+        from dnsside.sources.remote import FlatNetworkSource
+
+        self.index = index
+        self.source: FlatNetworkSource = FlatNetworkSource(
+            lambda: index.links.values() if index.synced else (),
+            config.kubeconfig, config.namespaces, pacing(config),
+            insecure_tls=config.insecure_remote_tls, limits=flat_network_limits(config))
+
+    def links_changed(self) -> None:
+        """The index may hold other Links now: start, restart or stop clusters' watches."""
+        self.source.links_changed()
+
+    async def settle(self, timeout: float = 15.0) -> None:
+        """List every linked cluster once, until each has synced or failed on its
+        credentials or a cap (or ``timeout``: then what is known is shown, and
+        ``explain`` says which cluster was still connecting)."""
+        clusters = self.index.links.targets()
+        self.links_changed()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                async for batch in self.source.events():
+                    self.index.apply(batch)
+                    if self.index.flat.settled(clusters):
+                        break
+
+
+async def explain_index(config: Config) -> Index:
+    """The index ``dnsside explain`` reads: the source's initial state and, under
+    --flat-network, each linked cluster's."""
+    index = make_index(config, IndexReporter())
+    source = make_source(config)
+    async for batch in source.events():
+        index.apply(batch)
+        if index.synced:
+            break
+    if config.flat_network:
+        await LinkedClusters(config, index).settle()
+    return index
 
 
 def flat_network_limits(config: Config) -> Limits:
@@ -100,9 +148,8 @@ class App:
     def __init__(self, config: Config, source: Source) -> None:
         self.config = config
         self.source = source
-        options = index_options(config)
-        self.responder = make_responder(config.zones, options.zone, config.mcs_zones)
-        self.index = Index(self.responder, options, IndexReporter())
+        self.index = make_index(config, IndexReporter())
+        self.responder = self.index.responder
         metrics.watch_responder(self.responder)
         for transport in ("udp", "tcp"):  # export the series before the first sample
             metrics.ANSWER_SECONDS.labels(transport=transport)
@@ -115,7 +162,7 @@ class App:
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
         self._lameduck = False
-        self.flat: FlatNetworkSource | None = None  # --flat-network: fed the index's Links
+        self.flat: LinkedClusters | None = None  # --flat-network: fed the index's Links
 
     def is_ready(self) -> bool:
         return self.index.synced and not self.stopping
@@ -193,8 +240,9 @@ class App:
         else:
             log.info("gateway probe off: Linkerd's readiness of the mirrors is used as is")
         if self.config.flat_network:
-            self.flat = flat_network_source(self.config, self.index)
-            tasks.append(asyncio.create_task(self._consume(self.flat), name=self.flat.name))
+            self.flat = LinkedClusters(self.config, self.index)
+            tasks.append(asyncio.create_task(self._consume(self.flat.source),
+                                             name=self.flat.source.name))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:

@@ -2,8 +2,9 @@
 
 The index is pure: it hands an :class:`~dnsside.core.index.IndexReport` to its observer
 after every batch and knows nothing of logging or Prometheus. This is that
-observer for ``dnsside serve`` (``explain`` and ``check --dns`` build an index
-without one, so their own output is all a user sees).
+observer for ``dnsside serve`` and ``dnsside explain`` (``check --dns`` builds an
+index without one, so its own output is all a user sees). It reads the index
+through its :class:`~dnsside.core.view.ReportView` only.
 
 The one tricky thing: metric label sets must follow the clusters. A cluster
 that is gone (no member, nothing left out) has its series removed, or a
@@ -18,8 +19,8 @@ import contextlib
 import logging
 
 from dnsside.core.diagnosis import ConfigWarning, Exclusion
-from dnsside.core.index import Index, IndexReport
-from dnsside.model.events import RemoteState
+from dnsside.core.index import IndexReport
+from dnsside.core.view import ReportView
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.index")  # where operators have always found these lines
@@ -38,12 +39,12 @@ class IndexReporter:
         # cluster: (synced, credentials valid, TLS weakened, capped)
         self._remotes_shown: dict[str, tuple[int, int, int, int]] = {}
 
-    def __call__(self, index: Index, report: IndexReport) -> None:
+    def __call__(self, index: ReportView, report: IndexReport) -> None:
         for told in report.told:
             (log.warning if told.notice.warning else log.info)("%s", told.text)
         metrics.INDEX_UPDATE_SECONDS.observe(report.seconds)
         self._links(index)
-        if index.remote_status or self._remotes_shown:
+        if index.flat.status or self._remotes_shown:
             self._remotes(index)
         if report.changed or report.synced:
             metrics.ZONE_SERIAL.set(index.serial)
@@ -57,26 +58,22 @@ class IndexReporter:
                 metrics.CONFIG_WARNINGS.labels(warning=warning.value).set(
                     1 if warning in index.warnings else 0)
 
-    def _links(self, index: Index) -> None:
-        state = (index.links_readable, index.links_watch_down, index.links_complete_at)
-        if index.links_readable is None or state == self._links_shown:
+    def _links(self, index: ReportView) -> None:
+        links = index.links
+        state = (links.readable, links.watch_down, links.complete_at)
+        if links.readable is None or state == self._links_shown:
             return
         self._links_shown = state
-        metrics.LINKS_READABLE.set(1 if index.links_readable else 0)
-        metrics.LINKS_WATCH_UP.set(1 if index.links_readable and not index.links_watch_down
-                                   else 0)
-        if index.links_readable:
-            metrics.LINKS_LISTED.set(index.links_complete_at)
+        metrics.LINKS_READABLE.set(1 if links.readable else 0)
+        metrics.LINKS_WATCH_UP.set(1 if links.readable and not links.watch_down else 0)
+        if links.readable:
+            metrics.LINKS_LISTED.set(links.complete_at)
 
-    def _remotes(self, index: Index) -> None:
+    def _remotes(self, index: ReportView) -> None:
         """--flat-network: a synced, a credentials, a TLS-weakened and a capped gauge per
         linked cluster watched directly; a deleted Link takes its series with it."""
-        shown: dict[str, tuple[int, int, int, int]] = {}
-        for cluster, status in index.remote_status.items():
-            shown[cluster] = (1 if status.state is RemoteState.SYNCED else 0,
-                              0 if status.state is RemoteState.CREDENTIALS else 1,
-                              1 if status.weakened else 0,
-                              1 if status.state is RemoteState.CAPPED else 0)
+        shown = index.flat.gauges()
+        for cluster in shown:
             if self._remotes_shown.get(cluster) != shown[cluster]:
                 metrics.REMOTE_SYNCED.labels(cluster=cluster).set(shown[cluster][0])
                 metrics.REMOTE_CREDENTIALS_VALID.labels(cluster=cluster).set(shown[cluster][1])
@@ -89,9 +86,9 @@ class IndexReporter:
                     gauge.remove(cluster)
         self._remotes_shown = shown
 
-    def _members(self, index: Index) -> None:
+    def _members(self, index: ReportView) -> None:
         now: set[tuple[str, str]] = set()
-        for (cluster, ready), n in index.member_counts().items():
+        for (cluster, ready), n in index.counts.member_counts().items():
             labels = (cluster, str(ready).lower())
             metrics.MEMBERS.labels(*labels).set(n)
             now.add(labels)
@@ -100,18 +97,18 @@ class IndexReporter:
                 metrics.MEMBERS.remove(*labels)
         self._member_series = now
 
-    def _exclusions(self, index: Index) -> None:
+    def _exclusions(self, index: ReportView) -> None:
         for why, gauge in ((Exclusion.ORPHANED, metrics.ORPHANED_MIRRORS),
                            (Exclusion.NAME_CLASH, metrics.NAME_CLASHES),
                            (Exclusion.INVALID_NAME, metrics.INVALID_NAMES)):
-            counts = index.exclusion_counts(why)
+            counts = index.counts.exclusion_counts(why)
             for cluster, n in counts.items():
                 gauge.labels(cluster=cluster).set(n)
             for cluster in self._excluded_series[why] - counts.keys():
                 with contextlib.suppress(KeyError):
                     gauge.remove(cluster)
             self._excluded_series[why] = set(counts)
-        unsafe = index.unsafe_counts()
+        unsafe = index.counts.unsafe_counts()
         for (cluster, reason), n in unsafe.items():
             metrics.UNSAFE_ADDRESSES.labels(cluster=cluster, reason=reason).set(n)
         for labels in self._unsafe_series - unsafe.keys():
