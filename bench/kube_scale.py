@@ -362,7 +362,7 @@ def report(r: dict[str, Any]) -> str:
             "Resident memory after the initial sync and its peak with a full relist included "
             "(VmHWM), MB (VmRSS/1024), `zone` / `zone+mcs`; the limit is the smallest "
             f"of {', '.join(LIMITS)} that leaves {HEADROOM - 1:.0%} over the higher peak "
-            "(README's sizing table, `dnsside install --memory-limit`).",
+            "(the sizing table of docs/operating.md, `dnsside install --memory-limit`).",
             "",
             "| members | RSS after sync | peak, a relist included | memory limit |",
             "|---|---|---|---|",

@@ -332,11 +332,11 @@ def test_standalone_listens_on_both_families_and_publishes_pod_ip() -> None:
             in env
 
 
-def test_memory_limit_matches_the_readme_sizing_table() -> None:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Sizing"):]
+def test_memory_limit_matches_the_docs_sizing_table() -> None:
+    text = (ROOT / "docs" / "operating.md").read_text()
+    section = text[text.index("## Sizing"):]
     rows = re.findall(r"^\| ([\d,]+) \| (\d+) MB \| (\d+) MB \| (\d+)Mi \|", section, re.M)
-    assert len(rows) >= 3, "README's sizing table has a row per size"
+    assert len(rows) >= 3, "docs/operating.md's sizing table has a row per size"
     by_members = {int(m.replace(",", "")): (int(rss), int(peak), int(limit))
                   for m, rss, peak, limit in rows}
     assert 100_000 in by_members

@@ -6,7 +6,7 @@ point at loopback only and nothing is validated, so it never leaves 127.0.0.1.
 Every "Done when" name of issue 12 must resolve through it exactly as dnsside
 answers it directly.
 
-One known interaction, written down in the README: the specification forbids
+One known interaction, written down in docs/names.md: the specification forbids
 `<clusterid>.<svc>.<ns>.svc.M`, and dnsside answers NXDOMAIN there although
 pod names exist below it. unbound's minimised walk towards
 `<pod>.<clusterid>.<svc>...` meets that NXDOMAIN and, in its default relaxed

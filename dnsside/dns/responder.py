@@ -200,7 +200,7 @@ class Responder:
         return reply
 
     def _slow(self, data: bytes, udp: bool) -> tuple[bytes | None, tuple[int, int]]:
-        """Every query the fast path did not take: the protocol rules (README, "Protocol"),
+        """Every query the fast path did not take: the protocol rules (docs/protocol.md),
         one by one.
         Returns the reply (None: drop) and the (qtype, rcode) it is counted under."""
         if len(data) < 12 or data[2] & 0x80:

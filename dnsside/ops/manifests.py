@@ -71,7 +71,7 @@ class InstallError(ValueError):
     """A bad combination of install options; the message says which and why."""
 
 
-# The README's sizing table: the peak at 100k members, `--mcs-zone` and a full relist
+# The sizing table of docs/operating.md: the peak at 100k members, `--mcs-zone` and a full relist
 # (bench/KUBE_RESULTS.md), with 20% to spare.
 MEMORY_LIMIT = "384Mi"
 
@@ -274,8 +274,8 @@ def _container(opts: InstallOptions, listen: str, http_listen: str, http_port: i
         "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 2,
         "failureThreshold": 3,
     }
-    # No CPU limit: CFS throttling shows up as DNS latency spikes. Memory: README's
-    # sizing table (MEMORY_LIMIT holds 100k members at their peak, a full relist).
+    # No CPU limit: CFS throttling shows up as DNS latency spikes. Memory: the sizing
+    # table of docs/operating.md (MEMORY_LIMIT holds 100k members at their peak, a full relist).
     container["resources"] = {
         "requests": {"cpu": "50m", "memory": opts.memory_request},
         "limits": {"memory": opts.memory_limit},

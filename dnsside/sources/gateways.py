@@ -2,7 +2,7 @@
 
 Linkerd marks a dead cluster's mirrors not ready 9 to 90 s after its gateway dies,
 minutes later with many mirrors, and never when the gateway was already down
-when the service mirror started (README, "What Linkerd does underneath"). So dnsside probes the
+when the service mirror started (docs/linkerd-internals.md). So dnsside probes the
 gateways itself, the way Linkerd's probe worker does: ``GET`` the link's probe
 Service (``http://<ClusterIP>:<mc-probe port><probeSpec.path>``) every period;
 after ``failures`` consecutive failures the cluster's gateway-routed members
