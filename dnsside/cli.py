@@ -1,11 +1,12 @@
-"""dnsside: `serve` answers *.svc-global, `explain` says why; `install`, `check` in ops.
+"""The command line: `serve` and `explain` here; `install` and `check` come from ops/.
 
 Every serve flag can also come from `DNSSIDE_<FLAG>` (the table is dnsside.config.FLAGS).
 Environment values are defaults that the command line overrides; repeatable
 flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
 
 `serve` and `explain` never load :mod:`dnsside.ops`: :func:`main` builds the install
-and check parsers only when one of them is the command.
+and check parsers only when one of them is the command (the others get a placeholder
+that lists them in the usage line).
 """
 
 from __future__ import annotations
@@ -18,19 +19,24 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dnsside import __version__
-from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
+from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
 from dnsside.serving.app import App, flat_network_source, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
+DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters linked by\n"
+               "Linkerd's multicluster extension: one name for every cluster's members.\n\n"
+               "`dnsside COMMAND --help` gives each command's flags; every serve flag can\n"
+               "also be set as DNSSIDE_<FLAG> in the environment.")
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
     """``flag`` on ``parser``, its default taken from ``DNSSIDE_<FLAG>`` when that is set."""
-    kw: dict[str, Any] = {"help": flag.help}
+    shown = f"default {flag.shown_default}; env {flag.env}"
+    kw: dict[str, Any] = {"help": f"{flag.help} ({shown})" if flag.help else f"({shown})"}
     if flag.metavar:
         kw["metavar"] = flag.metavar
     env = os.environ.get(flag.env)
@@ -46,24 +52,32 @@ def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
     parser.add_argument(flag.name, **kw)
 
 
-def _parsers(admin: bool) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(prog="dnsside", description=__doc__.split("\n")[0])
+def _parsers(
+    admin: bool,
+) -> tuple[argparse.ArgumentParser, Mapping[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(prog="dnsside", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dnsside {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser(SERVE, help="answer *.svc-global over DNS")
-    explain = sub.add_parser(EXPLAIN, help="print the answer to NAME and where it comes from")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser(SERVE, help=COMMANDS[SERVE], description=COMMANDS[SERVE])
+    explain = sub.add_parser(EXPLAIN, help=COMMANDS[EXPLAIN], description=COMMANDS[EXPLAIN])
     for command, p in ((SERVE, serve), (EXPLAIN, explain)):
         for flag in flags_for(command):
             add_flag(p, flag)
-    explain.add_argument("name")
-    explain.add_argument("type", nargs="?", default="A")
+    explain.add_argument("name", metavar="NAME", help="a name in a served zone, e.g. "
+                         "nginx-svc.default.svc-global")
+    explain.add_argument("type", metavar="TYPE", nargs="?", default="A",
+                         help="A (default), AAAA, SRV, TXT, SOA, NS or ANY")
     explain.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text for people (default), json or yaml for machines")
     if admin:
         from dnsside.ops.cli import add_admin_commands
 
         add_admin_commands(sub)
-    return parser, {SERVE: serve, EXPLAIN: explain}
+    else:  # only named, so that the usage line lists every command
+        for command in ADMIN_COMMANDS:
+            sub.add_parser(command, help=COMMANDS[command], add_help=False)
+    return parser, sub.choices
 
 
 def build_parser(admin: bool = True) -> argparse.ArgumentParser:
@@ -153,7 +167,10 @@ async def _sync_linked_clusters(app: App, timeout: float = 15.0) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    args = build_parser(admin=command not in (SERVE, EXPLAIN)).parse_args(words)
+    parser, commands = _parsers(admin=command not in (SERVE, EXPLAIN))
+    args, unknown = parser.parse_known_args(words)
+    if unknown:  # said by the command's own parser, whose usage lists its flags
+        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ADMIN_COMMANDS:
         from dnsside.ops.cli import run_admin_command
 
