@@ -153,12 +153,10 @@ def runtime_files() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def pod_python(zone_file: Path) -> tuple[list[str], dict[str, str]]:
-    """How uid 65532 runs dnsside from any checkout, one in a directory only root may enter
-    included (as /root is, or a `mktemp -d`): the base interpreter (never the venv's link
-    inside the checkout) with a readable copy of dnsside and the packages it needs, beside
-    the zone file. Returns the command prefix that replaces the venv's python (a shell that
-    drops it and runs the base one) and the environment that goes with it."""
+def pod_python(zone_file: Path) -> dict[str, str]:
+    """The environment in which uid 65532 runs dnsside from any checkout, one in a
+    directory only root may enter included (as /root is, or a `mktemp -d`): a readable
+    copy of dnsside and of the packages it needs, beside the zone file, on PYTHONPATH."""
     lib = zone_file.parent / "lib"
     shutil.copytree(ROOT / "dnsside", lib / "dnsside",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -172,10 +170,7 @@ def pod_python(zone_file: Path) -> tuple[list[str], dict[str, str]]:
         shutil.copyfile(src, dest)
     for d in [lib, *lib.rglob("*")]:
         d.chmod(0o755 if d.is_dir() else 0o644)
-    base = os.path.realpath(sys.executable)
-    shim = ["/bin/sh", "-c", 'shift; exec "$DNSSIDE_POD_PYTHON" "$@"', "sh"]
-    return shim, {"DNSSIDE_POD_PYTHON": base, "PYTHONPATH": str(lib),
-                  "PYTHONDONTWRITEBYTECODE": "1"}
+    return {"PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def as_pod_user(user: tuple[int, int]) -> list[str]:
@@ -188,13 +183,13 @@ def bind_53(user: tuple[int, int]) -> subprocess.CompletedProcess[str]:
     code = ("import socket\n"
             "for fam, host in ((socket.AF_INET, '0.0.0.0'), (socket.AF_INET6, '::')):\n"
             "    socket.socket(fam, socket.SOCK_DGRAM).bind((host, 53))\n")
-    return subprocess.run([*as_pod_user(user), os.path.realpath(sys.executable), "-c", code],
+    return subprocess.run([*as_pod_user(user), sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=30)
 
 
 @contextlib.contextmanager
 def pod(manifest: dict[str, Any], zone: Path,
-        python: tuple[list[str], dict[str, str]]) -> Iterator[tuple[Netns, Dnsside]]:
+        python_env: dict[str, str]) -> Iterator[tuple[Netns, Dnsside]]:
     """A namespace with the pod's address and sysctls, dnsside in it as the manifest
     runs it; the calling thread inside the namespace throughout."""
     with Netns("ns53") as ns:
@@ -207,10 +202,9 @@ def pod(manifest: dict[str, Any], zone: Path,
             args = manifest["args"]
             assert args[0] == "serve"
             listen = args[args.index("--listen") + 1]
-            shim, python_env = python
             with Dnsside(*args[1:], "--source", str(zone), listen=listen,
                          env={**manifest["env"], **python_env},
-                         wrap=[*as_pod_user(manifest["user"]), *shim]) as server:
+                         wrap=as_pod_user(manifest["user"])) as server:
                 assert f"listening on udp+tcp {listen}" in "\n".join(server.lines)
                 server.host = POD_IP  # direct questions go to the glue address
                 yield ns, server
