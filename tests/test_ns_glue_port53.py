@@ -138,7 +138,10 @@ def runtime_files() -> Iterator[Path]:
     seen: set[str] = set()
     todo = ["dnsside"]
     while todo:
-        dist = importlib.metadata.distribution(todo.pop())
+        try:
+            dist = importlib.metadata.distribution(todo.pop())
+        except importlib.metadata.PackageNotFoundError:  # needed on another Python only
+            continue
         name = dist.metadata["Name"].lower().replace("_", "-")
         if name in seen:
             continue
@@ -148,7 +151,7 @@ def runtime_files() -> Iterator[Path]:
                 yield Path(str(dist.locate_file(path)))
         for req in dist.requires or ():
             marker = req.partition(";")[2]
-            if not marker or 'extra == "fast"' in marker:
+            if "extra ==" not in marker or 'extra == "fast"' in marker:
                 todo.append(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
 
 
