@@ -22,6 +22,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dnslib import QTYPE
+
 from dnsside import __version__
 from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
 from dnsside.serving.app import App, flat_network_source, make_source
@@ -121,17 +123,51 @@ async def _serve(config: Config) -> int:
     return await app.run()
 
 
+EXPLAIN_SYNC_SECONDS = 30.0  # how long `explain` waits for its source's first complete list
+
+
+def explain_question(name: str, qtype: str) -> tuple[str, str]:
+    """The question `explain` asks, checked before any source is loaded (a bad one is one
+    line and exit status 2, not a report after a whole sync)."""
+    if not name.strip(". "):
+        raise ValueError(f"explain: {name!r}: give a name in a served zone, e.g. "
+                         "nginx-svc.default.svc-global")
+    if not name.isascii():
+        raise ValueError(f"explain: {name!r} is not ASCII: give the name as DNS carries it "
+                         "(an internationalised label as xn--...)")
+    for label in name.rstrip(".").split("."):
+        if not 0 < len(label) < 64:
+            raise ValueError(f"explain: {name!r}: the label {label!r} has {len(label)} octets; "
+                             "a label has 1 to 63")
+    if len(name.rstrip(".")) > 253:
+        raise ValueError(f"explain: the name has {len(name.rstrip('.'))} octets; at most 253")
+    upper = qtype.upper()
+    if QTYPE.reverse.get(upper) is None:
+        raise ValueError(f"explain: {qtype!r} is not a DNS record type: A, AAAA, SRV, TXT, "
+                         "SOA, NS or ANY")
+    return name, upper
+
+
 async def _explain(config: Config, name: str, qtype: str, output: str = "text") -> int:
     from dnsside.core.explain import Explainer, render
 
     app = App(config, make_source(config))
-    async for batch in app.source.events():
-        app.index.apply(batch)
-        if app.index.synced:
-            break
+    try:
+        async with asyncio.timeout(EXPLAIN_SYNC_SECONDS):
+            async for batch in app.source.events():
+                app.index.apply(batch)
+                if app.index.synced:
+                    break
+    except TimeoutError:
+        raise ValueError(f"explain: the source ({config.source}) did not finish its first "
+                         f"complete list within {EXPLAIN_SYNC_SECONDS:.0f} s; "
+                         "`dnsside serve --log-level debug` shows why") from None
     if config.flat_network:
         await _sync_linked_clusters(app)
     report = Explainer(app.index).explain(name, qtype)
+    if "error" in report:
+        print(f"dnsside: explain: {report['error']}", file=sys.stderr)
+        return 1
     if output == "json":
         print(json.dumps(report, indent=2))
     elif output == "yaml":
@@ -176,13 +212,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_admin_command(args, words)
     setup_logging(args.log_format, args.log_level)
+    from dnsside.kubeapi.client import KubeConfigError
     from dnsside.sources.file import FileSourceError
 
     try:
         config = Config.from_flags(args.command, vars(args), os.environ.get("POD_IP"))
         config.check()
         if args.command == "explain":
-            return asyncio.run(_explain(config, args.name, args.type, args.output))
+            name, qtype = explain_question(args.name, args.type)
+            return asyncio.run(_explain(config, name, qtype, args.output))
         if not args.no_uvloop:
             try:
                 import uvloop
@@ -191,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError:
                 pass
         return asyncio.run(_serve(config))
-    except (FileSourceError, ValueError, OSError) as exc:
+    except (FileSourceError, KubeConfigError, ValueError, OSError) as exc:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2
 
