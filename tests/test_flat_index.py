@@ -231,7 +231,7 @@ def test_remote_changes_follow_and_an_unselected_service_goes(index: Index) -> N
 def test_a_lost_remote_keeps_its_members_and_says_so_once(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
     west_synced(index)
-    caplog.set_level(logging.INFO, "dnsside.core.index")
+    caplog.set_level(logging.INFO, "dnsside.index")
     for detail in ("watch services failed (connection)", "watch endpointslices failed"):
         index.apply([RemoteStatus("west", RemoteState.LOST, detail, "ns/s")])
     assert "10.244.1.5" in addrs(index, DB)
@@ -245,7 +245,7 @@ def test_a_lost_remote_keeps_its_members_and_says_so_once(
 
 def test_credentials_trouble_is_one_warning_and_a_metric(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "dnsside.core.index")
+    caplog.set_level(logging.INFO, "dnsside.index")
     for _ in range(3):
         index.apply([RemoteStatus("west", RemoteState.CREDENTIALS,
                                   "Secret linkerd-multicluster/cluster-credentials-west does "

@@ -110,7 +110,7 @@ def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
 
 
 def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("INFO", logger="dnsside.core.index")
+    caplog.set_level("INFO", logger="dnsside.index")
     west = [r for r in demo_records()
             if isinstance(r, ServiceRecord) and r.cluster == "west" and r.namespace == "default"]
     index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in west])

@@ -114,7 +114,7 @@ def test_orphans_stay_out_even_with_publish_not_ready() -> None:
 
 
 def test_link_deleted_then_recreated(index: Index, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="dnsside.core.index")
+    caplog.set_level(logging.INFO, logger="dnsside.index")
     west = link("west")
     changed = index.apply([Delete(Kind.LINK, west.namespace, west.name)])
     # Everything with a west mirror was rebuilt, nothing else.
@@ -144,7 +144,7 @@ def test_link_by_target_cluster_name_not_by_its_own_name(index: Index) -> None:
 def test_links_never_listed_filter_nothing_and_never_empty_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="dnsside.core.index")
+    caplog.set_level(logging.WARNING, logger="dnsside.index")
     idx = make_index()
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("cannot list Links (v1alpha3): forbidden"), Synced()])
@@ -165,7 +165,7 @@ def test_a_listed_link_set_stands_through_every_fault(
 ) -> None:
     """Once listed, Links change only by a newer complete list or a watch event: a watch
     that fails, a 403 that appears later, a relist that keeps failing change nothing."""
-    caplog.set_level(logging.INFO, logger="dnsside.core.index")
+    caplog.set_level(logging.INFO, logger="dnsside.index")
     west = link("west")
     index.apply([Delete(Kind.LINK, west.namespace, west.name)])  # unlinked, mirrors stay
     unlinked = addrs(index, NGINX)
@@ -290,7 +290,7 @@ def test_federated_members_and_no_federated() -> None:
 
 
 def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="dnsside.core.index")
+    caplog.set_level(logging.WARNING, logger="dnsside.index")
     idx = make_index(cluster_name="west")
     idx.apply([Replace(ALL, records()), Synced()])
     targets = srv_targets(idx, "_http._tcp." + NGINX)
@@ -311,7 +311,7 @@ def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture
 
 
 def test_default_cluster_name_warns(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="dnsside.core.index")
+    caplog.set_level(logging.WARNING, logger="dnsside.index")
     idx = make_index(cluster_name="local")
     idx.apply([Replace(ALL, records()), Synced()])
     assert "default-cluster-name" in idx.warnings

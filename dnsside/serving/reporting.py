@@ -22,7 +22,7 @@ from dnsside.core.index import Index, IndexReport
 from dnsside.model.events import RemoteState
 from dnsside.telemetry import metrics
 
-log = logging.getLogger("dnsside.core.index")  # where operators have always found these lines
+log = logging.getLogger("dnsside.index")  # where operators have always found these lines
 
 
 class IndexReporter:
