@@ -1,11 +1,12 @@
-"""dnsside: `serve` answers *.svc-global, `explain` says why; `install`, `check` in ops.
+"""The command line: `serve` and `explain` here; `install` and `check` come from ops/.
 
 Every serve flag can also come from `DNSSIDE_<FLAG>` (the table is dnsside.config.FLAGS).
 Environment values are defaults that the command line overrides; repeatable
 flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
 
 `serve` and `explain` never load :mod:`dnsside.ops`: :func:`main` builds the install
-and check parsers only when one of them is the command.
+and check parsers only when one of them is the command (the others get a placeholder
+that lists them in the usage line).
 """
 
 from __future__ import annotations
@@ -17,19 +18,26 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dnslib import QTYPE
+
 from dnsside import __version__
-from dnsside.config import EXPLAIN, SERVE, Config, Flag, flags_for
+from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
 from dnsside.serving.app import App, explain_index, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
+DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters linked by\n"
+               "Linkerd's multicluster extension: one name for every cluster's members.\n\n"
+               "`dnsside COMMAND --help` gives each command's flags; every serve flag can\n"
+               "also be set as DNSSIDE_<FLAG> in the environment.")
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
     """``flag`` on ``parser``, its default taken from ``DNSSIDE_<FLAG>`` when that is set."""
-    kw: dict[str, Any] = {"help": flag.help}
+    shown = f"default {flag.shown_default}; env {flag.env}"
+    kw: dict[str, Any] = {"help": f"{flag.help} ({shown})" if flag.help else f"({shown})"}
     if flag.metavar:
         kw["metavar"] = flag.metavar
     env = os.environ.get(flag.env)
@@ -45,24 +53,32 @@ def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
     parser.add_argument(flag.name, **kw)
 
 
-def _parsers(admin: bool) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(prog="dnsside", description=__doc__.split("\n")[0])
+def _parsers(
+    admin: bool,
+) -> tuple[argparse.ArgumentParser, Mapping[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(prog="dnsside", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dnsside {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser(SERVE, help="answer *.svc-global over DNS")
-    explain = sub.add_parser(EXPLAIN, help="print the answer to NAME and where it comes from")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser(SERVE, help=COMMANDS[SERVE], description=COMMANDS[SERVE])
+    explain = sub.add_parser(EXPLAIN, help=COMMANDS[EXPLAIN], description=COMMANDS[EXPLAIN])
     for command, p in ((SERVE, serve), (EXPLAIN, explain)):
         for flag in flags_for(command):
             add_flag(p, flag)
-    explain.add_argument("name")
-    explain.add_argument("type", nargs="?", default="A")
+    explain.add_argument("name", metavar="NAME", help="a name in a served zone, e.g. "
+                         "nginx-svc.default.svc-global")
+    explain.add_argument("type", metavar="TYPE", nargs="?", default="A",
+                         help="A (default), AAAA, SRV, TXT, SOA, NS or ANY")
     explain.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text for people (default), json or yaml for machines")
     if admin:
         from dnsside.ops.cli import add_admin_commands
 
         add_admin_commands(sub)
-    return parser, {SERVE: serve, EXPLAIN: explain}
+    else:  # only named, so that the usage line lists every command
+        for command in ADMIN_COMMANDS:
+            sub.add_parser(command, help=COMMANDS[command], add_help=False)
+    return parser, sub.choices
 
 
 def build_parser(admin: bool = True) -> argparse.ArgumentParser:
@@ -106,10 +122,45 @@ async def _serve(config: Config) -> int:
     return await app.run()
 
 
+EXPLAIN_SYNC_SECONDS = 30.0  # how long `explain` waits for its source's first complete list
+
+
+def explain_question(name: str, qtype: str) -> tuple[str, str]:
+    """The question `explain` asks, checked before any source is loaded (a bad one is one
+    line and exit status 2, not a report after a whole sync)."""
+    if not name.strip(". "):
+        raise ValueError(f"explain: {name!r}: give a name in a served zone, e.g. "
+                         "nginx-svc.default.svc-global")
+    if not name.isascii():
+        raise ValueError(f"explain: {name!r} is not ASCII: give the name as DNS carries it "
+                         "(an internationalised label as xn--...)")
+    for label in name.rstrip(".").split("."):
+        if not 0 < len(label) < 64:
+            raise ValueError(f"explain: {name!r}: the label {label!r} has {len(label)} octets; "
+                             "a label has 1 to 63")
+    if len(name.rstrip(".")) > 253:
+        raise ValueError(f"explain: the name has {len(name.rstrip('.'))} octets; at most 253")
+    upper = qtype.upper()
+    if QTYPE.reverse.get(upper) is None:
+        raise ValueError(f"explain: {qtype!r} is not a DNS record type: A, AAAA, SRV, TXT, "
+                         "SOA, NS or ANY")
+    return name, upper
+
+
 async def _explain(config: Config, name: str, qtype: str, output: str = "text") -> int:
     from dnsside.core.explain import Explainer, render
 
-    report = Explainer(await explain_index(config)).explain(name, qtype)
+    try:
+        async with asyncio.timeout(EXPLAIN_SYNC_SECONDS):
+            index = await explain_index(config)
+    except TimeoutError:
+        raise ValueError(f"explain: the source ({config.source}) did not finish its first "
+                         f"complete list within {EXPLAIN_SYNC_SECONDS:.0f} s; "
+                         "`dnsside serve --log-level debug` shows why") from None
+    report = Explainer(index).explain(name, qtype)
+    if "error" in report:
+        print(f"dnsside: explain: {report['error']}", file=sys.stderr)
+        return 1
     if output == "json":
         print(json.dumps(report, indent=2))
     elif output == "yaml":
@@ -124,19 +175,24 @@ async def _explain(config: Config, name: str, qtype: str, output: str = "text") 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), None)
-    args = build_parser(admin=command not in (SERVE, EXPLAIN)).parse_args(words)
+    parser, commands = _parsers(admin=command not in (SERVE, EXPLAIN))
+    args, unknown = parser.parse_known_args(words)
+    if unknown:  # said by the command's own parser, whose usage lists its flags
+        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ADMIN_COMMANDS:
         from dnsside.ops.cli import run_admin_command
 
         return run_admin_command(args, words)
     setup_logging(args.log_format, args.log_level)
+    from dnsside.kubeapi.client import KubeConfigError
     from dnsside.sources.file import FileSourceError
 
     try:
         config = Config.from_flags(args.command, vars(args), os.environ.get("POD_IP"))
         config.check()
         if args.command == "explain":
-            return asyncio.run(_explain(config, args.name, args.type, args.output))
+            name, qtype = explain_question(args.name, args.type)
+            return asyncio.run(_explain(config, name, qtype, args.output))
         if not args.no_uvloop:
             try:
                 import uvloop
@@ -145,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError:
                 pass
         return asyncio.run(_serve(config))
-    except (FileSourceError, ValueError, OSError) as exc:
+    except (FileSourceError, KubeConfigError, ValueError, OSError) as exc:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2
 

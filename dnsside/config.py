@@ -19,13 +19,21 @@ from typing import Any
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-SERVE, EXPLAIN, INSTALL = "serve", "explain", "install"
+SERVE, EXPLAIN, INSTALL, CHECK = "serve", "explain", "install", "check"
 # Which commands take a flag; "install" means install offers it and bakes it into the
 # ConfigMap as DNSSIDE_<FLAG>.
 _SOURCE = frozenset({SERVE, EXPLAIN, INSTALL})  # what is read and how it is answered
 _SERVING = frozenset({SERVE, INSTALL})  # how the server runs
 _NOT_BAKED = frozenset({SERVE, EXPLAIN})  # set by the install layout itself
 
+# What each command is for, as `dnsside --help` lists them.
+COMMANDS = {
+    SERVE: "answer the zones (*.svc-global) over DNS, from the API server or a file",
+    EXPLAIN: "print the answer to one name and where each record of it comes from",
+    INSTALL: "print the manifests that run dnsside in a cluster, and what makes its "
+               "cluster DNS forward the zones to it",
+    CHECK: "check an installed dnsside, its RBAC, the Links and the answers",
+}
 TRUE = frozenset({"1", "true", "yes", "on"})  # what a boolean DNSSIDE_<FLAG> accepts as on
 DEFAULT_ZONE = "svc-global."
 
@@ -47,7 +55,8 @@ class Flag:
     commands: frozenset[str]
     repeatable: bool = False
     choices: tuple[str, ...] | None = None
-    metavar: str | None = None
+    metavar: str | None = None  # the word a user writes: FILE, HOST:PORT, NAME, SECONDS
+    default_text: str | None = None  # the default in words, where it is worked out at start
 
     @property
     def env(self) -> str:
@@ -60,6 +69,17 @@ class Flag:
     @property
     def switch(self) -> bool:
         return self.type is bool
+
+    @property
+    def shown_default(self) -> str:
+        """The default as ``--help`` and the README show it."""
+        if self.default_text is not None:
+            return self.default_text
+        if self.switch:
+            return "off"
+        if self.repeatable:
+            return ", ".join(self.default) or "none"
+        return "none" if self.default is None else str(self.default)
 
     def from_env(self, text: str) -> Any:
         """The value ``DNSSIDE_<FLAG>=text`` stands for; a list for a repeatable flag."""
@@ -83,25 +103,29 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("--source", str, "kube", "`kube` to watch the API server, or a YAML/JSON file "
-         "of Services and EndpointSlices (reloaded when it changes)", _NOT_BAKED),
-    Flag("--kubeconfig", str, None, "kubeconfig for --source kube "
-         "(default $KUBECONFIG, ~/.kube/config, else in-cluster)", _NOT_BAKED),
-    Flag("--cluster-name", str, "local", "name of this cluster in answers", _NOT_BAKED),
-    Flag("--zone", str, (DEFAULT_ZONE,), "served zone, repeatable (default svc-global.)",
-         _SOURCE, repeatable=True),
+         "of Services and EndpointSlices (reloaded when it changes)", _NOT_BAKED,
+         metavar="kube|FILE"),
+    Flag("--kubeconfig", str, None, "kubeconfig for --source kube", _NOT_BAKED,
+         metavar="FILE", default_text="$KUBECONFIG, ~/.kube/config, else in-cluster"),
+    Flag("--cluster-name", str, "local", "name of this cluster in answers: the "
+         "targetClusterName the other clusters' Links give it, a lower-case DNS label",
+         _NOT_BAKED, metavar="NAME"),
+    Flag("--zone", str, (DEFAULT_ZONE,), "served zone, repeatable",
+         _SOURCE, repeatable=True, metavar="ZONE"),
     Flag("--mcs-zone", str, (), "also serve the Multi-Cluster Services "
          "(KEP-1645) names under this zone, e.g. clusterset.local.; repeatable", _SOURCE,
-         repeatable=True),
+         repeatable=True, metavar="ZONE"),
     Flag("--ns-address", str, (), "address of the zone's name server, the apex (NS glue, "
-         "A/AAAA), repeatable (default $POD_IP, else the --listen address if specific, else "
-         "127.0.0.1)", _SOURCE, repeatable=True, metavar="IP"),
-    Flag("--ttl", int, 5, "TTL of every record and SOA minimum", _SOURCE),
+         "A/AAAA), repeatable", _SOURCE, repeatable=True, metavar="IP",
+         default_text="$POD_IP, else the --listen address if specific, else 127.0.0.1"),
+    Flag("--ttl", int, 5, "TTL of every record and SOA minimum", _SOURCE, metavar="SECONDS"),
     Flag("--publish-not-ready", bool, False, "answer with not-ready members too", _SOURCE),
     Flag("--no-local", bool, False, "leave this cluster's endpoints out", _SOURCE),
     Flag("--srv-priority", str, "equal", "SRV priority: all 0, or local members 0 and remote "
          "10", _SOURCE, choices=("equal", "local-first")),
     Flag("--namespace", str, (), "watch only this namespace, repeatable "
-         "(Links are always read cluster-wide)", _SOURCE, repeatable=True),
+         "(Links are always read cluster-wide)", _SOURCE, repeatable=True,
+         metavar="NAMESPACE", default_text="all"),
     Flag("--no-federated", bool, False,
          "leave out the members of Linkerd federated services (<svc>-federated)", _SOURCE),
     Flag("--flat-network", bool, False,
@@ -114,11 +138,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--flat-network-namespaces", str, (),
          "serve linked clusters' own objects (--flat-network) only in these namespaces, "
          "comma-separated or repeatable; others are ignored (logged once, counted in "
-         "dnsside_remote_ignored_objects_total) and not even watched. Default: all, because "
+         "dnsside_remote_ignored_objects_total) and not even watched. All by default, because "
          "Linkerd mirrors a Service into the namespace of the same name, so a linked cluster "
          "may add members to any global service; name the namespaces you share to stop a "
          "linked cluster's admin from adding pods to the others", _SOURCE, repeatable=True,
-         metavar="NAMESPACE"),
+         metavar="NAMESPACE", default_text="all"),
     Flag("--flat-network-max-endpoints", int, 100_000,
          "most endpoints one linked cluster may bring (--flat-network; in every slice kept, "
          "of Services not selected too); past it the cluster keeps its last complete list, "
@@ -136,31 +160,38 @@ FLAGS: tuple[Flag, ...] = (
          "watch event (first byte to last): a list that never ends or a trickle is cut there",
          _SOURCE, metavar="SECONDS"),
     Flag("--kube-backoff-cap", float, 30.0,
-         "longest wait, in seconds, between retries against the API server", _SOURCE),
+         "longest wait, in seconds, between retries against the API server", _SOURCE,
+         metavar="SECONDS"),
     Flag("--reload-interval", float, 1.0,
-         "seconds between checks of a --source FILE for changes", _SOURCE),
-    Flag("--log-format", str, "text", None, _SOURCE, choices=("text", "json")),
-    Flag("--log-level", str, "info", None, _SOURCE,
+         "seconds between checks of a --source FILE for changes", _SOURCE, metavar="SECONDS"),
+    Flag("--log-format", str, "text", "log lines as text, or one JSON object a line", _SOURCE,
+         choices=("text", "json")),
+    Flag("--log-level", str, "info", "the least severe level logged", _SOURCE,
          choices=("debug", "info", "warning", "error")),
-    Flag("--listen", str, "127.0.0.1:5353", "DNS address (UDP and TCP)", frozenset({SERVE})),
+    Flag("--listen", str, "127.0.0.1:5353", "DNS address (UDP and TCP); [::]:53 for every "
+         "address", frozenset({SERVE}), metavar="HOST:PORT"),
     Flag("--http-listen", str, "127.0.0.1:9153",
-         "/metrics, /healthz, /readyz, /debug/explain", frozenset({SERVE})),
+         "/metrics, /healthz, /readyz, /debug/explain", frozenset({SERVE}),
+         metavar="HOST:PORT"),
     Flag("--explain-from", str, ("127.0.0.0/8", "::1/128"), "networks whose clients may "
-         "read /debug/explain (it names objects, Secrets and failures); repeatable (default "
-         "loopback only, which `kubectl port-forward` reaches)", _SERVING, repeatable=True,
-         metavar="CIDR"),
-    Flag("--tcp-idle-timeout", float, 10.0, "seconds", _SERVING),
-    Flag("--tcp-max-connections", int, 512, None, _SERVING),
+         "read /debug/explain (it names objects, Secrets and failures); repeatable",
+         _SERVING, repeatable=True, metavar="CIDR",
+         default_text="loopback only, which `kubectl port-forward` reaches"),
+    Flag("--tcp-idle-timeout", float, 10.0, "seconds a TCP connection may stay idle",
+         _SERVING, metavar="SECONDS"),
+    Flag("--tcp-max-connections", int, 512, "most DNS-over-TCP connections open at once",
+         _SERVING, metavar="N"),
     Flag("--query-log", bool, False, "log every query (slow)", _SERVING),
     Flag("--gateway-probe", str, "auto", "probe each link's gateway and leave out the members "
          "behind a failing one (auto: on with --source kube, off with a file)", _SERVING,
          choices=("auto", "on", "off")),
     Flag("--gateway-probe-period", float, 1.0, "seconds between two probes of a gateway",
-         _SERVING),
+         _SERVING, metavar="SECONDS"),
     Flag("--gateway-probe-timeout", float, 1.0,
-         "seconds a probe may take before it counts as failed", _SERVING),
+         "seconds a probe may take before it counts as failed", _SERVING, metavar="SECONDS"),
     Flag("--gateway-probe-failures", int, 2,
-         "consecutive failed probes after which a gateway counts as failing", _SERVING),
+         "consecutive failed probes after which a gateway counts as failing", _SERVING,
+         metavar="N"),
     Flag("--no-uvloop", bool, False, "use asyncio's own event loop", _SERVING),
     Flag("--lameduck", float, 5.0, "after SIGTERM, stay not ready but keep answering this "
          "long, then stop", _SERVING, metavar="SECONDS"),
@@ -188,21 +219,36 @@ def default(name: str) -> Any:
 
 
 _LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+# A host name label (RFC 952/1123): what a zone and a cluster name are made of.
+_HOST_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 def is_dns_label(value: str) -> bool:
-    """An RFC 1123 label (a cluster name, a namespace), lower case."""
+    """A label of a name dnsside builds from an object (a namespace, a service, a port
+    name), lower case; an underscore passes, as Kubernetes DNS lets it."""
     return bool(_LABEL.match(value))
+
+
+def is_host_label(value: str) -> bool:
+    """A host name label, lower case: letters, digits and '-', not first or last."""
+    return bool(_HOST_LABEL.match(value))
 
 
 def normal_zone(zone: str, what: str = "zone") -> str:
     """A zone as every part of dnsside compares it: lower case, absolute. Raises
-    ValueError naming ``what`` for a name DNS cannot carry."""
-    zone = zone.strip().lower()
-    zone = zone if zone.endswith(".") else zone + "."
-    labels = zone[:-1].split(".") if zone != "." else []
-    if not zone.isascii() or len(zone) > 254 or any(not 0 < len(x) < 64 for x in labels):
-        raise ValueError(f"{what} {zone!r} is not a domain name")
+    ValueError naming ``what`` for the root, or a name with a label that is no host name
+    label (a zone holds service names, so it must be a host name itself)."""
+    text = zone.strip()
+    if text in ("", "."):
+        raise ValueError(f"{what} {zone!r} is the root: dnsside would claim every name; "
+                         "give a zone such as svc-global. or clusterset.local.")
+    zone = text.lower() if text.endswith(".") else text.lower() + "."
+    if len(zone) > 254:
+        raise ValueError(f"{what} {text!r} is longer than a domain name may be (253 octets)")
+    for label in zone[:-1].split("."):
+        if not is_host_label(label):
+            raise ValueError(f"{what} {text!r}: the label {label!r} is not a host name label "
+                             "(letters, digits and '-', at most 63, '-' not first or last)")
     return zone
 
 
@@ -314,6 +360,19 @@ def ns_addresses(explicit: Sequence[str] | None, pod_ip: str | None,
     return tuple(out)
 
 
+def check_cluster_name(name: str, what: str) -> None:
+    """Raise ValueError unless ``name`` can be a Link's targetClusterName: a lower-case
+    host name label. It is never lower-cased quietly: a cluster name means something only
+    when it is spelled as the other clusters' Links spell it."""
+    if is_host_label(name):
+        return
+    fixed = "-".join(x for x in re.split(r"[^a-z0-9]+", name.lower()) if x)[:63].strip("-")
+    hint = f"; did you mean {fixed!r}?" if fixed and fixed != name else ""
+    raise ValueError(f"{what} {name!r} is not a lower-case DNS label (letters, digits and '-'): "
+                     "it must be spelled as the targetClusterName of the Links the other "
+                     f"clusters hold for this one, which Linkerd keeps in that form{hint}")
+
+
 # --------------------------------------------------------------------------- Config
 
 
@@ -370,7 +429,6 @@ class Config:
 
         same = {f.name for f in fields(cls)}  # flags whose dest is a field's name
         config = cls(**{f.dest: get(f.name) for f in FLAGS if f.dest in same})
-        config.cluster_name = config.cluster_name.lower()
         config.zones = normal_zones(get("--zone")) or default("--zone")
         config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
         config.namespaces = tuple(get("--namespace"))
@@ -392,8 +450,7 @@ class Config:
 
     def check(self) -> None:
         """Raise ValueError, naming the flag, for a value dnsside cannot run with."""
-        if not is_dns_label(self.cluster_name):
-            raise ValueError(f"--cluster-name {self.cluster_name!r} is not a DNS label")
+        check_cluster_name(self.cluster_name, "--cluster-name")
         for zone in self.mcs_zones:
             if zone == ".":
                 raise ValueError("--mcs-zone . would claim every name; give a zone such as "

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
 import pytest
 
-from dnsside.cli import build_parser, serve_parser
+from dnsside.cli import build_parser, main, serve_parser
 from dnsside.config import (
+    COMMANDS,
     EXPLAIN,
     FLAGS,
     INSTALL,
@@ -80,10 +83,33 @@ def test_what_the_grammar_refuses(text: str, default: int | None) -> None:
 
 def test_zones_are_lower_case_and_absolute() -> None:
     assert normal_zone(" SVC-Global ") == "svc-global."
-    assert normal_zone("") == "."
-    for bad in ("a..b.", "x" * 64 + ".", "ünï.", "a." * 128):
-        with pytest.raises(ValueError):
+    for bad in ("a..b.", "x" * 64 + ".", "ünï.", "a." * 128, "svc_global!", "bad zone",
+                "*.x", "-a.", "a-."):
+        with pytest.raises(ValueError, match="is not a host name label|longer than"):
             normal_zone(bad)
+
+
+def test_the_root_is_no_zone() -> None:
+    """`--zone ''` or `.` would make dnsside authoritative for every name: NXDOMAIN with
+    the root's SOA for example.com instead of REFUSED."""
+    for root in ("", ".", " "):
+        with pytest.raises(ValueError, match="is the root"):
+            normal_zone(root, "--zone")
+    for flag_name in ("--zone", "--mcs-zone"):
+        args = build_parser(admin=False).parse_args(["serve", flag_name, "."])
+        with pytest.raises(ValueError, match=f"{flag_name} '.' is the root"):
+            Config.from_flags(args.command, vars(args))
+
+
+def test_a_cluster_name_is_never_lower_cased_quietly() -> None:
+    """It must equal the Links' targetClusterName: refused, with the spelling that would
+    do, rather than changed behind the user's back."""
+    for bad, fixed in (("East", "east"), ("East_1", "east-1"), ("a_", "a")):
+        args = build_parser(admin=False).parse_args(["serve", "--cluster-name", bad])
+        config = Config.from_flags(args.command, vars(args))
+        with pytest.raises(ValueError, match=f"--cluster-name '{bad}' is not a lower-case DNS "
+                           f"label.*did you mean '{fixed}'"):
+            config.check()
 
 
 def test_config_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,7 +117,7 @@ def test_config_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(f.env, raising=False)
     monkeypatch.setenv("DNSSIDE_TTL", "9")
     args = build_parser(admin=False).parse_args(
-        ["serve", "--zone", "Svc-Global", "--zone", "svc-global.", "--cluster-name", "East",
+        ["serve", "--zone", "Svc-Global", "--zone", "svc-global.", "--cluster-name", "east",
          "--mcs-zone", "ClusterSet.Local", "--listen", "10.0.0.5:53", "--udp-io", "plain"])
     config = Config.from_flags(args.command, vars(args))
     assert config.zones == ("svc-global.",) and config.mcs_zones == ("clusterset.local.",)
@@ -131,3 +157,41 @@ def test_explain_from_accepts_networks_and_counts_mapped_loopback() -> None:
     assert not allowed_peer("", nets) and not allowed_peer("127.0.0.1", ())
     with pytest.raises(ValueError, match="--explain-from 'lo' is not a network"):
         networks(["lo"], "--explain-from")
+
+
+def run_main(*argv: str) -> tuple[int, str, str]:
+    """`dnsside ARGV` in this process, up to argument parsing errors and help."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_help_shows_each_flags_default_and_variable() -> None:
+    text = " ".join(serve_parser().format_help().split())  # argparse wraps anywhere
+    for f in flags_for(SERVE):
+        assert f"env {f.env}" in text, f.name
+        assert f"default {' '.join(f.shown_default.split())}" in text, f.name
+    usage = serve_parser().format_usage()
+    # metavars are words a user writes, never an internal name
+    assert not re.findall(r"[A-Z]+_[A-Z_]+", usage), usage
+
+
+def test_usage_lists_every_command_and_what_each_is_for() -> None:
+    for argv in ((), ("serve", "--bogus")):
+        code, _, err = run_main(*argv)
+        assert code == 2
+    code, out, _ = run_main("--help")
+    assert code == 0
+    for command, purpose in COMMANDS.items():
+        assert command in out and " ".join(purpose.split()[:4]) in " ".join(out.split())
+    # a typo'd flag is named by the command's own parser, whose usage lists its flags
+    code, _, err = run_main("serve", "--bogus")
+    assert code == 2 and "dnsside serve: error: unrecognized arguments: --bogus" in err
+    assert "--cluster-name NAME" in err
+    for argv in (("install", "--bogus"), ("check", "--bogus")):
+        code, _, err = run_main(*argv)
+        assert code == 2 and f"dnsside {argv[0]}: error: unrecognized" in err, err

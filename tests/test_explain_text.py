@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 from support import DEMO
 
@@ -66,3 +68,30 @@ def test_the_cli_prints_text_by_default_and_json_or_yaml_when_asked() -> None:
     as_json = json.loads(run_cli([*base, "-o", "json"]).stdout)
     assert as_json == yaml.safe_load(run_cli([*base, "-o", "yaml"]).stdout)
     assert as_json["rcode"] == "NOERROR" and len(as_json["members"]) == 8
+
+
+def test_every_explain_error_is_one_line_and_a_failing_exit(
+        monkeypatch: Any, tmp_path: Any, capsys: Any) -> None:
+    """Checked before the source is loaded: a source that does not exist is never read
+    (its error would be the one reported otherwise)."""
+    from dnsside.cli import main
+
+    missing = str(tmp_path / "never-read.yaml")
+    cases = {
+        ("nginx-svc.default.svc-global", "BOGUS"): "'BOGUS' is not a DNS record type",
+        ("a" * 70 + ".svc-global", "A"): "has 70 octets; a label has 1 to 63",
+        ("ünï.svc-global", "A"): "is not ASCII",
+        (".", "A"): "give a name in a served zone",
+    }
+    for (name, qtype), message in cases.items():
+        code = main(["explain", "--source", missing, name, qtype])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    # no kubeconfig anywhere: what serve and check say, in one line
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = main(["explain", "nginx-svc.default.svc-global"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("dnsside: no Kubernetes configuration"), err
+    assert "Traceback" not in err

@@ -210,3 +210,33 @@ def test_json_shapes_and_errors() -> None:
                 '{"a" 1}', "{1: 2}"):
         with pytest.raises(json.JSONDecodeError):
             list(_json_items(bad, "f"))
+
+
+def test_a_file_with_no_usable_service_says_the_zone_is_empty(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "dump.yaml"
+    path.write_text(yaml.safe_dump({"kind": "List", "items": [
+        {"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}},
+        {"kind": "Service", "metadata": {"name": "bad", "namespace": "default"},
+         "spec": {"clusterIPs": 42}}]}))
+    caplog.set_level("WARNING", logger="dnsside.file")
+    FileSource(path)._load()  # noqa: SLF001 (the load step alone, without the poll loop)
+    assert any(r.getMessage() == f"{path}: no Service in it could be used: the zones stay "
+               "empty until it holds one (`kubectl get services,endpointslices,"
+               "links.multicluster.linkerd.io -A -o yaml` writes such a file)"
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    FileSource(DEMO)._load()  # noqa: SLF001
+    assert not [r for r in caplog.records if "no Service" in r.getMessage()]
+
+
+def test_readyz_says_why_it_is_not_ready() -> None:
+    from dnsside.serving.http import HttpServer
+
+    reason: list[str | None] = ["initial sync not done: the source (kube) has not delivered "
+                                "its first complete list yet; the log says why"]
+    http = HttpServer(lambda: reason[0])
+    status, _, body = http.route(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (status, body) == (503, f"not ready: {reason[0]}\n".encode())
+    reason[0] = None
+    assert http.route(b"GET /readyz HTTP/1.1\r\n\r\n")[:3:2] == (200, b"ready\n")

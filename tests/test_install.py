@@ -227,7 +227,7 @@ def test_without_flat_network_no_secret_is_readable_anywhere() -> None:
 
 
 def test_options_land_where_they_belong() -> None:
-    objs = install("--cluster-name", "West", "--namespace", "dns", "--image", "reg/x:1",
+    objs = install("--cluster-name", "west", "--namespace", "dns", "--image", "reg/x:1",
                    "--replicas", "3", "--memory-limit", "1Gi")
     assert one(objs, "Namespace")["metadata"]["name"] == "dns"
     assert {o["metadata"].get("namespace") for o in objs if o["kind"] not in
@@ -843,3 +843,17 @@ def test_license_is_an_spdx_expression() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     assert 'license = "Apache-2.0"' in text
     assert re.search(r'requires = \["setuptools>=(\d+)"\]', text).group(1) >= "77"  # type: ignore[union-attr]
+
+
+def test_install_says_which_serve_flags_it_does_not_bake() -> None:
+    """The layout sets where dnsside listens and what it reads: each such flag is refused
+    with the reason, in one line, not with argparse's confusion about subcommands."""
+    for given, reason in ((("--listen", "0.0.0.0:53"), "sets where dnsside answers"),
+                          (("--http-listen", ":9153"), "PodMonitor"),
+                          (("--source", "dump.yaml"), "a file source is for"),
+                          (("--kubeconfig", "/root/.kube/config"), "ServiceAccount")):
+        code, out, err = cli("install", "--cluster-name", "east", *given)
+        assert code == 2 and not out, (given, out)
+        assert err.count("\n") == 1 and given[0] in err and reason in err, err
+    code, _, err = cli("install", "--cluster-name", "East_1")
+    assert code == 2 and "did you mean 'east-1'" in err, err

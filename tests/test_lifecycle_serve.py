@@ -33,7 +33,7 @@ def test_demo_answers_of_the_lifecycle_fixtures() -> None:
         assert srv.query(f"nginx-set-0.old.{NGINX}").rcode() == dns.rcode.NXDOMAIN
         # south has headless mirroring off: its kafka is one cluster-level member.
         assert answers(srv.query("south.kafka.db.svc-global")) == ["10.44.0.20"]
-        srv.wait_log("cluster old: 1 mirrors are orphans")
+        srv.wait_log("cluster old: 1 mirror is an orphan")
         # east is the right name: no configuration warning.
         assert not any("--cluster-name is" in line or "--cluster-name east is" in line
                        for line in srv.lines)

@@ -174,17 +174,26 @@ def test_pod_mirror_falls_back_to_names_without_annotation() -> None:
     assert (svc.hostname, svc.original) == ("nginx-set-0", "nginx-svc")
 
 
-def test_local_hostname_fallbacks() -> None:
+def test_endpoints_without_hostname_are_named_by_their_dashed_address() -> None:
+    """As Kubernetes DNS names them (and the MCS conformance suite expects): the address
+    with dashes, one member per address, even when targetRef names the pod; a dual-stack
+    pod without a hostname is two names. An endpoint with a hostname keeps it."""
     svc = parse_service(next(o for o in ITEMS if o["metadata"]["name"] == "nginx-svc"))
     sl = copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == "nginx-svc-b060a"))
-    del sl["endpoints"][0]["hostname"]  # → targetRef.name
+    del sl["endpoints"][0]["hostname"]  # targetRef.name is still there: not used
     del sl["endpoints"][1]["hostname"]
-    del sl["endpoints"][1]["targetRef"]  # → dashed IP
+    del sl["endpoints"][1]["targetRef"]
     sl["endpoints"][1]["conditions"] = {}  # nil ready counts as ready
-    gs = assemble("default", "nginx-svc", svc, [parse_slice(sl)], [], ClusterView("east"))
+    v6 = copy.deepcopy(sl)
+    v6["metadata"]["name"] = "nginx-svc-v6"
+    v6["addressType"] = "IPv6"
+    v6["endpoints"] = [{**sl["endpoints"][0], "addresses": ["fd00:42::20:5"]}]
+    gs = assemble("default", "nginx-svc", svc, [parse_slice(sl), parse_slice(v6)], [],
+                  ClusterView("east"))
     assert gs is not None
-    assert {(m.hostname, m.ready) for m in gs.members} == {("nginx-set-0", True),
-                                                           ("10-42-1-11", True)}
+    assert {(m.hostname, m.addresses, m.ready) for m in gs.members} == {
+        ("10-42-1-10", ("10.42.1.10",), True), ("10-42-1-11", ("10.42.1.11",), True),
+        ("fd00-42--20-5", ("fd00:42::20:5",), True)}
 
 
 def test_dual_stack_local_pod_merges_across_slices() -> None:

@@ -89,7 +89,7 @@ def test_headless_names_are_exactly_the_specifications() -> None:
         pod("west", "db-0", "10.43.0.1", "fd00::1"),
         pod("west", "db-1", "10.43.0.2", ready=False),
         clusterip("north", "10.43.9.9"),  # a link with headless mirroring off
-    ), excluded=(pod("gone", "db-0", "10.99.0.1"),), headless=True)
+    ), excluded=(pod("gone", "db-0", "10.99.0.1"),), headless=True, local_exported=True)
     r = serve(gs)
     assert mcs_names(r) == {
         M, "svc." + M, "dns-version." + M,  # fixed names of the zone
@@ -114,7 +114,7 @@ def test_clusterip_with_federated_member_answers_only_it() -> None:
         clusterip("west", "10.43.0.11"),
         Member(FEDERATED_CLUSTER, None, ("10.43.0.12", "fd00::12"), fed_ports, True,
                Via.FEDERATED, "db-federated"),
-    ))
+    ), local_exported=True)
     r = serve(gs)
     assert rdata(ask(r, SVC)) == ["10.43.0.12"]
     assert rdata(ask(r, SVC, "AAAA"), "AAAA") == ["fd00::12"]
@@ -133,7 +133,7 @@ def test_clusterip_without_federated_one_record_per_port_number() -> None:
     gs = GlobalService("ns", "db", (
         clusterip("east", "10.43.0.10", via=Via.LOCAL_SERVICE, ports=dns_ports),
         clusterip("west", "10.43.0.11", ports=dns_ports),
-    ))
+    ), local_exported=True)
     r = serve(gs)
     assert rdata(ask(r, SVC)) == ["10.43.0.10", "10.43.0.11"]
     # one target, so 53/UDP and 53/TCP are one record (never a duplicate RR), 9100 another
@@ -155,10 +155,31 @@ def test_local_first_priority_under_mcs_names() -> None:
     gs = GlobalService("ns", "db", (
         pod("east", "db-0", "10.42.0.1", via=Via.LOCAL_ENDPOINT),
         pod("west", "db-0", "10.43.0.1"),
-    ), headless=True)
+    ), headless=True, local_exported=True)
     r = serve(gs, ZoneOptions(srv_priority="local-first"))
     assert rdata(ask(r, "_http._tcp." + SVC, "SRV"), "SRV") == [
         f"0 100 80 db-0.east.{SVC}.", f"10 100 80 db-0.west.{SVC}."]
+
+
+def test_only_exporting_clusters_belong_to_a_clusterset_service() -> None:
+    """KEP-1645 and the MCS conformance suite: a cluster whose Service is not exported is
+    not in the clusterset service, even when another cluster exports one of that name.
+    The svc-global zone keeps its own rule: the local original is always a member."""
+    for headless, local in ((True, pod("east", "db-0", "10.42.0.1", via=Via.LOCAL_ENDPOINT)),
+                            (False, clusterip("east", "10.43.0.10", via=Via.LOCAL_SERVICE))):
+        remote = pod("west", "db-0", "10.43.0.1") if headless else clusterip("west", "10.43.0.11")
+        for exported in (False, True):
+            gs = GlobalService("ns", "db", (local, remote), headless=headless,
+                               local_exported=exported)
+            r = serve(gs)
+            ours = local.addresses[0]
+            assert (ours in rdata(ask(r, SVC))) is exported, (headless, exported)
+            assert ours in rdata(ask(r, "db.ns.svc-global"))
+            assert (f"db-0.east.{SVC}." in mcs_names(r)) is (exported and headless)
+    # nothing exported but the local Service, which is not: no clusterset name at all
+    gs = GlobalService("ns", "db", (pod("east", "db-0", "10.42.0.1", via=Via.LOCAL_ENDPOINT),),
+                       headless=True)
+    assert ask(serve(gs), SVC).rcode() == dns.rcode.NXDOMAIN
 
 
 def test_dns_version_is_fixed_and_any_sees_it() -> None:

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -130,6 +132,50 @@ def zone_file() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def runtime_files() -> Iterator[Path]:
+    """The files of dnsside's distributions and of every one they need to serve (the
+    `fast` extra's uvloop included), found through their metadata, not a list here."""
+    seen: set[str] = set()
+    todo = ["dnsside"]
+    while todo:
+        try:
+            dist = importlib.metadata.distribution(todo.pop())
+        except importlib.metadata.PackageNotFoundError:  # needed on another Python only
+            continue
+        name = dist.metadata["Name"].lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        if name != "dnsside":  # installed editable: its files are the checkout's
+            for path in dist.files or ():
+                yield Path(str(dist.locate_file(path)))
+        for req in dist.requires or ():
+            marker = req.partition(";")[2]
+            if "extra ==" not in marker or 'extra == "fast"' in marker:
+                todo.append(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
+
+
+@pytest.fixture(scope="module")
+def pod_python(zone_file: Path) -> dict[str, str]:
+    """The environment in which uid 65532 runs dnsside from any checkout, one in a
+    directory only root may enter included (as /root is, or a `mktemp -d`): a readable
+    copy of dnsside and of the packages it needs, beside the zone file, on PYTHONPATH."""
+    lib = zone_file.parent / "lib"
+    shutil.copytree(ROOT / "dnsside", lib / "dnsside",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for src in runtime_files():
+        top = next((p for p in map(Path, sys.path) if p != Path() and p.is_dir()
+                    and src.is_relative_to(p)), None)
+        if top is None or not src.is_file() or src.suffix == ".pyc":
+            continue
+        dest = lib / src.relative_to(top)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    for d in [lib, *lib.rglob("*")]:
+        d.chmod(0o755 if d.is_dir() else 0o644)
+    return {"PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def as_pod_user(user: tuple[int, int]) -> list[str]:
     uid, gid = user
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
@@ -145,7 +191,8 @@ def bind_53(user: tuple[int, int]) -> subprocess.CompletedProcess[str]:
 
 
 @contextlib.contextmanager
-def pod(manifest: dict[str, Any], zone: Path) -> Iterator[tuple[Netns, Dnsside]]:
+def pod(manifest: dict[str, Any], zone: Path,
+        python_env: dict[str, str]) -> Iterator[tuple[Netns, Dnsside]]:
     """A namespace with the pod's address and sysctls, dnsside in it as the manifest
     runs it; the calling thread inside the namespace throughout."""
     with Netns("ns53") as ns:
@@ -159,7 +206,8 @@ def pod(manifest: dict[str, Any], zone: Path) -> Iterator[tuple[Netns, Dnsside]]
             assert args[0] == "serve"
             listen = args[args.index("--listen") + 1]
             with Dnsside(*args[1:], "--source", str(zone), listen=listen,
-                         env=manifest["env"], wrap=as_pod_user(manifest["user"])) as server:
+                         env={**manifest["env"], **python_env},
+                         wrap=as_pod_user(manifest["user"])) as server:
                 assert f"listening on udp+tcp {listen}" in "\n".join(server.lines)
                 server.host = POD_IP  # direct questions go to the glue address
                 yield ns, server
@@ -182,13 +230,13 @@ def stub_records(bind: Bind) -> set[tuple[str, ...]]:
     return {tuple(line.split()[2:]) for line in out.stdout.splitlines()}
 
 
-def test_the_manifest_pod_answers_on_port_53_of_its_glue(zone_file: Path,
+def test_the_manifest_pod_answers_on_port_53_of_its_glue(zone_file: Path, pod_python: Any,
                                                          tmp_path: Path) -> None:
     manifest = standalone()
     assert manifest["sysctls"] == {PORT_SYSCTL: "53"}
     assert manifest["service_port"] == 53
     assert manifest["args"][manifest["args"].index("--listen") + 1] == "[::]:53"
-    with pod(manifest, zone_file) as (_ns, server):
+    with pod(manifest, zone_file, pod_python) as (_ns, server):
         # dnsside (uid 65532, no capability) holds port 53 thanks to the sysctl; without
         # it the same user cannot bind 53 (EACCES comes before EADDRINUSE).
         subprocess.run(["sysctl", "-qw", f"{PORT_SYSCTL}=1024"], check=True)
@@ -211,14 +259,14 @@ def test_the_manifest_pod_answers_on_port_53_of_its_glue(zone_file: Path,
                 r.stop()
 
 
-def test_the_old_layout_on_5353_leaves_the_glue_unanswered(zone_file: Path,
+def test_the_old_layout_on_5353_leaves_the_glue_unanswered(zone_file: Path, pod_python: Any,
                                                            tmp_path: Path) -> None:
     """`--dns-port 5353`: dnsside answers on 5353 and the resolvers learn the NS there,
     but the glue sends them to port 53, where nothing answers."""
     manifest = standalone("--dns-port", "5353")
     assert manifest["sysctls"] == {}
     assert manifest["service_port"] == 5353
-    with pod(manifest, zone_file) as (_ns, server):
+    with pod(manifest, zone_file, pod_python) as (_ns, server):
         server.port = 5353
         for r in resolvers(tmp_path, 5353):
             # Ready = any answer: the probe's NXDOMAIN can never come through the glue.

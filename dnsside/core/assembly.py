@@ -73,6 +73,9 @@ class GlobalService:
     members: tuple[Member, ...]
     excluded: tuple[Member, ...] = ()
     headless: bool = False  # the original is headless: members are pods (KEP-1645 names)
+    # The local Service carries mirror.linkerd.io/exported: only then do its members belong
+    # to the clusterset service of an --mcs-zone (the svc-global zone always has them).
+    local_exported: bool = False
 
 
 def dashed_ip(address: str) -> str:
@@ -200,38 +203,24 @@ def _local_members(
 
 def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via, screen: Screen
                      ) -> list[Member]:
-    """One member per endpoint hostname of a headless Service's slices: the endpoint's
-    hostname, else (local only, as dnsside always did) its Pod's name, else its dashed
-    address as Kubernetes DNS names it. A dual-stack pod shows up once per address
-    family, in two slices, under the same hostname: merge those. What ``screen`` refuses
-    (an endpoint's unsafe addresses, a bad hostname, a slice's bad ports) it keeps, per
+    """One member per endpoint hostname of a headless Service's slices, or, for an
+    endpoint without one (a Deployment's pods), one per address named by the address with
+    dashes, as Kubernetes DNS names it (10-42-1-10, fd00-42--20-5), in every zone and
+    from every source. A dual-stack pod with a hostname shows up once per address family,
+    in two slices, under the same hostname: merge those. What ``screen`` refuses (an
+    endpoint's unsafe addresses, a bad hostname, a slice's bad ports) it keeps, per
     slice."""
-    pod_names = via is Via.LOCAL_ENDPOINT
     merged: dict[str, tuple[list[str], list[Port], bool, str]] = {}
     for s in sorted(slices, key=lambda s: s.name):
         slice_ports = screen.ports(s.ports, Member(cluster, None, (), (), True, via, s.name))
         for e in s.endpoints:
             if not e.addresses:
                 continue
-            good, bad = split_addresses(e.addresses)
-            host = (e.hostname or (e.pod_name if pod_names else None)
-                    or dashed_ip((good or e.addresses)[0])).lower()
-            problem = (diagnosis.invalid_label("hostname", host) if not is_dns_label(host)
-                       else screen.name_problem(cluster, host))
-            if problem or bad:
-                out = Member(cluster, host, e.addresses, slice_ports, e.ready, via, s.name)
-                if problem:
-                    screen.left_out(out, Exclusion.INVALID_NAME, problem)
-                    continue
-                screen.left_out(replace(out, addresses=tuple(a for a, _ in bad)),
-                                Exclusion.UNSAFE_ADDRESS, diagnosis.unsafe_addresses(bad))
-                if not good:
-                    continue
-            addrs, ports, ready, first_slice = merged.setdefault(host, ([], [], False, s.name))
-            addrs.extend(a for a in good if a not in addrs)
-            ports.extend(p for p in slice_ports if p not in ports)
-            if e.ready and not ready:
-                merged[host] = (addrs, ports, True, first_slice)
+            named = ((e.hostname.lower(), e.addresses),) if e.hostname else \
+                tuple((dashed_ip(a), (a,)) for a in e.addresses)
+            for host, addresses in named:
+                _add_endpoint(merged, screen, Member(cluster, host, addresses, slice_ports,
+                                                     e.ready, via, s.name))
     members = []
     for host, (addrs, ports, ready, first_slice) in sorted(merged.items()):
         members.append(
@@ -247,6 +236,30 @@ def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via, scre
             )
         )
     return members
+
+
+def _add_endpoint(merged: dict[str, tuple[list[str], list[Port], bool, str]], screen: Screen,
+                  endpoint: Member) -> None:
+    """One endpoint (one hostname, or one dashed address) into ``merged``, by name, with
+    what ``screen`` refuses of it left out."""
+    host = endpoint.hostname or ""
+    good, bad = split_addresses(endpoint.addresses)
+    problem = (diagnosis.invalid_label("hostname", host) if not is_dns_label(host)
+               else screen.name_problem(endpoint.cluster, host))
+    if problem:
+        screen.left_out(endpoint, Exclusion.INVALID_NAME, problem)
+        return
+    if bad:
+        screen.left_out(replace(endpoint, addresses=tuple(a for a, _ in bad)),
+                        Exclusion.UNSAFE_ADDRESS, diagnosis.unsafe_addresses(bad))
+        if not good:
+            return
+    addrs, ports, ready, first_slice = merged.setdefault(host, ([], [], False,
+                                                                 endpoint.source))
+    addrs.extend(a for a in good if a not in addrs)
+    ports.extend(p for p in endpoint.ports if p not in ports)
+    if endpoint.ready and not ready:
+        merged[host] = (addrs, ports, True, first_slice)
 
 
 def _mirror_member(
@@ -401,7 +414,7 @@ def assemble(
         taken.add((member.cluster, member.hostname))
         members.append(member)
     excluded.extend(screen.excluded)
-    return GlobalService(namespace, name, tuple(members), tuple(excluded), headless)
+    return GlobalService(namespace, name, tuple(members), tuple(excluded), headless, exported)
 
 
 def _excluded(member: Member, why: Exclusion, text: str = "") -> Member:

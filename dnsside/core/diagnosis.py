@@ -265,17 +265,23 @@ class Told:
     text: str
 
 
+def plural(n: int, one: str, many: str) -> str:
+    """``1 mirror is``, ``2 mirrors are``: the count with the words that agree with it."""
+    return f"{n} {one if n == 1 else many}"
+
+
 def orphaned(cluster: str, mirrors: int) -> Told:
     return Told(Notice.ORPHANED, (
-        f"cluster {cluster}: {mirrors} mirrors are orphans (no Link targets it): left out of "
-        f"every answer; remove them with {UNLINK.format(cluster=cluster)}"))
+        f"cluster {cluster}: {plural(mirrors, 'mirror is an orphan', 'mirrors are orphans')} "
+        f"(no Link targets it): left out of every answer; remove "
+        f"{'it' if mirrors == 1 else 'them'} with {UNLINK.format(cluster=cluster)}"))
 
 
 def name_clash(cluster: str, members: int) -> Told:
     return Told(Notice.NAME_CLASH, (
-        f"cluster {cluster}: {members} members have the name of a local member (--cluster-name "
-        f"equals this linked cluster's name): the local members win; set --cluster-name to "
-        f"this cluster's own name ({cluster} is a linked one)"))
+        f"cluster {cluster}: {plural(members, 'member has', 'members have')} the name of a "
+        f"local member (--cluster-name equals this linked cluster's name): the local members "
+        f"win; set --cluster-name to this cluster's own name ({cluster} is a linked one)"))
 
 
 def refused(cluster: str, source: str, why: Exclusion, items: Sequence[str]) -> Told:

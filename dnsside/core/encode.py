@@ -210,6 +210,10 @@ def _encode_mcs(
     §2.4.4: no per-cluster subsets), so that is NXDOMAIN.
     """
     svc_name = service_name(gs.name, gs.namespace, services)
+    if not gs.local_exported:  # only exporting clusters' members belong (KEP-1645)
+        members = [m for m in members if not m.via.local]
+        if not members:
+            return
     pairs: list[tuple[_Target, Port]]
     if gs.headless:
         wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]

@@ -16,7 +16,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dnsside.config import DEFAULT_ZONE, INSTALL, Flag, flags_for, format_hostport
+from dnsside.config import (
+    CHECK,
+    COMMANDS,
+    DEFAULT_ZONE,
+    INSTALL,
+    Flag,
+    flag,
+    flags_for,
+    format_hostport,
+)
 from dnsside.ops import coredns as dns
 from dnsside.ops import manifests as inst
 from dnsside.ops import monitoring as mon
@@ -25,6 +34,17 @@ from dnsside.ops.yamlout import to_yaml
 
 # serve flags whose name `install` uses for something else.
 RENAMED = {"--namespace": "--watch-namespace"}
+# serve flags the install layout sets itself, and why none of them is baked.
+NOT_BAKED = {
+    "--listen": "the install layout sets where dnsside answers: [::]:53 in its pods in "
+                "standalone mode (--dns-port changes the port), 127.0.0.1:"
+                f"{inst.SIDECAR_DNS_PORT} beside CoreDNS in sidecar mode",
+    "--http-listen": f"the install layout sets it: [::]:{inst.HTTP_PORT} (sidecar: "
+                     f"[::]:{inst.SIDECAR_HTTP_PORT}), where the PodMonitor scrapes",
+    "--source": "an installed dnsside watches its own cluster's API server (--source kube); "
+                "a file source is for a dnsside you run yourself",
+    "--kubeconfig": "an installed dnsside reaches the API server with its ServiceAccount",
+}
 
 
 @dataclass(frozen=True)
@@ -66,7 +86,7 @@ def add_bakeable_flags(parser: argparse.ArgumentParser) -> list[BakeableFlag]:
         else:
             kwargs.update(action="append" if f.repeatable else "store",
                           type=None if f.repeatable else f.type, choices=f.choices,
-                          metavar=f.metavar or (None if f.choices else f.dest.upper()))
+                          metavar=f.metavar)
         group.add_argument(b.option, **kwargs)
     return flags
 
@@ -92,7 +112,7 @@ _BAKEABLE = "dnsside_bakeable"  # where the install parser keeps its BakeableFla
 def add_admin_commands(sub: Any) -> None:
     """Add ``install`` (with ``coredns`` and ``monitoring``) and ``check`` to ``sub``."""
     install = sub.add_parser(
-        "install", help="print the manifests for `kubectl apply -f -`",
+        INSTALL, help=COMMANDS[INSTALL],
         description="Print every dnsside manifest for `kubectl apply -f -`. Sidecar mode "
         "patches the CoreDNS Deployment: apply it with `kubectl apply --server-side "
         "--field-manager=dnsside -f -`.")
@@ -104,8 +124,10 @@ def add_admin_commands(sub: Any) -> None:
     install.add_argument("--namespace", dest="install_namespace", metavar="NS",
                          help="where dnsside lives (default dnsside; sidecar: CoreDNS's, "
                          "kube-system)")
-    install.add_argument("--image", default=inst.IMAGE)
-    install.add_argument("--replicas", type=int, default=2, help="standalone mode")
+    install.add_argument("--image", default=inst.IMAGE, metavar="IMAGE",
+                         help=f"dnsside's container image (default {inst.IMAGE})")
+    install.add_argument("--replicas", type=int, default=2, metavar="N",
+                         help="standalone mode (default 2)")
     install.add_argument("--dns-port", type=int, metavar="PORT",
                          help=f"standalone mode: DNS port of the pods and the Service (default "
                          f"{inst.DNS_PORT}, bound as non-root through the pod sysctl "
@@ -114,7 +136,7 @@ def add_admin_commands(sub: Any) -> None:
                          "forwards, but the zone's NS glue (the pod IP) then has nothing on "
                          "port 53, so resolvers that follow the NS (BIND type stub, unbound "
                          "stub-prime, secondaries) get no answer")
-    install.add_argument("--memory-limit", default=inst.MEMORY_LIMIT,
+    install.add_argument("--memory-limit", default=inst.MEMORY_LIMIT, metavar="QUANTITY",
                          help="see the README's sizing table "
                          f"({inst.MEMORY_LIMIT}: up to 100k members)")
     install.add_argument("--coredns-deployment", default="coredns", metavar="NAME",
@@ -126,6 +148,12 @@ def add_admin_commands(sub: Any) -> None:
                          "credentials Secrets, where dnsside may read Secrets (default "
                          f"{inst.LINKS_NAMESPACE})")
     install.set_defaults(**{_BAKEABLE: add_bakeable_flags(install)})
+    unbaked = install.add_argument_group(
+        "dnsside serve flags install does not take", "the layout sets them; given here, "
+        "they are refused with the reason")
+    for name in NOT_BAKED:
+        unbaked.add_argument(name, dest=_unbaked(name), metavar=flag(name).metavar,
+                             help=NOT_BAKED[name])
     targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
 
     coredns = targets.add_parser(
@@ -149,9 +177,13 @@ def add_admin_commands(sub: Any) -> None:
     coredns.add_argument("--mcs-zone", dest="coredns_mcs_zones", action="append",
                          metavar="ZONE", help="dnsside's --mcs-zone, repeatable")
     coredns.add_argument("--namespace", dest="coredns_namespace", default="dnsside",
-                         help="dnsside's namespace, to read its Service's ClusterIP")
-    coredns.add_argument("--kubeconfig", dest="coredns_kubeconfig")
-    coredns.add_argument("--cluster-domain", default="cluster.local")
+                         metavar="NS", help="dnsside's namespace, to read its Service's "
+                         "ClusterIP (default dnsside)")
+    coredns.add_argument("--kubeconfig", dest="coredns_kubeconfig", metavar="FILE",
+                         help="to read dnsside's Service (default $KUBECONFIG, "
+                         "~/.kube/config)")
+    coredns.add_argument("--cluster-domain", default="cluster.local", metavar="DOMAIN",
+                         help="the cluster's DNS domain (default cluster.local)")
     coredns.add_argument("--from", dest="from_file", metavar="FILE",
                          help="the live object to patch (`kubectl get ... -o yaml`; - = stdin; "
                          "eks: the add-on's configuration values, JSON or YAML): everything "
@@ -172,15 +204,16 @@ def add_admin_commands(sub: Any) -> None:
                             "release=kube-prometheus-stack")
 
     check = sub.add_parser(
-        "check", help="check the install, its RBAC, the Links and the answers",
+        CHECK, help=COMMANDS[CHECK],
         description="Check dnsside's install like `linkerd check`: a hint for each failure, exit "
         "status 1 when any check fails.")
-    check.add_argument("--kubeconfig", dest="check_kubeconfig",
+    check.add_argument("--kubeconfig", dest="check_kubeconfig", metavar="FILE",
                        help="default $KUBECONFIG, ~/.kube/config")
     check.add_argument("--namespace", dest="check_namespace", metavar="NS",
                        help="dnsside's namespace (default dnsside, sidecar kube-system)")
     check.add_argument("--mode", dest="check_mode", choices=("auto", *inst.MODES),
-                       default="auto")
+                       default="auto", help="how dnsside was installed (default auto: "
+                       "found in the cluster)")
     check.add_argument("--cluster-name", dest="check_cluster_name", metavar="NAME",
                        help="used when dnsside's ConfigMap sets none")
     check.add_argument("--as", dest="as_user", metavar="USER",
@@ -189,7 +222,8 @@ def add_admin_commands(sub: Any) -> None:
     check.add_argument("--dns", metavar="HOST:PORT",
                        help="also query the zone's SOA and a global service there, over TCP "
                        "(e.g. through `kubectl -n dnsside port-forward svc/dnsside 5353:53`)")
-    check.add_argument("--coredns-deployment", dest="check_coredns", default="coredns")
+    check.add_argument("--coredns-deployment", dest="check_coredns", default="coredns",
+                       metavar="NAME", help="CoreDNS's Deployment (default coredns)")
     check.add_argument("--flat-network", dest="check_flat_network", action="store_true",
                        help="check the --flat-network setup (each Link's credentials Secret "
                        "and the linked cluster's API) even if dnsside's ConfigMap does not "
@@ -219,12 +253,20 @@ def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
 
 
+def _unbaked(name: str) -> str:
+    return "unbaked_" + name[2:].replace("-", "_")
+
+
 def _install(args: argparse.Namespace, command: str) -> str:
+    for name, why in NOT_BAKED.items():
+        if getattr(args, _unbaked(name), None) is not None:
+            raise inst.InstallError(f"{name} is not a setting install bakes into the "
+                                    f"ConfigMap: {why}")
     if not args.install_cluster_name:
         raise inst.InstallError("--cluster-name is required: the name the other clusters "
                                 "linked this one as (`linkerd multicluster link --cluster-name`)")
     opts = inst.InstallOptions(
-        cluster_name=args.install_cluster_name.lower(),
+        cluster_name=args.install_cluster_name,
         mode=args.mode,
         namespace=args.install_namespace,
         image=args.image,

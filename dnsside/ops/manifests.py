@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsside import __version__
-from dnsside.config import flag, is_dns_label
+from dnsside.config import check_cluster_name, flag, is_dns_label
 
 IMAGE = f"ghcr.io/dnsside/dnsside:{__version__}"
 NAME = "dnsside"
@@ -126,9 +126,10 @@ class InstallOptions:
     def check(self) -> None:
         if self.mode not in MODES:
             raise InstallError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
-        if not is_dns_label(self.cluster_name):
-            raise InstallError(f"--cluster-name {self.cluster_name!r} is not a DNS label "
-                               "(lower-case letters, digits and '-', at most 63)")
+        try:
+            check_cluster_name(self.cluster_name, "--cluster-name")
+        except ValueError as exc:
+            raise InstallError(str(exc)) from None
         if not is_dns_label(self.ns):
             raise InstallError(f"--namespace {self.ns!r} is not a valid namespace name")
         if self.dns_port is not None:

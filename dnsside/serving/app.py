@@ -165,7 +165,16 @@ class App:
         self.flat: LinkedClusters | None = None  # --flat-network: fed the index's Links
 
     def is_ready(self) -> bool:
-        return self.index.synced and not self.stopping
+        return self.not_ready_because() is None
+
+    def not_ready_because(self) -> str | None:
+        """Why /readyz says 503, in words an operator can act on; None when ready."""
+        if self.stopping:
+            return "stopping (SIGTERM): answering for the lame-duck period, then exiting"
+        if not self.index.synced:
+            return (f"initial sync not done: the source ({self.config.source}) has not "
+                    "delivered its first complete list yet; the log says why")
+        return None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -187,7 +196,7 @@ class App:
                  ", ".join(self.config.ns_addresses))
         from dnsside.core.explain import Explainer
 
-        http = HttpServer(self.is_ready, Explainer(self.index).explain,
+        http = HttpServer(self.not_ready_because, Explainer(self.index).explain,
                           networks(self.config.explain_from, "--explain-from"))
         hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
         started = False

@@ -33,9 +33,9 @@ _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
 
 
 class HttpServer:
-    def __init__(self, is_ready: Callable[[], bool], explain: Explain | None = None,
+    def __init__(self, not_ready_because: Callable[[], str | None], explain: Explain | None = None,
                  explain_from: Sequence[IPNetwork] = ()) -> None:
-        self.is_ready = is_ready
+        self.not_ready_because = not_ready_because
         self.explain = explain
         self.explain_from = tuple(explain_from)  # empty: nobody may read /debug/explain
 
@@ -73,9 +73,10 @@ class HttpServer:
         if url.path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if url.path == "/readyz":
-            if self.is_ready():
+            why = self.not_ready_because()
+            if why is None:
                 return 200, "text/plain", b"ready\n"
-            return 503, "text/plain", b"not ready: initial sync not done, or stopping\n"
+            return 503, "text/plain", f"not ready: {why}\n".encode()
         if url.path == "/debug/explain" and self.explain is not None:
             if not may_explain:
                 return 403, "text/plain", (

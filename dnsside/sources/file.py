@@ -39,6 +39,7 @@ from dnsside.model.linkerd import (
     LinkRecord,
     ObjectError,
     Record,
+    ServiceRecord,
     parse_object,
 )
 from dnsside.telemetry import metrics
@@ -237,6 +238,10 @@ class FileSource:
             self._records = {(Kind.of(r), r.namespace, r.name): r for r in records}
         for w in warnings:
             log.warning("%s", w)
+        if not any(isinstance(r, ServiceRecord) for r in records):
+            log.warning("%s: no Service in it could be used: the zones stay empty until it "
+                        "holds one (`kubectl get services,endpointslices,"
+                        "links.multicluster.linkerd.io -A -o yaml` writes such a file)", self.path)
         metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
         # One Link in the dump means the dump has them all; none means it was taken
         # without them, and then nothing can be called an orphan.
