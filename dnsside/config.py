@@ -1,6 +1,6 @@
 """Configuration: every flag once, how its values are read, and the checked ``Config``.
 
-The one tricky thing is that a flag has three spellings that must never drift:
+A flag has three spellings that must never drift:
 ``--srv-priority`` on the command line, ``DNSSIDE_SRV_PRIORITY`` in the environment
 (a default the command line overrides; how ``dnsside install`` bakes settings into
 the ConfigMap), and ``srv_priority`` in :class:`Config`. :data:`FLAGS` is the only

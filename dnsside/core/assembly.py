@@ -5,7 +5,7 @@ and from objects with *other* names (``<svc>-<cluster>`` root mirrors,
 ``<pod>-<cluster>`` per-pod mirrors and the slices of each), which the index
 finds through :attr:`~dnsside.model.linkerd.ServiceRecord.original`.
 
-The one tricky rule: a member that must never be served whatever the flags (an
+A member that must never be served whatever the flags (an
 orphaned link's mirror, the loser of a name clash) is not dropped but kept in
 ``GlobalService.excluded`` with its :class:`~dnsside.core.diagnosis.Exclusion`, so
 `explain` can say why it is missing, and its readiness stays Linkerd's. The same

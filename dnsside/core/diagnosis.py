@@ -6,7 +6,7 @@ check` refer to it) and one sentence (the log line, `explain`). The index, the
 log and metrics reporter, `explain`, `check` and the alerts all take them from
 this module, so they never drift apart or get recognised by string prefix.
 
-The one tricky thing: "EndpointSliceMirroring is off" is inferred, never read.
+"EndpointSliceMirroring is off" is inferred, never read.
 Per-pod mirrors always have Endpoints (the gateway, ready or not), so one without
 an EndpointSlice means the controller did not make it; a gateway mirror of a
 remote service with no ready endpoint legitimately has none. So the verdict is

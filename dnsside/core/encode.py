@@ -9,7 +9,7 @@ name here), each one encoder: :func:`_encode_in_zone` for ``--zone`` and
 KEP-1645; which names of the grammar exist is decided here. The query path
 (:mod:`dnsside.dns.responder`) does not know there are two.
 
-The one tricky thing: answers are encoded once, for a lower-case question, and
+Answers are encoded once, for a lower-case question, and
 reused for every query of that name whatever its case. That is sound because
 every name inside an encoded body is either spelled out in full or is a
 compression pointer into the question at offset 12, and a question that

@@ -5,7 +5,7 @@ into the :class:`~dnsside.dns.responder.Responder` in place of its previous ones
 The :class:`Publisher` is the responder's one writer: the answers, the names, the
 zones' serial and the moment it turns ready all go through it.
 
-The subtle point is the order: the new answers are inserted first and only
+The order matters: the new answers are inserted first and only
 then are the names no longer there removed, so a query running between two
 statements sees the old or the new answer for a name, never a gap. Unchanged
 bytes are not touched at all (a write that changed nothing visible costs no

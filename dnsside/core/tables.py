@@ -1,6 +1,6 @@
 """The index's tables: dicts shaped for hundreds of thousands of small entries.
 
-The one tricky thing is memory, not speed: at 100k members the index keeps
+Memory matters here more than speed: at 100k members the index keeps
 three tables of about 92k entries each, and the names under one key (the mirrors
 of a global service, the slices of a Service) are usually a handful, so both
 are stored in the cheapest shape that still answers in constant time.

@@ -6,7 +6,7 @@ concatenation; everything unusual falls to :meth:`Responder._respond_slow`,
 which reads the rest of the packet with a bounded walk that never follows a
 compression pointer.
 
-The one tricky thing: a reply is the query's ID, patched flags, pre-encoded
+A reply is the query's ID, patched flags, pre-encoded
 counts, the question exactly as the client sent it (RFC 0x20 case echo), and the
 pre-encoded body, which is sound because every name in the body is spelled out
 or points at offset 12 (see :mod:`dnsside.dns.wire`).

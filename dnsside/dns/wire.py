@@ -5,7 +5,7 @@ pieces when a service changes; the responder (:mod:`dnsside.dns.responder`) glue
 them to a query's header and question when one arrives. Nothing here knows
 Linkerd or sockets.
 
-The one tricky thing: an :class:`Answer` holds a reply minus its first four
+An :class:`Answer` holds a reply minus its first four
 bytes and its question, so one encoding serves every query of a name whatever
 its ID and letter case; everything in it that names the question is a
 compression pointer to offset 12 (:data:`AT_QUESTION`).

@@ -6,7 +6,7 @@ non-2xx answer (or an ERROR watch event) becomes an :class:`ApiError`, of the
 subclass its status names (:class:`Forbidden`, :class:`NotFound`,
 :class:`Expired`, ...), carrying the Status message and any ``Retry-After``.
 
-The one tricky thing: authentication (kubeconfig, exec plugins and their token
+Authentication (kubeconfig, exec plugins and their token
 refresh, in-cluster service accounts, TLS, proxies) comes from
 kubernetes-asyncio's ``ApiClient`` for the operator's own kubeconfig, and from
 :class:`~dnsside.kubeapi.dataclient.DataClient` for a Link's (data only, never the
@@ -403,7 +403,7 @@ class WatchLines:
     newline) and split once when it holds several. Only a line cut by a chunk boundary
     is kept, as its pieces, joined once when its end arrives. (A growing bytearray with
     two copies of every chunk was transient garbage in odd sizes at every event: heap
-    fragmentation under churn, issue 17.)
+    fragmentation under churn.)
 
     With ``limit`` (a linked cluster's stream), a line longer than ``limit`` bytes is
     refused (CapExceeded) as soon as that many of it have arrived: the pieces of a line

@@ -9,7 +9,7 @@ certificate, to the server they name, verifying its certificate against their CA
 the system's) and its name (``tls-server-name`` when given), following no redirect
 (a 3xx could lead to another host, or to plain http).
 
-The one subtle point: Python's ``ssl`` takes a CA from memory (``cadata``) but a
+Python's ``ssl`` takes a CA from memory (``cadata``) but a
 client certificate and key only from files. They are written into a directory of
 dnsside's own, made private (0700, files 0600), loaded, and removed before the
 context is used; nothing named by the Secret is ever opened.

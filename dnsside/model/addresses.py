@@ -7,9 +7,8 @@ source or a hand-written mirror validates nothing. An answer of ``127.0.0.1`` or
 secrets, so :func:`unsafe_address` names the class of every address that can
 never be a pod's or a Service's, and the assembly leaves those out (visibly).
 
-The subtle point is which IPv6 forms *carry* an IPv4 address, and so are judged
-by it. The table, one class per row (the reason is the low-cardinality name the
-metric, the log and `explain` use):
+Some IPv6 forms *carry* an IPv4 address, and are judged by it. The table, one class per
+row (the reason is the low-cardinality name the metric, the log and `explain` use):
 
 =====================================  ==========================  ===============
 range                                  what it is                  reason

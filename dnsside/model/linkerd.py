@@ -6,7 +6,7 @@ ClusterIP mirrors, federated Services, gateway probe Services and Links (how
 they add up to a global service is :mod:`dnsside.core.assembly`). It does no I/O:
 sources hand it decoded JSON objects and tests call it directly.
 
-The tricky thing here is that one global service ``(namespace, name)`` is
+One global service ``(namespace, name)`` is
 assembled from objects with *other* names: ``<svc>-<cluster>`` root mirrors,
 ``<pod>-<cluster>`` per-pod mirrors and the slices of each. Every record
 therefore carries the key of the global service it contributes to

@@ -6,7 +6,7 @@ gateway endpoint per link and readiness, a few hundred namespace, service and cl
 names), so the parser shares them rather than copying them, which halves the memory
 records take, and remembers which labels it has already checked.
 
-The subtle point is that every cache here must stay small however the cluster churns:
+Every cache here must stay small however the cluster churns:
 objects re-created under ever-new names (pod IPs, service names) must not keep tens of
 thousands of entries alive long after the objects went (bench/MEMORY_CHURN.md). So each
 cache is emptied when it reaches :data:`SHARED_MAX`, and the shared values are pruned

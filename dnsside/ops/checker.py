@@ -9,7 +9,7 @@ first that asks: :func:`once`), and yields what it found: one finding, or one pe
 for a check over many (each resource RBAC must grant), or none when there is nothing to
 judge.
 
-The subtle point is how checks depend on each other. A check never asks whether an
+Checks depend on each other without saying so: a check never asks whether an
 earlier one failed: it finds the fact it needs missing (the Links could not be listed,
 the Secret has no kubeconfig) and says nothing, because the check that could not read it
 already said why. Only a fatal failure stops the walk, where nothing after it could read

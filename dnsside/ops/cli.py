@@ -1,6 +1,6 @@
 """`dnsside install [coredns|monitoring]` and `dnsside check`: the operator's commands.
 
-They print manifests or check results and never serve. The tricky part is baking:
+They print manifests or check results and never serve. What takes care is baking:
 every ``serve`` flag the install layout does not fix (:data:`dnsside.config.FLAGS`,
 those whose commands include ``install``) is offered by ``install`` and written into
 the ConfigMap as ``DNSSIDE_<FLAG>``, so a flag added to the table works here unchanged.

@@ -2,7 +2,7 @@
 
 One function per flavour, each returning what ``install coredns`` prints; what they
 share is dnsside's server block and the Corefile patching (:mod:`dnsside.ops.corefile`).
-The tricky thing is ``--from``: given the live object, everything in it that is not
+Given the live object (``--from``), everything in it that is not
 dnsside's is kept (other keys, labels, annotations, other server blocks).
 """
 

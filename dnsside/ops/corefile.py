@@ -1,6 +1,6 @@
 """Corefile text, as pure functions: dnsside's server block, and patching it into a Corefile.
 
-The tricky thing is keeping everything of a live Corefile that is not dnsside's:
+Everything of a live Corefile that is not dnsside's is kept:
 :func:`patch` replaces only the top-level blocks that serve one of dnsside's zones
 (dnsside's own, marked with :data:`MARK`, or anyone's) and appends dnsside's block,
 so running ``dnsside install coredns --from -`` twice changes nothing the second

@@ -17,7 +17,7 @@ Role and RoleBinding granting get, list and watch on Secrets in the Links' names
 only, where each Link's credentials Secret lives; without it dnsside can read no Secret
 anywhere.
 
-The tricky part is the ConfigMap: every ``serve`` setting the layout does not fix is
+The ConfigMap is where care goes: every ``serve`` setting the layout does not fix is
 baked into it as ``DNSSIDE_<FLAG>`` (:mod:`dnsside.config`), the container reads it
 whole with ``envFrom``, and the pod template carries a hash of it, so re-running
 ``install`` with other flags rolls the pods. ``deploy/`` is written from

@@ -6,7 +6,7 @@ observer for ``dnsside serve`` and ``dnsside explain`` (``check --dns`` builds a
 index without one, so its own output is all a user sees). It reads the index
 through its :class:`~dnsside.core.view.ReportView` only.
 
-The one tricky thing: metric label sets must follow the clusters. A cluster
+Metric label sets must follow the clusters. A cluster
 that is gone (no member, nothing left out) has its series removed, or a
 cluster-churning installation would export every cluster it ever saw; a
 cluster still present keeps its zeros (``dnsside_orphaned_mirrors{cluster}``

@@ -2,7 +2,7 @@
 
 TCP follows RFC 7766: two-byte length framing, any number of queries per
 connection (answered in order as they complete), an idle timeout, and a cap on
-concurrent connections. The tricky part is slowloris: the idle timer is reset
+concurrent connections. Against slowloris, the idle timer is reset
 only when a *complete* message has been answered, never by a stray byte, so a
 client that trickles a length prefix or half a message loses its slot after
 one idle timeout no matter how it paces itself.

@@ -5,11 +5,11 @@ The file is what ``kubectl get services,endpointslices,links.multicluster.linker
 object or a list. A dump without any Link was taken without them: then no mirror
 is called an orphan.
 
-The tricky thing is what "keep the previous state" means for a file that is
-only partly broken. A file that cannot be read or parsed at all changes
-nothing. A file that parses but holds some bad objects still updates
-everything else; each bad object keeps the record it had before (when its kind,
-namespace and name can be read), so a typo in one Service never makes it vanish.
+"Keep the previous state" needs care for a file that is only partly broken. A file that
+cannot be read or parsed at all changes nothing. A file that parses but holds some bad
+objects still updates everything else; each bad object keeps the record it had before
+(when its kind, namespace and name can be read), so a typo in one Service never makes it
+vanish.
 """
 
 from __future__ import annotations

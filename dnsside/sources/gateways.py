@@ -8,7 +8,7 @@ Service (``http://<ClusterIP>:<mc-probe port><probeSpec.path>``) every period;
 after ``failures`` consecutive failures the cluster's gateway-routed members
 leave every answer, and one success brings them back.
 
-The one tricky rule: a target that has *never* answered since dnsside started
+A target that has *never* answered since dnsside started
 is not acted on. Such a gateway may be unreachable from this pod for reasons
 that have nothing to do with the cluster behind it (a NetworkPolicy, a probe
 Service that Linkerd has not wired yet), and the probe may only ever make

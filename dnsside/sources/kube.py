@@ -5,7 +5,7 @@ this module orchestrates them for the local API server and owns the Link rules.
 The flow, the Link rules and why there are no server-side label selectors:
 ``docs/kube-source.md``.
 
-The one tricky thing: no fault may ever make the answers wider or emptier than
+No fault may ever make the answers wider or emptier than
 what was learnt. So the first answers wait for one complete list of every
 resource (one ``Replace`` + ``Synced``), a relist reaches the index as one
 ``Replace`` that is diffed and swapped in at once, and errors are only ever
@@ -185,7 +185,7 @@ class KubeSource:
         follow = [(res, versions) for res, (_, versions) in pairs]
         # The index holds the records now. This frame lives as long as the watches: were it
         # to keep the list (the tasks keep their results), every record churn replaced
-        # since would stay alive next to its successor (issue 17).
+        # since would stay alive next to its successor (bench/MEMORY_CHURN.md).
         del listings, results, records, batch, pairs
         async with asyncio.TaskGroup() as tg:
             for res, versions in follow:

@@ -10,7 +10,7 @@ applies them to one cluster's objects as they are read, before any is kept.
 A cap that is hit ends the request with :class:`CapExceeded`: the cluster's
 last complete state stands, and it is said once (``RemoteState.CAPPED``).
 
-The one subtle point: a gate counts what the cluster *would* hold, by object,
+A gate counts what the cluster *would* hold, by object,
 so a MODIFIED event of an object already counted replaces its count instead
 of adding to it, and a list is counted afresh (a relist replaces what the
 previous one held) against what the other resource holds (Services and

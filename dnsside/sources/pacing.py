@@ -2,7 +2,7 @@
 closed, after a watch history that expired. Pure: the reflector reads the clock and
 says what happened; these say how long to wait.
 
-The subtle point is the same in each: a server that fails *fast* must not get dnsside
+In each, a server that fails *fast* must not get dnsside
 asking in a tight loop. A retry waits a jittered exponential backoff (longer when the
 server says Retry-After); a stream closed cleanly is reopened at once only when it
 lived or delivered something; a relist after a 410 goes out at once only when the watch

@@ -14,7 +14,7 @@ pages and watch lines are read with a size cap, a list and a watch event with a
 time cap, and what it keeps with caps on objects and endpoints, all enforced
 while reading (``CapExceeded`` ends the request). The local one has none.
 
-The one tricky thing: no fault may make the answers wider or emptier than what
+No fault may make the answers wider or emptier than what
 was learnt. A relist reaches the index as one ``Replace`` that is diffed and
 swapped in at once, and errors are only ever reported (``SourceError``, and what
 a ``WatchHealth`` makes of them), never turned into deletions.

@@ -8,20 +8,19 @@ EndpointSlices, or its v1 Endpoints where the credentials may not read slices
 (Linkerd's remote-access role before 2.14). Its events reach the index wrapped
 as that cluster's (``Remote``), and how the watch fares as ``RemoteStatus``.
 
-The one tricky thing is telling a fault of the credentials from a fault of the
-network. A missing or unreadable Secret, a kubeconfig that does not load or is
-refused, a server whose certificate the Secret's CA does not vouch for, and a 401
-or 403 from the linked cluster are the operator's to fix: the state is
-``CREDENTIALS``, the Secret is read again before every retry (and every
-minute while synced: a rotated one is picked up), and nothing learnt is
-dropped. The kubeconfig is read as data only (:mod:`dnsside.kubeapi.linkcreds`): one
-that holds an exec plugin, a file name or weakened TLS is refused before anything
-is run, read or connected to, and the refusal names the Secret, the Link and the
-field. Anything else (a refused connection, a timeout, a 5xx) is the API being away:
-``LOST`` once it had synced, with its last-known members standing.
-Only a deleted Link changes what is served without a newer complete list (a new
-selector, Secret name or Secret content starts the cluster's watch again, and
-its first list replaces what it held).
+A fault of the credentials must be told from a fault of the network. A missing or
+unreadable Secret, a kubeconfig that does not load or is refused, a server whose
+certificate the Secret's CA does not vouch for, and a 401 or 403 from the linked cluster
+are the operator's to fix: the state is ``CREDENTIALS``, the Secret is read again before
+every retry (and every minute while synced: a rotated one is picked up), and nothing
+learnt is dropped. The kubeconfig is read as data only
+(:mod:`dnsside.kubeapi.linkcreds`): one that holds an exec plugin, a file name or
+weakened TLS is refused before anything is run, read or connected to, and the refusal
+names the Secret, the Link and the field. Anything else (a refused connection, a
+timeout, a 5xx) is the API being away: ``LOST`` once it had synced, with its last-known
+members standing. Only a deleted Link changes what is served without a newer complete
+list (a new selector, Secret name or Secret content starts the cluster's watch again,
+and its first list replaces what it held).
 """
 
 from __future__ import annotations
