@@ -458,7 +458,7 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
 
     from memory import walk
 
-    from dnsside.core.bulk import bulk
+    from dnsside.core.gcpause import bulk
     from dnsside.model.events import (
         Kind,
         Remote,
@@ -697,7 +697,7 @@ def report(r: dict[str, Any]) -> str:
             "interpreter, no fakes): the index dnsside builds from the same objects, each "
             "linked cluster's parsed list applied as one `Remote(cluster, Replace)` batch, as "
             "`dnsside serve` applies it, then on a fresh index with each batch inside "
-            "`dnsside.core.bulk.bulk()` (what a local list gets).",
+            "`dnsside.core.gcpause.bulk()` (what a local list gets).",
             "",
             "| | as served | inside `bulk()` |",
             "|---|---|---|",

@@ -680,6 +680,10 @@ class FakeKube:
     def pending_failures(self) -> int:
         return len(self._failures)
 
+    def clear_failures(self) -> None:
+        """Answer every request normally again."""
+        self._failures.clear()
+
     async def set_unreachable(self, unreachable: bool) -> None:
         """Stop listening and reset every connection (True), or listen again (False)."""
         if unreachable == self._unreachable:

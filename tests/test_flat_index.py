@@ -229,24 +229,32 @@ def test_remote_changes_follow_and_an_unselected_service_goes(index: Index) -> N
     assert addrs(index, DB) == {"10.42.0.10", "10.42.0.11", "10.96.50.1"}  # the mirror again
 
 
+def gauge(name: str, cluster: str) -> float | None:
+    """The series as /metrics exports it (None when it does not exist: reading it through
+    ``.labels()`` would create it at 0 and hide a missing ``set``)."""
+    return metrics.REGISTRY.get_sample_value(name, {"cluster": cluster})
+
+
 def test_a_lost_remote_keeps_its_members_and_says_so_once(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
     west_synced(index)
     caplog.set_level(logging.INFO, "dnsside.index")
+    metrics.REMOTE_SYNCED.labels(cluster="west").set(-1)  # a value no state gives
     for detail in ("watch services failed (connection)", "watch endpointslices failed"):
         index.apply([RemoteStatus("west", RemoteState.LOST, detail, "ns/s")])
     assert "10.244.1.5" in addrs(index, DB)
     lost = [r for r in caplog.records if "its API is lost" in r.getMessage()]
     assert len(lost) == 1 and lost[0].levelno == logging.WARNING
-    assert metrics.REMOTE_SYNCED.labels(cluster="west")._value.get() == 0
+    assert gauge("dnsside_remote_synced", "west") == 0
     index.apply([RemoteStatus("west", RemoteState.SYNCED, "", "ns/s")])
-    assert metrics.REMOTE_SYNCED.labels(cluster="west")._value.get() == 1
+    assert gauge("dnsside_remote_synced", "west") == 1
     assert any("watched directly again" in r.getMessage() for r in caplog.records)
 
 
 def test_credentials_trouble_is_one_warning_and_a_metric(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "dnsside.index")
+    metrics.REMOTE_CREDENTIALS_VALID.labels(cluster="west").set(-1)  # a value no state gives
     for _ in range(3):
         index.apply([RemoteStatus("west", RemoteState.CREDENTIALS,
                                   "Secret linkerd-multicluster/cluster-credentials-west does "
@@ -254,7 +262,7 @@ def test_credentials_trouble_is_one_warning_and_a_metric(
     told = [r for r in caplog.records if "cannot use Secret" in r.getMessage()]
     assert len(told) == 1
     assert "linkerd-multicluster/cluster-credentials-west does not exist" in told[0].getMessage()
-    assert metrics.REMOTE_CREDENTIALS_VALID.labels(cluster="west")._value.get() == 0
+    assert gauge("dnsside_remote_credentials_valid", "west") == 0
     assert addrs(index, DB) == {"10.42.0.10", "10.42.0.11", "10.96.50.1"}  # nothing else moved
 
 

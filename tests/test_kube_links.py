@@ -113,12 +113,19 @@ async def test_a_failing_link_list_holds_the_first_sync(
     fake_kube_demo: FakeKube, events: list[list[Event]]
 ) -> None:
     """A transient failure is not "cannot be read": the first answers wait for the Links
-    rather than start wider than they allow (orphans served)."""
-    fake_kube_demo.fail_next(20, 500, match=lambda r: r.path.endswith("/links"))
+    rather than start wider than they allow (orphans served). The failure lasts longer
+    than any grace a source could give itself before going on without them (a first
+    version gave up after 5 s)."""
+    held = 7.0  # the stimulus: seconds the Link list keeps failing, not a synchronisation
+    fake_kube_demo.fail_next(100_000, 500, match=lambda r: r.path.endswith("/links"))
+    start = time.monotonic()
+    await until(lambda: time.monotonic() - start > held, timeout=held + DEADLINE)
+    assert fake_kube_demo.pending_failures < 100_000 - 20  # it kept asking
+    assert not any(isinstance(e, (Replace, Synced, LinksUnavailable)) for e in flat(events))
+    fake_kube_demo.clear_failures()
     first = await until(lambda: next((b for b in events if any(isinstance(e, Replace)
                                                                for e in b)), None))
     assert isinstance(first[0], Replace) and Kind.LINK in first[0].kinds
-    assert fake_kube_demo.pending_failures == 0
     assert not any(isinstance(e, LinksUnavailable) for e in flat(events))
 
 

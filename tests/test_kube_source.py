@@ -611,12 +611,14 @@ async def test_records_replaced_since_a_list_are_not_kept(fake_kube_demo: FakeKu
     kube = fake_kube_demo
     model: dict[tuple[str, str], Record] = {}
     synced = asyncio.Event()
+    replaces = [0]  # the initial list's, then each relist's
 
     async def consume() -> None:
         async for batch in KubeSource(kubeconfig=kube.kubeconfig, backoff_base=0.01,
                                       backoff_cap=0.1).events():
             for event in batch:
                 if isinstance(event, Replace):
+                    replaces[0] += 1
                     model.update(((r.namespace, r.name), r) for r in event.records
                                  if isinstance(r, ServiceRecord))
                 elif isinstance(event, Upsert) and isinstance(event.record, ServiceRecord):
@@ -646,7 +648,9 @@ async def test_records_replaced_since_a_list_are_not_kept(fake_kube_demo: FakeKu
             if not relist:  # then a relist: its list must not stay behind either
                 kube.compact()
                 kube.drop_streams()
-                await asyncio.sleep(0.5)
+                async with asyncio.timeout(DEADLINE):  # the resumed watch gets 410: relist
+                    while replaces[0] < 2:
+                        await asyncio.sleep(0.02)
         assert alive() - before == len(model)
     finally:
         task.cancel()

@@ -224,7 +224,7 @@ def test_a_bulk_step_collects_the_garbage_the_last_freeze_kept() -> None:
     import gc
     import weakref
 
-    from dnsside.core.bulk import bulk
+    from dnsside.core.gcpause import bulk
 
     class Node:
         other: Any = None

@@ -31,9 +31,9 @@ from typing import Any
 
 from dnsside.core import diagnosis
 from dnsside.core.assembly import ClusterView, GlobalService, Member, assemble, probe_url, refusals
-from dnsside.core.bulk import bulk
 from dnsside.core.counts import Counts, Tally, tally
 from dnsside.core.diagnosis import ConfigWarning, Exclusion, Notice, Told
+from dnsside.core.gcpause import bulk
 from dnsside.core.links import Links
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork

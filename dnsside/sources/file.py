@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from dnsside.core.bulk import bulk
+from dnsside.core.gcpause import bulk
 from dnsside.model.events import (
     Event,
     Kind,

@@ -5,14 +5,10 @@ this module orchestrates them for the local API server and owns the Link rules.
 The flow, the Link rules and why there are no server-side label selectors:
 ``docs/kube-source.md``.
 
-No fault may ever make the answers wider or emptier than
-what was learnt. So the first answers wait for one complete list of every
-resource (one ``Replace`` + ``Synced``), a relist reaches the index as one
-``Replace`` that is diffed and swapped in at once, and errors are only ever
-reported (``SourceError``, ``LinkWatch``), never turned into deletions. Links
-obey the same rule with one exception, a Link CRD that is missing or forbidden
-before any list: that is a state (``LinksUnavailable``: nothing is filtered),
-not an error, and never holds up the first sync.
+It keeps the sources' rule (:mod:`dnsside.sources`: no fault widens or empties an
+answer), Links too, with one exception: a Link CRD that is missing or forbidden before
+any list is a state (``LinksUnavailable``: nothing is filtered), not an error, and never
+holds up the first sync.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from dnsside.core.bulk import paused
+from dnsside.core.gcpause import paused
 from dnsside.kubeapi.client import (
     ApiError,
     KubeApi,
@@ -159,7 +155,7 @@ class KubeSource:
         link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
         try:
             # Hundreds of thousands of records that live on: no GC passes over them while
-            # they are made (see dnsside.core.bulk); the index collects, then freezes them.
+            # they are made (see dnsside.core.gcpause); the index collects, then freezes them.
             with paused():
                 async with asyncio.TaskGroup() as tg:
                     listings = [tg.create_task(self.reflector.list_resource(api, res))

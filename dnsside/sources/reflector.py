@@ -14,10 +14,9 @@ pages and watch lines are read with a size cap, a list and a watch event with a
 time cap, and what it keeps with caps on objects and endpoints, all enforced
 while reading (``CapExceeded`` ends the request). The local one has none.
 
-No fault may make the answers wider or emptier than what
-was learnt. A relist reaches the index as one ``Replace`` that is diffed and
-swapped in at once, and errors are only ever reported (``SourceError``, and what
-a ``WatchHealth`` makes of them), never turned into deletions.
+It keeps the sources' rule (:mod:`dnsside.sources`): a relist is one ``Replace``, and an
+error is reported (``SourceError``, and what a ``WatchHealth`` makes of it), never
+turned into deletions.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from dnsside.core.bulk import paused
+from dnsside.core.gcpause import paused
 from dnsside.kubeapi.caps import TIME, CapExceeded
 from dnsside.kubeapi.client import (
     TRANSIENT,

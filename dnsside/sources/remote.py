@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import quote
 
-from dnsside.core.bulk import paused
+from dnsside.core.gcpause import paused
 from dnsside.core.remotes import parse_remote_service
 from dnsside.kubeapi.caps import CapExceeded, Limits
 from dnsside.kubeapi.client import (
@@ -475,7 +475,7 @@ class _LinkedCluster:
                             partial(_remote_service, cluster, self.target.selector))
         slices = ENDPOINTSLICES
         try:
-            with paused():  # records that live on: no GC passes over them (dnsside.core.bulk)
+            with paused():  # records that live on: no GC passes over them (dnsside.core.gcpause)
                 service_records, service_versions = await reflector.list_resource(
                     api, services)
                 try:
