@@ -174,7 +174,7 @@ async def test_a_gateway_mirror_without_endpoints_is_not_a_failure(fake_kube: Fa
             fake_kube.delete("EndpointSlice", s["metadata"]["namespace"], s["metadata"]["name"])
     results = await check(fake_kube)
     assert not failed(results)
-    assert "1 gateway mirrors without endpoints" in line(results, "link west:").text
+    assert "1 gateway mirror without endpoints" in line(results, "link west:").text
 
 
 async def test_missing_rbac_as_dnsside(fake_kube: FakeKube) -> None:

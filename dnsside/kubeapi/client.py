@@ -233,6 +233,10 @@ class KubeApi:
         if not path and default.is_file():
             path = str(default)
         loader: Any = None
+        if path and not any(Path(p).is_file() for p in path.split(os.pathsep) if p):
+            # (kubectl skips the missing files of a list; none at all is a mistake)
+            where = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
+            raise KubeConfigError(f"{where} names {path}, which is no readable file")
         try:
             if path:
                 loader = await load_kube_config(

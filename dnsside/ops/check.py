@@ -373,15 +373,20 @@ async def mirror_slices(c: Cluster) -> Findings:
     for cluster, h in sorted((await c.health()).items()):
         if h.orphaned:
             continue
-        counts = f"{h.pod_mirrors} per-pod and {h.gateway_mirrors} gateway mirrors"
+        counts = (f"{h.pod_mirrors} per-pod and "
+                  f"{diagnosis.plural(h.gateway_mirrors, 'gateway mirror', 'gateway mirrors')}")
         if h.slices_mirrored:
-            extra = (f"; {len(h.missing_gateway_slices)} gateway mirrors without endpoints "
+            gone = h.missing_gateway_slices
+            extra = (f"; {diagnosis.plural(len(gone), 'gateway mirror', 'gateway mirrors')} "
+                     "without endpoints "
                      "(their remote service has no ready endpoint)"
                      if h.missing_gateway_slices else "")
             yield Finding(True, f"link {cluster}: mirrors have EndpointSlices ({counts}){extra}")
             continue
         missing = h.missing_pod_slices + h.missing_gateway_slices
-        yield Finding(False, f"link {cluster}: {len(missing)} mirrors have no EndpointSlice "
+        yield Finding(False, f"link {cluster}: "
+                      f"{diagnosis.plural(len(missing), 'mirror has', 'mirrors have')} "
+                      "no EndpointSlice "
                       f"({_names(missing)})")
 
 
@@ -393,7 +398,8 @@ async def unsafe_addresses(c: Cluster) -> Findings:
     unsafe = diagnosis.unsafe_objects(mirrors.services, mirrors.slices)
     more = f" and {len(unsafe) - 3} more" if len(unsafe) > 3 else ""
     yield Finding(not unsafe, None if not unsafe else
-                  f"{len(unsafe)} served objects hold an address no pod or Service can own",
+                  f"{diagnosis.plural(len(unsafe), 'served object holds', 'served objects hold')}"
+                  " an address no pod or Service can own",
                   objects="; ".join(unsafe[:3]) + more)
 
 
@@ -407,7 +413,8 @@ async def orphans(c: Cluster) -> Findings:
     if not found:
         yield Finding(True)
     for cluster, h in sorted(found.items()):
-        yield Finding(False, f"{len(h.services)} mirrors of cluster {cluster} match no Link "
+        yield Finding(False, f"{diagnosis.plural(len(h.services), 'mirror', 'mirrors')} of "
+                      f"cluster {cluster} match{'es' if len(h.services) == 1 else ''} no Link "
                       f"({_names(h.services)})", cluster=cluster)
 
 
