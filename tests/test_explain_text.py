@@ -95,3 +95,26 @@ def test_every_explain_error_is_one_line_and_a_failing_exit(
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("dnsside: no Kubernetes configuration"), err
     assert "Traceback" not in err
+
+
+def test_an_unexported_local_service_is_explained_out_of_the_clusterset_only() -> None:
+    items = yaml.safe_load(DEMO.read_text())["items"]
+    for o in items:
+        if o["kind"] == "Service" and o["metadata"]["name"] == "nginx-svc":
+            del o["metadata"]["labels"]["mirror.linkerd.io/exported"]
+    options = IndexOptions(cluster_name="east")
+    index = Index(make_responder(["svc-global."], options.zone, ["clusterset.local."]), options)
+    records = [parse_object(o) for o in items]
+    index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
+    explain = Explainer(index).explain
+
+    def local_status(name: str) -> set[str]:
+        return {m["status"] for m in explain(name)["members"] if m["cluster"] == "east"}
+
+    assert local_status("nginx-svc.default.svc.clusterset.local") == {
+        "left out: only exporting clusters belong to a clusterset service, and the local "
+        "Service has no mirror.linkerd.io/exported label"}
+    assert local_status("nginx-svc.default.svc-global") == {"in the answer"}
+    mcs = explain("nginx-svc.default.svc.clusterset.local")
+    assert "10.42.1.10" not in " ".join(mcs["answer"])
+    assert "10.42.1.10" in " ".join(explain("nginx-svc.default.svc-global")["answer"])

@@ -113,7 +113,10 @@ class Explainer:
                 continue
             if host is not None and m.hostname != host:
                 continue
-            if id(m) in shown and mcs and kind is Kind.CLUSTER:
+            if id(m) in shown and mcs and m.via.local and not gs.local_exported:
+                why = ("left out: only exporting clusters belong to a clusterset service, and "
+                       "the local Service has no mirror.linkerd.io/exported label")
+            elif id(m) in shown and mcs and kind is Kind.CLUSTER:
                 why = "left out: KEP-1645 has no per-cluster names"
             elif id(m) in shown and mcs and federated and m.via is not Via.FEDERATED:
                 why = "left out: the federated ClusterIP stands for every cluster"
