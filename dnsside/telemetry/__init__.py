@@ -1,0 +1,1 @@
+"""The Prometheus metrics the sources and the serving side update."""
