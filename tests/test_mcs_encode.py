@@ -256,3 +256,33 @@ def test_removing_a_namespace_last_service_removes_its_names_in_both_zones(index
     assert ask(r, "db.svc." + M).rcode() == dns.rcode.NXDOMAIN
     assert ask(r, "svc." + M).rcode() == dns.rcode.NOERROR  # still there: fixed
     assert ask(r, "default.svc." + M).rcode() == dns.rcode.NOERROR
+
+
+def test_hostless_dual_stack_pods_are_one_srv_record_per_address() -> None:
+    """The MCS conformance suite's headless case (two dual-stack pods of a Deployment):
+    four SRV records, targets named by the dashed addresses, in both zones."""
+    from dnsside.core.assembly import ClusterView, assemble
+    from dnsside.model.linkerd import parse_service, parse_slice
+
+    svc = parse_service({"kind": "Service", "metadata": {
+        "name": "db", "namespace": "ns", "labels": {"mirror.linkerd.io/exported": "true"}},
+        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}})
+    slices = [parse_slice({"kind": "EndpointSlice", "addressType": family, "metadata": {
+        "name": f"db-{family}", "namespace": "ns",
+        "labels": {"kubernetes.io/service-name": "db"}},
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [a], "conditions": {"ready": True},
+                       "targetRef": {"kind": "Pod", "name": pod_name, "namespace": "ns"}}
+                      for a, pod_name in pairs]})
+        for family, pairs in (("IPv4", (("10.42.20.5", "db-a"), ("10.42.20.6", "db-b"))),
+                              ("IPv6", (("fd00:42::20:5", "db-a"), ("fd00:42::20:6", "db-b"))))]
+    gs = assemble("ns", "db", svc, slices, [], ClusterView("east"))
+    assert gs is not None
+    r = serve(gs)
+    for srv_name, base in ((f"_http._tcp.{SVC}", f"east.{SVC}"), ("_http._tcp.db.ns.svc-global",
+                                                        "east.db.ns.svc-global")):
+        targets = sorted(rd.split()[-1] for rd in rdata(ask(r, srv_name, "SRV"), "SRV"))
+        assert targets == [f"{host}.{base}." for host in (
+            "10-42-20-5", "10-42-20-6", "fd00-42--20-5", "fd00-42--20-6")], targets
+    assert rdata(ask(r, f"fd00-42--20-5.east.{SVC}", "AAAA"), "AAAA") == ["fd00:42::20:5"]
+    assert rdata(ask(r, f"10-42-20-5.east.{SVC}", "AAAA"), "AAAA") == []
