@@ -1,8 +1,8 @@
 """Every answer dnsside gives for a topology, as one digest: to show a change is byte-identical.
 
-    .venv/bin/python bench/answers_digest.py --size 0          # the demo
-    .venv/bin/python bench/answers_digest.py --size 10000      # the 10k topology
-    .venv/bin/python bench/answers_digest.py --size 0 --flag=--mcs-zone=clusterset.local.
+    .venv/bin/python -m bench.answers_digest --size 0          # the demo
+    .venv/bin/python -m bench.answers_digest --size 10000      # the 10k topology
+    .venv/bin/python -m bench.answers_digest --size 0 --flag=--mcs-zone=clusterset.local.
 
 It starts a real ``dnsside serve --source FILE`` and asks it, over UDP, every name
 the zone holds (each with A, AAAA, SRV, TXT and ANY), a nonexistent name below
@@ -34,13 +34,12 @@ import dns.rdatatype
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-sys.path.insert(0, str(ROOT / "bench"))
 
 QTYPES = ("A", "AAAA", "SRV", "TXT", "ANY")
 
 
 def topology_file(size: int) -> Path:
-    import topology
+    from bench import topology
 
     if size == 0:
         return topology.DEMO
@@ -51,8 +50,8 @@ def topology_file(size: int) -> Path:
 def names_of(source: Path, flags: list[str]) -> list[str]:
     """Every owner name the index holds for ``source`` (through the code as it is now)."""
     from dnsside.config import Config
-    from dnsside.model.events import Kind, Replace, Synced
     from dnsside.core.index import Index, make_responder
+    from dnsside.model.events import Kind, Replace, Synced
     from dnsside.serving.app import index_options
     from dnsside.sources.file import load_records
 

@@ -1,6 +1,6 @@
 """Resident memory of `dnsside serve` under steady object churn: does it level off?
 
-    .venv/bin/python bench/churn_memory.py [--minutes 8] [--rate 100] [--members 3000]
+    .venv/bin/python -m bench.churn_memory [--minutes 8] [--rate 100] [--members 3000]
                                           [--trace] [--env MALLOC_ARENA_MAX=2] [--label NAME]
 
 Loads `bench/topology.py`'s topology into the fake API server of tests/ (in this
@@ -51,8 +51,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
 
 SAMPLE_S = 10.0
 GATEWAY = "172.18.0.4"
@@ -643,8 +641,8 @@ def slope(points: list[tuple[float, float]]) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from support import ThreadedKube
-    from topology import generate
+    from bench.topology import generate
+    from testkit.threadedkube import ThreadedKube
 
     topo = generate(args.members, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="churn-"))
@@ -674,7 +672,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.trace or args.probe:
         probe_file.unlink(missing_ok=True)
         cmd = [sys.executable, *(["-X", "tracemalloc=1"] if args.trace else []),
-               str(Path(__file__)), "--probe", str(probe_file), "--", *serve]
+               "-m", "bench.churn_memory", "--probe", str(probe_file), "--", *serve]
     else:
         cmd = [sys.executable, "-m", "dnsside", *serve]
     started = time.monotonic()

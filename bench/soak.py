@@ -1,12 +1,12 @@
 """Soak: a real `dnsside serve` against a churning, faulty API server and flaky gateways,
 every name's answer compared with an independent model (issue 17).
 
-    .venv/bin/python bench/soak.py --minutes 2 --seed 1 --out bench/out/soak.json
-    .venv/bin/python bench/soak.py --minutes 30 --seed 1 --out bench/out/soak-30.json \\
+    .venv/bin/python -m bench.soak --minutes 2 --seed 1 --out bench/out/soak.json
+    .venv/bin/python -m bench.soak --minutes 30 --seed 1 --out bench/out/soak-30.json \\
         --report bench/SOAK_RESULTS.md
 
-In this process: the fake API server of tests/fakekube.py (on its own thread,
-as tests/support.py's ThreadedKube runs it) and three small HTTP gateways on
+In this process: the fake API server of testkit/fakekube.py (on its own thread,
+as testkit/serve.py's ThreadedKube runs it) and three small HTTP gateways on
 loopback addresses (127.x.y.1-3) behind the Links' probe Services. Against
 them, a `dnsside serve --gateway-probe on --gateway-probe-period 0.5` subprocess.
 Then, until --minutes are up, in rounds of --round seconds:
@@ -88,16 +88,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+import dns.exception
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
 
-import dns.exception  # noqa: E402
-import dns.flags  # noqa: E402
-import dns.message  # noqa: E402
-import dns.query  # noqa: E402
-import dns.rcode  # noqa: E402
-import dns.rdatatype  # noqa: E402
-from support import Dnsside, ThreadedKube, wait_for  # noqa: E402
+from testkit.serve import Dnsside, wait_for
+from testkit.threadedkube import ThreadedKube
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LOCAL = "east"
 CLUSTERS = ("west", "north", "south")
@@ -1462,7 +1463,7 @@ def main() -> int:
                     help="also fail when RSS grew more than PCT %% over the last half")
     ap.add_argument("--dnsside-log", type=Path, help="write dnsside's stderr here")
     args = ap.parse_args()
-    cmd = " ".join(["python", "bench/soak.py", *sys.argv[1:]])
+    cmd = " ".join(["python", "-m", "bench.soak", *sys.argv[1:]])
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         soak = Soak(args, Path(tmp))
         try:

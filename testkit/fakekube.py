@@ -25,11 +25,11 @@ way a real API server does, as far as a list/watch client can tell:
 * bearer-token auth (401 without a known token): :attr:`FakeKube.token` is user
   ``admin``, :meth:`FakeKube.add_token` adds more users, and an unrestricted user may
   act as another with the ``Impersonate-User`` header; on the TLS listener
-  (:attr:`FakeKube.tls_url`, tests/testca.py) a request without a token may present a
+  (:attr:`FakeKube.tls_url`, testkit/testca.py) a request without a token may present a
   client certificate the test CA signed, and is its CN;
 * RBAC: :meth:`FakeKube.forbid` denies a resource to a user (or everyone), and
   :meth:`FakeKube.restrict` limits a user to an allow-list of :class:`Rule` s
-  (tests/fakekube_rbac.py; :data:`REMOTE_ACCESS_RULES` is what a Linkerd Link's
+  (testkit/fakekube_rbac.py; :data:`REMOTE_ACCESS_RULES` is what a Linkerd Link's
   service account may read), both 403 with the real message;
 * discovery (``/version``, ``/api``, ``/apis``, ``/apis/<group>``, ...), open to
   every authenticated user.
@@ -49,7 +49,7 @@ is counted in :attr:`FakeKube.requests` by ``(method, path)``.
 
 A linked cluster's API server may be hostile: :attr:`FakeKube.hostile`, when set, sees
 every authenticated request first and may answer it any way it likes (malformed JSON, an
-endless line, a trickle: tests/test_hostile_api.py); returning None lets the fake answer
+endless line, a trickle: tests/security/test_hostile_api.py); returning None lets the fake answer
 as the API server does.
 
 Use :func:`running_fake_kube` (or the ``fake_kube`` fixture in conftest.py)::
@@ -82,11 +82,12 @@ from typing import Any
 
 import yaml
 from aiohttp import web
-from fakekube_rbac import REMOTE_ACCESS_RULES as REMOTE_ACCESS_RULES  # re-exported
-from fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214 as REMOTE_ACCESS_RULES_PRE_214
-from fakekube_rbac import Access, Users, forbidden_message, impersonation_message
-from fakekube_rbac import Rule as Rule
-from testca import fake_ca
+
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES as REMOTE_ACCESS_RULES  # re-exported
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214 as REMOTE_ACCESS_RULES_PRE_214
+from testkit.fakekube_rbac import Access, Users, forbidden_message, impersonation_message
+from testkit.fakekube_rbac import Rule as Rule
+from testkit.testca import fake_ca
 
 # --------------------------------------------------------------------------- resources
 
@@ -399,7 +400,7 @@ class FakeKube:
     _tls_site: web.SockSite | None = None
     host: str = "127.0.0.1"
     port: int = 0
-    # The same API over TLS (tests/testca.py), as a linked cluster's is reached: a Link's
+    # The same API over TLS (testkit/testca.py), as a linked cluster's is reached: a Link's
     # kubeconfig must name an https server with its CA (dnsside/kubeapi/linkcreds.py).
     tls_port: int = 0
     kubeconfig: str = ""

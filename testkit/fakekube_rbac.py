@@ -1,4 +1,4 @@
-"""Users and RBAC for the fake API server (tests/fakekube.py).
+"""Users and RBAC for the fake API server (testkit/fakekube.py).
 
 ``--flat-network`` reads a Link's credentials Secret from the local cluster and then
 watches the remote cluster as the Secret's service account, which Linkerd's

@@ -15,7 +15,7 @@ A server that must stay in the test process (a fake API server whose state the t
 changes directly) can listen inside too: :func:`enter_netns` moves only the calling
 thread there, so a server whose event loop runs in a thread of its own binds its
 sockets in the namespace while the rest of the test process stays outside
-(``ThreadedKube(..., netns=ns.name)`` in tests/support.py).
+(``ThreadedKube(..., netns=ns.name)`` in testkit/threadedkube.py).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ import dns.message
 import dns.query
 import dns.rcode
 import dns.rdatatype
-from support import Dnsside, answers, wait_for
+
+from testkit.serve import Dnsside, answers, wait_for
 
 ZONE = "svc-global"
 PROBE = "resolver-probe.svc-global"  # NXDOMAIN; asked until a resolver answers, never else

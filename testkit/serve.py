@@ -7,7 +7,6 @@ test can wait for one ("poll with a deadline", never a bare sleep).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -17,7 +16,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,7 +51,7 @@ class Dnsside:
         # loopback gateways it starts itself, and says so with --gateway-probe.
         probe = [] if any(a.startswith("--gateway-probe") for a in args) else [
             "--gateway-probe", "off"]
-        # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (tests/netns.py).
+        # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (testkit/netns.py).
         cmd = [*wrap, sys.executable, "-m", "dnsside", "serve", "--listen", listen,
                "--http-listen", "127.0.0.1:0", *probe, *args]
         # $POD_IP changes the default NS address: only a test that asks for it gets one.
@@ -146,61 +144,3 @@ def demo_server(*extra: str, **kw: Any) -> Dnsside:
 def run_cli(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "dnsside", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
-
-
-class ThreadedKube:
-    """The fake API server (tests/fakekube.py) on a private event loop in a daemon thread,
-    so a test or bench can block on DNS polls while it keeps serving watches.
-
-    With ``netns`` (a tests/netns.py namespace name) that thread joins the namespace
-    before it binds anything, so processes started inside it (`ip netns exec`) reach the
-    server on its 127.0.0.1 address, while the test still controls it directly."""
-
-    def __init__(self, tmp: Path, *, netns: str | None = None, **kwargs: Any) -> None:
-        from fakekube import FakeKube
-
-        self.loop = asyncio.new_event_loop()
-        entered: Future[None] = Future()
-        self.thread = threading.Thread(target=self._serve, args=(netns, entered), daemon=True)
-        self.thread.start()
-        try:
-            entered.result(10)  # a failed setns is raised here, before anything listens
-        except BaseException:
-            self.loop.close()
-            raise
-        self.kube = FakeKube(**{"bookmark_interval": 0.2, **kwargs})
-        self.run(self.kube.start(tmp))
-        self.kubeconfig = self.kube.kubeconfig
-
-    def _serve(self, netns: str | None, entered: Future[None]) -> None:
-        try:
-            if netns is not None:
-                from netns import enter_netns
-
-                enter_netns(netns)
-        except BaseException as exc:
-            entered.set_exception(exc)
-            return
-        entered.set_result(None)
-        self.loop.run_forever()
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
-
-    def call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """Run ``fn`` on the fake's loop thread (its state is not thread-safe)."""
-        done: Future[T] = Future()
-
-        def invoke() -> None:
-            try:
-                done.set_result(fn(*args, **kw))
-            except Exception as exc:
-                done.set_exception(exc)
-
-        self.loop.call_soon_threadsafe(invoke)
-        return done.result(600)
-
-    def close(self) -> None:
-        self.run(self.kube.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 # --------------------------------------------------------------------------- fake API server
-# (tests/fakekube.py) `fake_kube`: a running FakeKube with `.kubeconfig`, `.url` and the
+# (testkit/fakekube.py) `fake_kube`: a running FakeKube with `.kubeconfig`, `.url` and the
 # control methods (load/apply/delete/drop_streams/fail_next/compact/set_unreachable).
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from fakekube import FakeKube, running_fake_kube
-from support import ThreadedKube
 
-DEMO_EAST = Path(__file__).resolve().parent.parent / "examples" / "demo-east.yaml"
+from testkit.fakekube import FakeKube, running_fake_kube
+from testkit.threadedkube import ThreadedKube
+
+DEMO_EAST = Path(__file__).resolve().parents[1] / "examples" / "demo-east.yaml"
 
 
 @pytest.fixture

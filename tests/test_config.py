@@ -19,6 +19,8 @@ from dnsside.config import (
     split_hostport,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def test_every_flag_has_one_env_name_and_a_config_home() -> None:
     assert len({f.env for f in FLAGS}) == len(FLAGS)
@@ -114,7 +116,7 @@ def test_config_check_names_the_flag() -> None:
 def test_every_serve_flag_is_in_the_readme_flag_table() -> None:
     """The README's flag table is what users read: a flag missing there does not exist
     for them."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     table = text.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
     missing = [f.name for f in flags_for(SERVE) if f"`{f.name}" not in table]
     assert not missing, f"README's flag table lacks {missing}"

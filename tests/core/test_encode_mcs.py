@@ -14,13 +14,12 @@ import dns.rdatatype
 import pytest
 from test_index import BOTH, demo_records, obj, rec
 
-from dnsside.dns.zone import McsZone, Zone
+from dnsside.core.assembly import GlobalService, Member
 from dnsside.core.encode import encode_service
-from dnsside.dns.zone import ZoneOptions
-
+from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.dns.responder import Responder
-
 from dnsside.dns.wire import to_wire
+from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -28,9 +27,9 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
-from dnsside.core.assembly import GlobalService, Member
 from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
+
+pytestmark = pytest.mark.quick
 
 M = "clusterset.local."
 HTTP = Port("http", 80, "TCP")

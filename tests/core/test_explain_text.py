@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import yaml
-from support import DEMO
 
-from dnsside.model.events import Kind, Replace, Synced
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.model.events import Kind, Replace, Synced
 from dnsside.model.linkerd import parse_object
+from testkit.serve import DEMO
 
 
 def explainer() -> Explainer:
@@ -55,7 +55,8 @@ def test_the_cli_prints_text_by_default_and_json_or_yaml_when_asked() -> None:
     import json
 
     import yaml
-    from support import run_cli
+
+    from testkit.serve import run_cli
 
     base = ["explain", "--source", str(DEMO), "--cluster-name", "east",
             "nginx-svc.default.svc-global"]

@@ -9,8 +9,8 @@ import dns.message
 import dns.rcode
 import pytest
 import yaml
-from support import DEMO
 
+from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -19,7 +19,6 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.model.linkerd import (
     Record,
     ServiceRecord,
@@ -27,6 +26,9 @@ from dnsside.model.linkerd import (
     parse_object,
 )
 from dnsside.serving.reporting import IndexReporter
+from testkit.serve import DEMO
+
+pytestmark = pytest.mark.quick
 
 BOTH = frozenset({Kind.SERVICE, Kind.SLICE})
 ALL = BOTH | {Kind.LINK}  # a dump with Links: mirrors of unlinked clusters are orphans

@@ -10,19 +10,12 @@ from typing import Any
 import dns.message
 import dns.rcode
 import pytest
-from flatnet import (
-    REMOTE_DISCOVERY_LABELS,
-    endpoint,
-    endpoint_slice,
-    local_objects,
-    service,
-    v1_endpoints,
-    west_objects,
-)
 
-from dnsside.telemetry import metrics
-from dnsside.dns.zone import ZoneOptions
 from dnsside.core.diagnosis import Exclusion
+from dnsside.core.explain import Explainer, render
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.remotes import parse_remote_service
+from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
     Gateway,
@@ -35,9 +28,6 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.explain import Explainer, render
-from dnsside.core.remotes import parse_remote_service
-from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.model.linkerd import (
     LabelSelector,
     LinkRecord,
@@ -50,6 +40,18 @@ from dnsside.model.linkerd import (
     parse_slice,
 )
 from dnsside.serving.reporting import IndexReporter
+from dnsside.telemetry import metrics
+from testkit.flatnet import (
+    REMOTE_DISCOVERY_LABELS,
+    endpoint,
+    endpoint_slice,
+    local_objects,
+    service,
+    v1_endpoints,
+    west_objects,
+)
+
+pytestmark = pytest.mark.quick
 
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
 REMOTE_KINDS = frozenset({Kind.SERVICE, Kind.SLICE})
@@ -293,7 +295,7 @@ def test_link_record_defaults_keep_the_file_source_working() -> None:
 
 
 def test_per_pod_mirrors_of_a_cluster_served_directly_are_left_out_too() -> None:
-    import topology as t
+    from testkit import topology as t
 
     idx = make_index()
     gateway_mode = [parse_object(o) for o in t.headless_link(

@@ -10,9 +10,8 @@ import dns.message
 import dns.rcode
 import pytest
 import yaml
-from support import DEMO
 
-from dnsside.telemetry import metrics
+from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -25,8 +24,6 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
-from dnsside.serving.reporting import IndexReporter
 from dnsside.model.linkerd import (
     LinkRecord,
     Record,
@@ -34,6 +31,11 @@ from dnsside.model.linkerd import (
     SliceRecord,
     parse_object,
 )
+from dnsside.serving.reporting import IndexReporter
+from dnsside.telemetry import metrics
+from testkit.serve import DEMO
+
+pytestmark = pytest.mark.quick
 
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]

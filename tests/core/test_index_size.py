@@ -14,18 +14,17 @@ from typing import Any
 
 import pytest
 import yaml
-from fakekube import FakeKube
-from support import DEMO
 
+from dnsside.core.index import Index, IndexOptions, make_responder
+from dnsside.core.tables import Table
 from dnsside.dns.wire import Answer
+from dnsside.kubeapi.client import continue_token
 from dnsside.model.events import (
     Kind,
     Replace,
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
-from dnsside.core.tables import Table
 from dnsside.model.linkerd import (
     Endpoint,
     Endpoints,
@@ -34,7 +33,10 @@ from dnsside.model.linkerd import (
     parse_object,
 )
 from dnsside.sources.kube import KubeSource
-from dnsside.kubeapi.client import continue_token
+from testkit.fakekube import FakeKube
+from testkit.serve import DEMO
+
+pytestmark = pytest.mark.quick
 
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})

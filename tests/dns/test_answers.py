@@ -9,8 +9,9 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import topology as t
-from support import Dnsside, answers, demo_server, expect_udp_io
+
+from testkit import topology as t
+from testkit.serve import Dnsside, answers, demo_server, expect_udp_io
 
 NGINX = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
 

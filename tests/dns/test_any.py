@@ -19,17 +19,14 @@ import dns.flags
 import dns.rcode
 import dns.rdatatype
 import pytest
-import topology as t
 import yaml
-from rawdns import AAAA, ANY, HINFO, NS, SRV, A, exchange, opt_rr, parse, query
-from support import DEMO, Dnsside, answers, wait_for
-
-from dnsside.dns.zone import Zone
-from dnsside.dns.zone import ZoneOptions
 
 from dnsside.dns.responder import Responder
-
 from dnsside.dns.wire import Answer, to_wire
+from dnsside.dns.zone import Zone, ZoneOptions
+from testkit import topology as t
+from testkit.rawdns import AAAA, ANY, HINFO, NS, SRV, A, exchange, opt_rr, parse, query
+from testkit.serve import DEMO, Dnsside, answers, wait_for
 
 V6 = "v6only.apps.svc-global"
 DUAL = "dual.apps.svc-global"

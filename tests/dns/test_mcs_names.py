@@ -20,8 +20,9 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import topology as t
-from support import Dnsside, answers, demo_server, run_cli
+
+from testkit import topology as t
+from testkit.serve import Dnsside, answers, demo_server, run_cli
 
 M = "clusterset.local"
 NGINX_MCS = f"nginx-svc.default.svc.{M}"

@@ -28,11 +28,15 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import topology as t
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rawdns import (
+
+from dnsside.serving.app import ns_addresses
+from testkit import topology as t
+from testkit.dig import dig
+from testkit.fuzzing import PROFILE, responder
+from testkit.rawdns import (
     AAAA,
     NS,
     SOA,
@@ -46,11 +50,8 @@ from rawdns import (
     query,
     question_of,
 )
-from support import DEMO, Dnsside, ThreadedKube, answers, demo_server, run_cli, wait_for
-from test_dig import dig
-from test_fuzz import PROFILE, responder
-
-from dnsside.serving.app import ns_addresses
+from testkit.serve import DEMO, Dnsside, answers, demo_server, run_cli, wait_for
+from testkit.threadedkube import ThreadedKube
 
 TRANSPORTS = ["udp", "tcp"]
 NGINX = "nginx-svc.default.svc-global"

@@ -11,7 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 from conftest import DEMO_EAST
-from fakekube import FakeKube, parse_selector
+
+from testkit.fakekube import FakeKube, parse_selector
+
+pytestmark = pytest.mark.quick
 
 SVC = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"

@@ -18,13 +18,6 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from fakekube import (
-    REMOTE_ACCESS_RULES,
-    REMOTE_ACCESS_RULES_PRE_214,
-    FakeKube,
-    Rule,
-    running_fake_kube,
-)
 
 from dnsside.kubeapi.client import (
     Forbidden,
@@ -32,6 +25,15 @@ from dnsside.kubeapi.client import (
     NotFound,
     Unauthorized,
 )
+from testkit.fakekube import (
+    REMOTE_ACCESS_RULES,
+    REMOTE_ACCESS_RULES_PRE_214,
+    FakeKube,
+    Rule,
+    running_fake_kube,
+)
+
+pytestmark = pytest.mark.quick
 
 # The service account `linkerd multicluster link` uses on the remote cluster.
 MIRROR = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-default"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
-from fakekube import FakeKube
+
+from testkit.fakekube import FakeKube
 
 
 async def get(kube: FakeKube, path: str, **headers: str) -> tuple[int, Any]:

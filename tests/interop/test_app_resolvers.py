@@ -1,7 +1,7 @@
 """Application resolvers against dnsside, as applications ask: glibc (getaddrinfo, res_query,
 res_search), Go's pure resolver and Java's JNDI.
 
-They run inside a network namespace the test creates (tests/netns.py), whose
+They run inside a network namespace the test creates (testkit/netns.py), whose
 /etc/resolv.conf names a real resolver on port 53 (dnsmasq, forwarding `svc-global` to
 dnsside on 127.0.0.1:5353 inside the same namespace, NXDOMAIN for everything else) with
 the search list a pod in namespace `default` would have, and `ndots:5`:
@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import topology as t
-from netns import Netns
-from support import ROOT, Dnsside, wait_for
 
-CLIENTS = ROOT / "tests" / "clients"
+from testkit import topology as t
+from testkit.netns import Netns
+from testkit.serve import Dnsside, wait_for
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
 RESOLV_CONF = ("nameserver 127.0.0.1\nsearch default.svc-global svc-global\n"
                "options ndots:5 timeout:2 attempts:2\n")
 WEB = "web.default.svc-global"
@@ -155,7 +156,7 @@ def test_glibc_getaddrinfo_and_res_query(resolver_ns: Netns) -> None:
 
 @pytest.fixture(scope="module")
 def go_resolve(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/clients/resolve.go built with Debian's golang-go, offline (standard library
+    """tests/interop/clients/resolve.go built with Debian's golang-go, offline (standard library
     only, caches in tmp, GOPROXY=off)."""
     tmp = tmp_path_factory.mktemp("go")
     binary = tmp / "resolve"

@@ -6,15 +6,15 @@ sections); kdig speaks JSON (`+json`, RFC 8427), which is read as data.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from support import Dnsside, demo_server, expect_udp_io
+
+from testkit.dig import dig, kdig, rcode, rdata
+from testkit.serve import Dnsside, demo_server, expect_udp_io
 
 NGINX = "nginx-svc.default.svc-global"
 NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
@@ -30,59 +30,6 @@ def srv(udp_io: str) -> Iterator[Dnsside]:
 # --------------------------------------------------------------------------- dig
 
 
-@dataclass
-class Dig:
-    text: str
-    opcode: str = ""
-    status: str = ""
-    flags: set[str] = field(default_factory=set)
-    counts: dict[str, int] = field(default_factory=dict)
-    edns: str | None = None  # the "; EDNS: ..." line
-    opt_lines: list[str] = field(default_factory=list)
-    sections: dict[str, list[list[str]]] = field(default_factory=dict)
-
-    def rdata(self, section: str = "ANSWER", rtype: str | None = None) -> list[str]:
-        return sorted(" ".join(rr[4:]) for rr in self.sections.get(section, [])
-                      if rtype is None or rr[3] == rtype)
-
-
-def dig(srv: Dnsside, *args: str) -> Dig:
-    out = subprocess.run(
-        ["dig", f"@{srv.host}", "-p", str(srv.port), "+time=3", "+tries=1", *args],
-        capture_output=True, text=True, timeout=30,
-    ).stdout
-    d = Dig(out)
-    header = re.findall(r"opcode: (\w+), status: (\w+), id: \d+", out)
-    if header:
-        d.opcode, d.status = header[-1]
-    flags = re.findall(r";; flags:([^;]*); QUERY: (\d+), ANSWER: (\d+), AUTHORITY: (\d+), "
-                       r"ADDITIONAL: (\d+)", out)
-    if flags:
-        f, *counts = flags[-1]
-        d.flags = set(f.split())
-        d.counts = dict(zip(["QUERY", "ANSWER", "AUTHORITY", "ADDITIONAL"], map(int, counts),
-                            strict=True))
-    section = None
-    for line in out.splitlines():
-        if line.startswith(";; OPT PSEUDOSECTION"):
-            section = "OPT"
-            continue
-        m = re.match(r";; (\w+) SECTION:", line)
-        if m:
-            section = m.group(1)
-            d.sections.setdefault(section, [])
-            continue
-        if not line.strip():
-            section = None
-        elif section == "OPT":
-            d.opt_lines.append(line)
-            if line.startswith("; EDNS:"):
-                d.edns = line
-        elif section and section != "QUESTION" and not line.startswith(";"):
-            d.sections[section].append(line.split(None, 4))
-        elif section == "QUESTION":
-            d.sections[section].append(line.lstrip(";").split())
-    return d
 
 
 def test_dig_answer_flags(srv: Dnsside) -> None:
@@ -233,32 +180,6 @@ def test_dig_0x20(srv: Dnsside) -> None:
 # --------------------------------------------------------------------------- kdig
 
 
-def kdig(srv: Dnsside, *args: str) -> list[dict[str, Any]]:
-    """kdig +json: one JSON object per message (several with more than one query)."""
-    out = subprocess.run(
-        ["kdig", f"@{srv.host}", "-p", str(srv.port), "+json", "+timeout=3", "+retry=0", *args],
-        capture_output=True, text=True, timeout=30,
-    ).stdout
-    decoder = json.JSONDecoder()
-    msgs, i = [], 0
-    while i < len(out):
-        if out[i].isspace():
-            i += 1
-            continue
-        obj, i = decoder.raw_decode(out, i)
-        msgs.append(obj)
-    assert msgs, out
-    return msgs
-
-
-def rcode(msg: dict[str, Any]) -> int:
-    """The full rcode: header bits plus the extended bits in the OPT TTL."""
-    opt = [rr for rr in msg.get("additionalRRs", []) if rr["TYPE"] == 41]
-    return int(msg["RCODE"]) | ((opt[0]["TTL"] >> 24) << 4 if opt else 0)
-
-
-def rdata(msg: dict[str, Any], rtype: str, section: str = "answerRRs") -> list[str]:
-    return sorted(rr[f"rdata{rtype}"] for rr in msg.get(section, []) if rr["TYPEname"] == rtype)
 
 
 def opt(msg: dict[str, Any]) -> dict[str, Any] | None:

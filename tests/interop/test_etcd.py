@@ -9,7 +9,7 @@ resolves every target (`etcd-0.<cluster>.etcd.db.svc-global`) and finds itself a
 them by address. etcd 3.4 bootstraps from SRV only over TLS (`-ssl`, https peer URLs),
 so the test makes a CA and one certificate per member with `openssl`.
 
-Everything runs inside a network namespace the test creates (tests/netns.py): dnsside
+Everything runs inside a network namespace the test creates (testkit/netns.py): dnsside
 serves the topology file on 127.0.0.1:53, which /etc/resolv.conf there names, so etcd's
 own resolver asks it; each member binds its own 10.99.0.x address (added to the
 namespace's loopback interface) with the usual ports.
@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import topology as t
-from netns import Netns
-from support import Dnsside, wait_for
+
+from testkit import topology as t
+from testkit.netns import Netns
+from testkit.serve import Dnsside, wait_for
 
 DOMAIN = "etcd.db.svc-global"
 SRV_NAME = f"_etcd-server-ssl._tcp.{DOMAIN}"

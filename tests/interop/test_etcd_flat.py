@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakekube_rbac import REMOTE_ACCESS_RULES
-from flatnet import (
+from test_etcd import ADDRESS, DOMAIN, PORTS, EtcdCluster, make_certificates, srv_targets, target
+
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
     endpoint_slice,
@@ -33,9 +35,9 @@ from flatnet import (
     remote_discovery_mirror,
     service,
 )
-from netns import Netns
-from support import Dnsside, ThreadedKube, wait_for
-from test_etcd import ADDRESS, DOMAIN, PORTS, EtcdCluster, make_certificates, srv_targets, target
+from testkit.netns import Netns
+from testkit.serve import Dnsside, wait_for
+from testkit.threadedkube import ThreadedKube
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"

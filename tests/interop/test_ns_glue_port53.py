@@ -15,7 +15,7 @@ pod:
   the pod sandbox: port 53 binds only thanks to
   `net.ipv4.ip_unprivileged_port_start` (checked both ways);
 * BIND `type stub` and unbound `stub-prime: yes`, started by the test in the same
-  namespace from configs it writes (tests/resolvers.py), answer A, AAAA and SRV
+  namespace from configs it writes (testkit/resolvers.py), answer A, AAAA and SRV
   questions exactly as dnsside does directly.
 
 And the old layout (`dnsside install --dns-port 5353`, what every install was
@@ -47,10 +47,11 @@ import dns.exception
 import dns.rcode
 import pytest
 import yaml
-from netns import Netns
-from resolvers import Bind, Resolver, Unbound, same_answer
-from support import ROOT, Dnsside
 from test_resolver_matrix import BIG, NGINX, PG, QUESTIONS, ROACH, zone_objects
+
+from testkit.netns import Netns
+from testkit.resolvers import Bind, Resolver, Unbound, same_answer
+from testkit.serve import ROOT, Dnsside
 
 POD_IP = "192.0.2.53"
 UID = 65532  # the manifests' runAsUser/runAsGroup

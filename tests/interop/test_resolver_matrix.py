@@ -4,7 +4,7 @@ resolver a cluster or a workstation puts in front of it.
 unbound (stub zone, strict: QNAME minimisation strict, harden-below-nxdomain, 0x20,
 `stub-prime: yes`), dnsmasq, knot-resolver (`policy.STUB`), BIND as a forwarder,
 BIND `type stub` (learns the zone's NS and glue from dnsside and follows them),
-BIND `type static-stub` and PowerDNS Recursor (`forward-zones`); tests/resolvers.py
+BIND `type static-stub` and PowerDNS Recursor (`forward-zones`); testkit/resolvers.py
 starts each from a config it writes, once for the module. Every answer through a
 resolver must equal the direct one (over TCP, complete): same rcode (so NXDOMAIN
 and NODATA stay apart), same answer RRsets as rdata sets.
@@ -26,11 +26,12 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import topology as t
 import yaml
-from rawdns import bulk_objects
-from resolvers import KINDS, Resolver, make, serve_on_port_53
-from support import DEMO, Dnsside
+
+from testkit import topology as t
+from testkit.rawdns import bulk_objects
+from testkit.resolvers import KINDS, Resolver, make, serve_on_port_53
+from testkit.serve import DEMO, Dnsside
 
 NGINX = "nginx-svc.default.svc-global"
 ROACH = "cockroachdb.db.svc-global"

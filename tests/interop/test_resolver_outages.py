@@ -32,8 +32,10 @@ import dns.exception
 import dns.message
 import dns.rcode
 import pytest
-from resolvers import KINDS, Resolver, make, serve_on_port_53
-from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
+
+from testkit.resolvers import KINDS, Resolver, make, serve_on_port_53
+from testkit.serve import DEMO, Dnsside, answers, wait_for
+from testkit.threadedkube import ThreadedKube
 
 TTL = 3
 SLACK = 5.0  # polling, scheduling, a loaded 2-core machine: far below every bad default

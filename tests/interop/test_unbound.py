@@ -20,9 +20,10 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 import yaml
-from rawdns import bulk_objects
-from resolvers import Unbound, same_answer
-from support import DEMO, Dnsside, answers, expect_udp_io, wait_for
+
+from testkit.rawdns import bulk_objects
+from testkit.resolvers import Unbound, same_answer
+from testkit.serve import DEMO, Dnsside, answers, expect_udp_io, wait_for
 
 NGINX = "nginx-svc.default.svc-global"
 

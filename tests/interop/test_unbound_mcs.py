@@ -25,8 +25,9 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 import pytest
-from resolvers import ZONE, Unbound, same_answer
-from support import Dnsside, answers, demo_server, wait_for
+
+from testkit.resolvers import ZONE, Unbound, same_answer
+from testkit.serve import Dnsside, answers, demo_server, wait_for
 
 M = "clusterset.local"
 NGINX = f"nginx-svc.default.svc.{M}"

@@ -1,5 +1,5 @@
 """dnsside/kubeapi/linkcreds.py: what a Link's kubeconfig may hold, decided on the text
-alone (the end-to-end view is tests/test_hostile_credentials.py)."""
+alone (the end-to-end view is tests/security/test_hostile_credentials.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import yaml
-from testca import fake_ca
 
 from dnsside.kubeapi.linkcreds import (
     ALWAYS_REFUSED,
@@ -16,6 +15,9 @@ from dnsside.kubeapi.linkcreds import (
     Unusable,
     parse,
 )
+from testkit.testca import fake_ca
+
+pytestmark = pytest.mark.quick
 
 CA = base64.b64encode(fake_ca().ca_pem.encode()).decode()
 SERVER = "https://api.west.example:6443"

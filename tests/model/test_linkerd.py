@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import yaml
-from support import DEMO
 
 from dnsside.core.assembly import (
     GlobalService,
@@ -29,6 +28,9 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
+from testkit.serve import DEMO
+
+pytestmark = pytest.mark.quick
 
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 

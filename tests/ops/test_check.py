@@ -20,17 +20,18 @@ from typing import Any
 
 import pytest
 from conftest import DEMO_EAST
-from fakekube import (
+
+from dnsside.kubeapi.client import KubeApi
+from dnsside.ops.check import CheckOptions, Result, passed, render, run_checks
+from testkit.fakekube import (
     REMOTE_ACCESS_RULES,
     REMOTE_ACCESS_RULES_PRE_214,
     FakeKube,
     Rule,
     running_fake_kube,
 )
-from support import ROOT, Dnsside, ThreadedKube
-
-from dnsside.ops.check import CheckOptions, Result, passed, render, run_checks
-from dnsside.kubeapi.client import KubeApi
+from testkit.serve import ROOT, Dnsside
+from testkit.threadedkube import ThreadedKube
 
 SA = "system:serviceaccount:dnsside:dnsside"
 

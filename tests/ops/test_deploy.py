@@ -3,7 +3,7 @@
 Nothing here talks to a cluster or a Docker engine, and kubectl/kustomize are
 not needed: a tiny loader reads each kustomization.yaml's `resources:` list
 (the only kustomize feature the manifests use; any other field makes the
-loader fail rather than silently skip it; tests/test_install.py checks the
+loader fail rather than silently skip it; tests/ops/test_install.py checks the
 same against `kubectl kustomize` and `dnsside install`) and every object is validated with
 kubernetes-validate against the Kubernetes 1.33 OpenAPI schemas in strict mode
 (unknown fields are errors). On top of schema validity, the tests pin down the
@@ -29,7 +29,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 BASE = DEPLOY / "base"
 SIDECAR = DEPLOY / "overlays" / "sidecar"
@@ -56,7 +56,7 @@ SIDECAR_PATCH = SIDECAR / "coredns-patch.yaml"
 # `resources` only: `dnsside install` writes every namespace and tag itself).
 KUSTOMIZE_FIELDS = {"apiVersion", "kind", "namespace", "resources", "images"}
 # Custom resources (prometheus-operator): kubernetes-validate has no schema for them;
-# tests/test_install.py validates them against schemas of their own and promtool.
+# tests/ops/test_install.py validates them against schemas of their own and promtool.
 CUSTOM_KINDS = {"PrometheusRule", "PodMonitor"}
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}

@@ -6,7 +6,7 @@
   and deploy/ against scripts/gen-deploy.py (drift fails);
 * every `serve` flag baked into the ConfigMap and read back by the serve parser;
 * each CoreDNS flavor's object: schema-valid, and its Corefile parsed by
-  tests/corefile.py (a parser of its own, not dnsside's) with the zones and the
+  testkit/corefile.py (a parser of its own, not dnsside's) with the zones and the
   forward address checked;
 * the PrometheusRule: a schema of our own, `promtool check rules`, and `promtool test
   rules` firing each alert on series that should fire it and not on healthy ones.
@@ -31,14 +31,15 @@ import jsonschema
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
-from corefile import CorefileError, block_for, forward_to, parse
-from support import ROOT, ThreadedKube, run_cli
 
 from dnsside import __version__
 from dnsside.config import flag
 from dnsside.ops import cli as ops_cli
 from dnsside.ops import deploy, manifests, monitoring
 from dnsside.ops.corefile import upstream
+from testkit.corefile import CorefileError, block_for, forward_to, parse
+from testkit.serve import ROOT, run_cli
+from testkit.threadedkube import ThreadedKube
 
 K8S_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
 DNSSIDE = [sys.executable, "-m", "dnsside"]

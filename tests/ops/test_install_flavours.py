@@ -4,7 +4,7 @@ Each flavour's output is parsed the way the platform reads it: core objects thro
 kubernetes-validate, the EKS add-on values, the RKE2 HelmChartConfig and the OpenShift
 DNS operator object against the schema parts written below from the platforms' own
 sources, every Corefile (also one rendered from the rke2-coredns chart's ``servers``)
-through tests/corefile.py. Then one test per defect issue 19 found in the flavours.
+through testkit/corefile.py. Then one test per defect issue 19 found in the flavours.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from corefile import block_for, forward_to, parse
-from support import ROOT
 from test_install import OPENSHIFT_DNS_SCHEMA, coredns, docs, live_nodelocaldns, valid
+
+from testkit.corefile import block_for, forward_to, parse
+from testkit.serve import ROOT
+
+pytestmark = pytest.mark.quick
 
 ADDRESS = "10.96.0.53:53"  # given with its port: independent of install's default port
 

@@ -18,9 +18,16 @@ from typing import Any
 
 import dns.rcode
 import pytest
-from fakekube import FakeKube
-from fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
-from flatnet import (
+from hypothesis import given
+from hypothesis import strategies as st
+from test_check import SA, check, demo, line, only_failure
+
+from dnsside.core.assembly import assemble
+from dnsside.model.addresses import Unsafe, describe, unsafe_address
+from dnsside.model.linkerd import normal_ip, parse_service, parse_slice
+from testkit.fakekube import FakeKube
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
+from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
     endpoint_slice,
@@ -28,17 +35,11 @@ from flatnet import (
     service,
     v1_endpoints,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
-from test_check import SA, check, demo, line, only_failure
-from topology import CLUSTER, MIRROR, headless_link, write
-from topology import endpoint_slice as slice_of
-from topology import service as svc_of
-
-from dnsside.model.addresses import Unsafe, describe, unsafe_address
-from dnsside.core.assembly import assemble
-from dnsside.model.linkerd import normal_ip, parse_service, parse_slice
+from testkit.serve import Dnsside, answers, run_cli, wait_for
+from testkit.threadedkube import ThreadedKube
+from testkit.topology import CLUSTER, MIRROR, headless_link, write
+from testkit.topology import endpoint_slice as slice_of
+from testkit.topology import service as svc_of
 
 # --------------------------------------------------------------------------- the function
 

@@ -1,6 +1,6 @@
 """A hostile linked cluster's API server costs only its own cluster (`--flat-network`).
 
-`dnsside serve --flat-network` runs against three fake API servers (tests/fakekube.py):
+`dnsside serve --flat-network` runs against three fake API servers (testkit/fakekube.py):
 the local cluster `east`, a well-behaved linked cluster `west`, and `north`, whose API
 server turns hostile once dnsside has synced it (:attr:`FakeKube.hostile`): malformed
 JSON, one endless line, an object of many megabytes in a watch and in a list page, a list
@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from fakekube_rbac import REMOTE_ACCESS_RULES
-from flatnet import (
+
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
     endpoint_slice,
@@ -37,7 +38,8 @@ from flatnet import (
     service,
     west_objects,
 )
-from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
+from testkit.serve import Dnsside, answers, run_cli, wait_for
+from testkit.threadedkube import ThreadedKube
 
 TOKEN = "remote-access-token"
 USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access"

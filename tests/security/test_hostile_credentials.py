@@ -1,7 +1,7 @@
 """A Link's credentials Secret written by an attacker: its kubeconfig is read as data only.
 
-The same fake API servers as tests/test_flat_network.py: the local cluster `east` and
-the linked cluster `west` (served over TLS with the test CA, tests/testca.py), whose
+The same fake API servers as tests/sources/test_flat_serve.py: the local cluster `east` and
+the linked cluster `west` (served over TLS with the test CA, testkit/testca.py), whose
 good Link goes on working throughout. Next to it, one Link per hostile kubeconfig form,
 each with its own Secret: an exec plugin and a gcp auth provider whose commands would
 create a marker file, a tokenFile / client-certificate / client-key /
@@ -29,10 +29,12 @@ from typing import Any
 
 import pytest
 import yaml
-from fakekube_rbac import REMOTE_ACCESS_RULES
-from flatnet import link, local_objects, west_objects
-from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
-from testca import fake_ca, other_ca
+
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import link, local_objects, west_objects
+from testkit.serve import Dnsside, answers, run_cli, wait_for
+from testkit.testca import fake_ca, other_ca
+from testkit.threadedkube import ThreadedKube
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"

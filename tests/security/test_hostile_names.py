@@ -17,8 +17,9 @@ from typing import Any
 
 import dns.rcode
 import pytest
-from fakekube_rbac import REMOTE_ACCESS_RULES
-from flatnet import (
+
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import (
     DB_PORTS,
     REMOTE_DISCOVERY_LABELS,
     endpoint,
@@ -26,7 +27,8 @@ from flatnet import (
     local_objects,
     service,
 )
-from support import Dnsside, ThreadedKube, answers, wait_for
+from testkit.serve import Dnsside, answers, wait_for
+from testkit.threadedkube import ThreadedKube
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"

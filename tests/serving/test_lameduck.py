@@ -15,7 +15,8 @@ import time
 
 import dns.message
 import dns.query
-from support import answers, demo_server, wait_for
+
+from testkit.serve import answers, demo_server, wait_for
 
 WEB = ["10.43.0.50", "10.43.100.7", "10.43.100.8", "10.43.100.9"]
 LAMEDUCK = 4.0

@@ -8,7 +8,8 @@ import re
 from typing import Any
 
 import dns.rcode
-from support import DEMO, Dnsside, answers, demo_server, run_cli
+
+from testkit.serve import DEMO, Dnsside, answers, demo_server, run_cli
 
 NGINX = "nginx-svc.default.svc-global"
 

@@ -10,7 +10,8 @@ import struct
 import time
 
 import dns.message
-from support import DEMO, answers, demo_server, expect_udp_io, run_cli, wait_for
+
+from testkit.serve import DEMO, answers, demo_server, expect_udp_io, run_cli, wait_for
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -57,7 +58,7 @@ def test_metrics_move_with_queries_and_describe_the_index(udp_io: str) -> None:
 
 
 def test_sigterm_finishes_open_tcp_and_exits_zero() -> None:
-    # No lame duck here: this is about the close itself (tests/test_lameduck.py has the rest).
+    # No lame duck here: this is about the close itself (tests/serving/test_lameduck.py has the rest).
     with demo_server("--lameduck", "0") as srv:
         conn = socket.create_connection((srv.host, srv.port), timeout=5)
         wire = dns.message.make_query("web.default.svc-global", "A").to_wire()

@@ -6,7 +6,7 @@ import subprocess
 
 import dns.rcode
 
-from support import answers, demo_server, expect_udp_io
+from testkit.serve import answers, demo_server, expect_udp_io
 
 
 def test_demo_answers_over_udp_tcp_and_dig(udp_io: str) -> None:

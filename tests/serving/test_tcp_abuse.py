@@ -14,8 +14,9 @@ from pathlib import Path
 
 import dns.message
 import pytest
-from rawdns import SRV, Tcp, parse, query, udp
-from support import DEMO, Dnsside, answers, wait_for
+
+from testkit.rawdns import SRV, Tcp, parse, query, udp
+from testkit.serve import DEMO, Dnsside, answers, wait_for
 
 NGINX = "nginx-svc.default.svc-global"
 NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]

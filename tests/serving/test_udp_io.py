@@ -20,13 +20,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
-from rawdns import SRV, A, opt_rr, query
-from support import wait_for
-from test_fuzz import MUTATIONS, PROFILE, mutate, queries, responder
 
-from dnsside.telemetry import metrics
 from dnsside.serving import mmsg
 from dnsside.serving.server import UdpServer
+from dnsside.telemetry import metrics
+from testkit.fuzzing import MUTATIONS, PROFILE, mutate, queries, responder
+from testkit.rawdns import SRV, A, opt_rr, query
+from testkit.serve import wait_for
+
+pytestmark = pytest.mark.quick
 
 NAMES = ["nginx-svc.default.svc-global", "cockroachdb.db.svc-global", "NgInX-sEt-0.EaSt.nginx-svc"
          ".default.svc-global", "web.default.svc-global", "nope.svc-global", "default.svc-global",

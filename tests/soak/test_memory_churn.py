@@ -17,6 +17,7 @@ import random
 import tracemalloc
 from typing import Any
 
+from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -24,7 +25,6 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.core.index import Index, IndexOptions, make_responder
 from dnsside.model.linkerd import parse_object
 
 NS = "db"

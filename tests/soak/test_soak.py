@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from support import ROOT
+from testkit.serve import ROOT
 
 MINUTES = 2.0
 
@@ -24,7 +24,7 @@ def test_soak_ci_form() -> None:
     out, report = out_dir / "soak-ci.json", out_dir / "SOAK_RESULTS-ci.md"
     out.unlink(missing_ok=True)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", str(MINUTES),
+        [sys.executable, "-m", "bench.soak", "--minutes", str(MINUTES),
          "--seed", "17", "--out", str(out), "--report", str(report),
          "--dnsside-log", str(out_dir / "soak-ci-dnsside.log")],
         capture_output=True, text=True, timeout=MINUTES * 60 + 180, cwd=ROOT,

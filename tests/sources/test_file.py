@@ -14,7 +14,6 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import DEMO, Dnsside, answers, run_cli, wait_for
 
 from dnsside.model.events import Kind, LinksUnavailable, Replace
 from dnsside.model.linkerd import LinkRecord, ServiceRecord
@@ -25,6 +24,7 @@ from dnsside.sources.file import (
     load_records,
     read_objects,
 )
+from testkit.serve import DEMO, Dnsside, answers, run_cli, wait_for
 
 NGINX = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
 

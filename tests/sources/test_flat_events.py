@@ -9,9 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from fakekube import FakeKube, running_fake_kube
-from fakekube_rbac import REMOTE_ACCESS_RULES
-from flatnet import REMOTE_DISCOVERY_LABELS, endpoint, endpoint_slice, link, service
 
 from dnsside.model.events import (
     Event,
@@ -24,6 +21,11 @@ from dnsside.model.events import (
 from dnsside.model.linkerd import LinkRecord, SliceRecord, parse_link
 from dnsside.sources.reflector import Pacing
 from dnsside.sources.remote import FirstLists, FlatNetworkSource
+from testkit.fakekube import FakeKube, running_fake_kube
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import REMOTE_DISCOVERY_LABELS, endpoint, endpoint_slice, link, service
+
+pytestmark = pytest.mark.quick
 
 FAST = Pacing(backoff_base=0.01, backoff_cap=0.1)
 USER = "remote-access"

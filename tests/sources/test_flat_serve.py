@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
-from flatnet import (
+
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
+from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
     endpoint_slice,
@@ -25,7 +26,8 @@ from flatnet import (
     v1_endpoints,
     west_objects,
 )
-from support import Dnsside, ThreadedKube, answers, run_cli, wait_for
+from testkit.serve import Dnsside, answers, run_cli, wait_for
+from testkit.threadedkube import ThreadedKube
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"

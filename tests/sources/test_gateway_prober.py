@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 import yaml
-from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
 
-from dnsside.telemetry import metrics
 from dnsside.model.events import Gateway
 from dnsside.sources.gateways import GatewayProber, GatewayTracker
+from dnsside.telemetry import metrics
+from testkit.serve import DEMO, Dnsside, answers, wait_for
+from testkit.threadedkube import ThreadedKube
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}

@@ -14,9 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 from conftest import DEMO_EAST
-from fakekube import FakeKube
 
-from dnsside.telemetry import metrics
+from dnsside.kubeapi.client import Backoff, KubeConfigError
 from dnsside.model.events import (
     Delete,
     Event,
@@ -28,7 +27,10 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import Record, ServiceRecord, parse_object
 from dnsside.sources.kube import KubeSource
-from dnsside.kubeapi.client import Backoff, KubeConfigError
+from dnsside.telemetry import metrics
+from testkit.fakekube import FakeKube
+
+pytestmark = pytest.mark.quick
 
 LINKS_PATH = "/apis/multicluster.linkerd.io/v1alpha3/links"
 SVC_PATHS = {"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", LINKS_PATH}

@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-from fakekube import FakeKube
-from support import DEMO, Dnsside, ThreadedKube, answers, wait_for
 
 from dnsside.model.events import (
     Event,
@@ -26,6 +24,9 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import LinkRecord
 from dnsside.sources.kube import KubeSource
+from testkit.fakekube import FakeKube
+from testkit.serve import DEMO, Dnsside, answers, wait_for
+from testkit.threadedkube import ThreadedKube
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}

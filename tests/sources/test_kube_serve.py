@@ -15,7 +15,9 @@ from typing import Any
 import dns.exception
 import dns.rcode
 import yaml
-from support import DEMO, Dnsside, ThreadedKube, answers, demo_server, wait_for
+
+from testkit.serve import DEMO, Dnsside, answers, demo_server, wait_for
+from testkit.threadedkube import ThreadedKube
 
 NGINX = "nginx-svc.default.svc-global"
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
