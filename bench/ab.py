@@ -26,11 +26,8 @@ class Variant(run.Dnsside):
     """dnsside with extra flags; ``@NAME=value`` among them sets an environment variable."""
 
     def __init__(self, topology: Path, words: list[str]) -> None:
-        super().__init__(topology, [w for w in words if not w.startswith("@")])
-        self.env = [w[1:] for w in words if w.startswith("@")]
-
-    def command(self) -> list[str]:
-        return (["env", *self.env] if self.env else []) + super().command()
+        super().__init__(topology, [w for w in words if not w.startswith("@")],
+                         env=dict(w[1:].split("=", 1) for w in words if w.startswith("@")))
 
 
 def main() -> int:

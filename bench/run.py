@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testkit import serve
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "out"
@@ -226,24 +228,35 @@ class Server:
 
 
 class Dnsside(Server):
+    """`dnsside serve` pinned to the server core: testkit's process wrapper under taskset."""
+
     name = "dnsside"
 
-    def __init__(self, topology: Path, extra: Sequence[str] = ()) -> None:
+    def __init__(self, topology: Path, extra: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
         super().__init__()
         self.topology = topology
         self.extra = list(extra)
+        self.env = env or {}
         self.sync_seconds = 0.0
+        self.server: serve.Dnsside | None = None
 
-    def command(self) -> list[str]:
-        return [PY, "-m", "dnsside", "serve", "--source", str(self.topology), "--cluster-name",
-                CLUSTER, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *self.extra]
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.server = serve.Dnsside(
+            "--source", str(self.topology), "--cluster-name", CLUSTER, *self.extra,
+            wrap=["taskset", "-c", SERVER_CPU], env=self.env, wait_synced=False, timeout=300)
+        self.proc, self.lines, self.port = self.server.proc, self.server.lines, self.server.port
 
     def ready(self, qname: str) -> None:
-        m = self.wait_line(r"dns listening on udp\+tcp (.*):(\d+)$", 30)
-        self.port = int(m.group(2))
-        self.wait_line("initial sync done", 300)
+        assert self.server is not None
+        self.server.wait_log("initial sync done", 300)
         self.sync_seconds = time.monotonic() - self.started
         probe(self.port, qname)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(timeout=15)
 
 
 class Nsd(Server):

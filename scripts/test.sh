@@ -10,7 +10,7 @@ if [ "${1:-}" = "--quick" ]; then
   shift
   [ -x .venv/bin/pytest ] || { python3 -m venv .venv && .venv/bin/pip install -q --upgrade pip \
     && .venv/bin/pip install -q -e '.[test,fast]'; }
-  exec .venv/bin/pytest -q -m quick "$@"
+  exec .venv/bin/pytest -q -m quick -n 2 "$@"
 fi
 
 # Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo);
@@ -40,4 +40,5 @@ python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test,fast]'
 .venv/bin/ruff check dnsside
 .venv/bin/mypy dnsside
-exec .venv/bin/pytest -q "$@"
+# Four workers on two cores: most of the suite waits on processes and sockets, not the CPU.
+exec .venv/bin/pytest -q -n 4 "$@"

@@ -46,13 +46,17 @@ class Dnsside:
     """A `dnsside serve` subprocess on 127.0.0.1 with ephemeral ports."""
 
     def __init__(self, *args: str, wait_synced: bool = True, env: dict[str, str] | None = None,
-                 listen: str = "127.0.0.1:0", wrap: Sequence[str] = ()) -> None:
+                 listen: str = "127.0.0.1:0", wrap: Sequence[str] = (),
+                 entry: Sequence[str] = ("-m", "dnsside"), timeout: float = 15.0) -> None:
         # Fixtures' probe Services have cluster-range ClusterIPs: a test probes only the
         # loopback gateways it starts itself, and says so with --gateway-probe.
         probe = [] if any(a.startswith("--gateway-probe") for a in args) else [
             "--gateway-probe", "off"]
-        # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (testkit/netns.py).
-        cmd = [*wrap, sys.executable, "-m", "dnsside", "serve", "--listen", listen,
+        # ``wrap``: a command prefix, e.g. `ip netns exec NAME` (testkit/netns.py) or
+        # `taskset -c 0` (bench/run.py); ``entry``: how the interpreter reaches dnsside's CLI
+        # (bench/churn_memory.py puts its memory probe in between); ``timeout``: for the ports
+        # and the first sync, which a benchmark's large topology makes longer.
+        cmd = [*wrap, sys.executable, *entry, "serve", "--listen", listen,
                "--http-listen", "127.0.0.1:0", *probe, *args]
         # $POD_IP changes the default NS address: only a test that asks for it gets one.
         inherited = {k: v for k, v in os.environ.items() if k != "POD_IP"}
@@ -64,13 +68,14 @@ class Dnsside:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         dns_re = r"dns listening on udp\+tcp (\[[^\]]+\]|[^\s:\"]+):(\d+)"
-        m = wait_for(lambda: self._match(dns_re), 15, "dns port")
+        m = wait_for(lambda: self._match(dns_re), timeout, "dns port")
         self.host = m.group(1).strip("[]")
         self.port = int(m.group(2))
-        h = wait_for(lambda: self._match(r"http listening on \S+?:(\d+)\b"), 15, "http port")
+        h = wait_for(lambda: self._match(r"http listening on \S+?:(\d+)\b"), timeout,
+                     "http port")
         self.http_port = int(h.group(1))
         if wait_synced:
-            self.wait_log("initial sync done")
+            self.wait_log("initial sync done", timeout)
 
     def _read(self) -> None:
         assert self.proc.stderr is not None

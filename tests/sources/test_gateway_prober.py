@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import http.server
 import re
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import yaml
 from dnsside.model.events import Gateway
 from dnsside.sources.gateways import GatewayProber, GatewayTracker
 from dnsside.telemetry import metrics
+from testkit.gateways import FakeGateway, point_probes
 from testkit.serve import DEMO, Dnsside, answers, wait_for
 from testkit.threadedkube import ThreadedKube
 
@@ -137,66 +136,18 @@ async def test_a_cluster_no_longer_probed_leaves_no_series() -> None:
 # --------------------------------------------------------------------------- real gateways
 
 
-class Gateway200:
-    """A gateway's probe endpoint on 127.0.0.1: answers 200 or 503, hangs, or is stopped."""
-
-    def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.mode = "ok"
-        self.release = threading.Event()
-        self.server: http.server.ThreadingHTTPServer | None = None
-        self.hits = 0
-
-    def start(self) -> None:
-        gateway = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                gateway.hits += 1
-                if gateway.mode == "hang":
-                    gateway.release.wait(30)
-                    return
-                self.send_response(200 if gateway.mode == "ok" else 503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        http.server.ThreadingHTTPServer.allow_reuse_address = True
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        self.release.clear()
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        """Stop listening: probes now get 'connection refused'."""
-        if self.server is not None:
-            self.release.set()
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-
-
 @pytest.fixture
-def gateways() -> Iterator[dict[str, Gateway200]]:
-    gws = {c: Gateway200() for c in ("west", "north", "south")}
+def gateways() -> Iterator[dict[str, FakeGateway]]:
+    gws = {c: FakeGateway() for c in ("west", "north", "south")}
     yield gws
     for gw in gws.values():
         gw.stop()
 
 
-def topology(tmp: Path, gateways: dict[str, Gateway200]) -> Path:
+def topology(tmp: Path, gateways: dict[str, FakeGateway]) -> Path:
     """The demo, with each link's probe Service pointing at its loopback gateway."""
     doc = yaml.safe_load(DEMO.read_text())
-    for obj in doc["items"]:
-        name = obj["metadata"]["name"]
-        if obj["kind"] == "Service" and name.startswith("probe-"):
-            cluster = name.removeprefix("probe-")
-            obj["spec"]["clusterIP"], obj["spec"]["clusterIPs"] = "127.0.0.1", ["127.0.0.1"]
-            obj["spec"]["ports"][0]["port"] = gateways[cluster].port
+    point_probes(doc["items"], gateways, "probe-")
     path = tmp / "demo-probed.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -221,13 +172,13 @@ def state(srv: Dnsside, cluster: str, value: str) -> bool:
     return re.search(pattern, text) is not None
 
 
-def probed(tmp: Path, gateways: dict[str, Gateway200], *flags: str) -> Dnsside:
+def probed(tmp: Path, gateways: dict[str, FakeGateway], *flags: str) -> Dnsside:
     return Dnsside("--source", str(topology(tmp, gateways)), "--cluster-name", "east",
                    "--gateway-probe", "on", *flags)
 
 
 def test_stopped_gateway_leaves_within_3s_and_returns_within_2s(
-    tmp_path: Path, gateways: dict[str, Gateway200]
+    tmp_path: Path, gateways: dict[str, FakeGateway]
 ) -> None:
     """SPEC's defaults: period 1 s, timeout 1 s, 2 failures. Measured with dig."""
     for gw in gateways.values():
@@ -255,7 +206,7 @@ def test_stopped_gateway_leaves_within_3s_and_returns_within_2s(
 
 
 @pytest.mark.parametrize("mode", ["fail", "hang"])
-def test_failing_or_hanging_gateway(tmp_path: Path, gateways: dict[str, Gateway200],
+def test_failing_or_hanging_gateway(tmp_path: Path, gateways: dict[str, FakeGateway],
                                     mode: str) -> None:
     """Answers 503, or accepts and never answers: both are failures (the second by timeout)."""
     for gw in gateways.values():
@@ -285,7 +236,7 @@ def test_failing_or_hanging_gateway(tmp_path: Path, gateways: dict[str, Gateway2
 
 
 def test_never_answered_gateway_changes_nothing(
-    tmp_path: Path, gateways: dict[str, Gateway200]
+    tmp_path: Path, gateways: dict[str, FakeGateway]
 ) -> None:
     """south's probe target never answers (nothing listens): Linkerd's readiness stands."""
     gateways["west"].start()
@@ -306,7 +257,7 @@ def test_never_answered_gateway_changes_nothing(
                  "south out")
 
 
-def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, Gateway200]) -> None:
+def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, FakeGateway]) -> None:
     """A dump is usually served far from its cluster: its ClusterIPs are not probed unless
     --gateway-probe on says so."""
     gateways["west"].start()
@@ -318,7 +269,7 @@ def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, Gat
 
 
 def test_a_relinked_cluster_keeps_what_its_gateway_showed(
-    kube: ThreadedKube, gateways: dict[str, Gateway200]
+    kube: ThreadedKube, gateways: dict[str, FakeGateway]
 ) -> None:
     """Issue 17, scenario 2, through the API: west's gateway answered, then died (west
     leaves the answers). Its Link is deleted and re-created unchanged (a GitOps re-sync):
@@ -377,7 +328,7 @@ async def test_a_stopped_probe_loop_never_reports_again() -> None:
 
     from dnsside.sources.gateways import GatewayProber
 
-    gw = Gateway200()
+    gw = Gateway()
     gw.start()
     try:
         prober = GatewayProber(dict, period=0.05, timeout=1.0)
