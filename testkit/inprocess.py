@@ -18,6 +18,11 @@ from dnsside.dns.responder import Responder
 from dnsside.model.events import Kind, Replace, Synced
 from dnsside.serving.app import index_options
 from dnsside.sources.file import load_records
+from testkit.rawdns import exchange, udp
+from testkit.serve import Dnsside
+
+# What a protocol test asks: the Responder in-process, or a `dnsside serve` over sockets.
+Server = Responder | Dnsside
 
 
 def file_responder(source: Path, *, cluster_name: str = "east",
@@ -32,3 +37,22 @@ def file_responder(source: Path, *, cluster_name: str = "east",
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
     assert index.responder.ready
     return index.responder
+
+
+def ask(server: Server, wire: bytes, transport: str = "udp") -> bytes:
+    """The reply to ``wire`` over ``transport`` ("udp" or "tcp"); in-process, `respond`
+    with the same size rule the transport gets."""
+    if isinstance(server, Responder):
+        reply = server.respond(wire, transport == "udp")
+    else:
+        reply = exchange(server.host, server.port, wire, transport, timeout=3.0)
+    assert reply is not None, "no reply"
+    assert reply[:2] == wire[:2], "reply carries another ID"
+    return reply
+
+
+def no_reply_udp(server: Server, wire: bytes) -> bool:
+    """True when ``wire`` over UDP gets no reply (dropped, not answered)."""
+    if isinstance(server, Responder):
+        return server.respond(wire, True) is None
+    return udp(server.host, server.port, wire, timeout=0.5) is None

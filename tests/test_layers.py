@@ -255,8 +255,9 @@ def test_the_quick_tier_needs_only_the_venv() -> None:
                  and isinstance(node.func, ast.Name | ast.Attribute)}
         assert not calls & peers, (path, sorted(calls & peers))
     # The core and the protocol in-process are in it whatever else moves; the protocol
-    # rules' module marks only its in-process parameter, its socket ones are the full tier.
+    # rules' server fixture marks only its in-process parameter, the socket ones are the
+    # full tier.
     names = {p.relative_to(ROOT).as_posix() for p in quick}
     assert {"tests/core/test_index.py", "tests/dns/test_fuzz_respond.py"} <= names, names
-    protocol = (ROOT / "tests" / "dns" / "test_protocol.py").read_text()
+    protocol = (ROOT / "tests" / "dns" / "conftest.py").read_text()
     assert 'pytest.param("in-process", marks=pytest.mark.quick)' in protocol

@@ -12,7 +12,6 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-from test_index import BOTH, demo_records, obj, rec
 
 from dnsside.core.assembly import GlobalService, Member
 from dnsside.core.encode import encode_service
@@ -28,6 +27,7 @@ from dnsside.model.events import (
     Upsert,
 )
 from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
+from tests.core.test_index import BOTH, demo_records, obj, rec
 
 pytestmark = pytest.mark.quick
 

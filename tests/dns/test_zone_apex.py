@@ -1,23 +1,17 @@
-"""The zone as a whole and the EDNS rules of issue 10, through real sockets.
+"""The zone as a whole, through real sockets: its apex is the zone's name server.
 
-* The apex is the zone's name server: `Z. NS Z.`, glue `Z. A/AAAA` from
-  `--ns-address` (default `$POD_IP`, else a specific `--listen` address, else
-  127.0.0.1); the SOA MNAME names it; `named-checkzone` accepts the zone as served.
-* The DO bit is copied into the OPT record of every reply (RFC 3225 §3), on the
-  fast path and the slow one.
-* Extended DNS Errors (RFC 8914) on replies to EDNS queries: SERVFAIL before the
-  first sync carries EDE 14 (Not Ready), REFUSED outside the zones EDE 20 (Not
-  Authoritative).
-* A UDP reply that must be truncated carries, with TC=1, as many whole answer
-  records as fit.
-* The apex answers SERVFAIL before the first sync, like every in-zone name.
+* `Z. NS Z.`, glue `Z. A/AAAA` from `--ns-address` (default `$POD_IP`, else a specific
+  `--listen` address, else 127.0.0.1); the SOA MNAME names it; `named-checkzone` accepts
+  the zone as served; the manifests give dnsside its pod IP for the glue.
+
+EDNS (the DO bit, Extended DNS Errors, SERVFAIL before the first sync) is in
+test_edns.py, truncation in test_truncation.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,29 +23,21 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dnsside.serving.app import ns_addresses
 from testkit import topology as t
 from testkit.dig import dig
-from testkit.fuzzing import PROFILE, responder
 from testkit.rawdns import (
     AAAA,
     NS,
     SOA,
-    SRV,
     A,
     bulk_objects,
     exchange,
-    opt_rr,
-    option,
     parse,
     query,
-    question_of,
 )
-from testkit.serve import DEMO, Dnsside, answers, demo_server, run_cli, wait_for
-from testkit.threadedkube import ThreadedKube
+from testkit.serve import DEMO, Dnsside, answers, demo_server, run_cli
 
 TRANSPORTS = ["udp", "tcp"]
 NGINX = "nginx-svc.default.svc-global"
@@ -223,218 +209,12 @@ def test_ns_address_from_pod_ip_explicit_env_and_ipv6_listen() -> None:
         assert srv.query("svc-global", "A").answer == [], "IPv6 only: NODATA for A"
 
 
-# --------------------------------------------------------------------------- DO bit
-
-
-# (name, qtype, which path answers it): the fast path takes names with a pre-encoded
-# answer and a plain OPT record; everything else goes the slow path.
-DO_CASES = [
-    (NGINX, A, "fast"), ("svc-global", NS, "fast"), ("nope.svc-global", A, "slow"),
-    ("default.svc-global", A, "slow"), ("example.com", A, "slow"), ("svc-global", 252, "slow"),
-]
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize(("name", "qtype", "path"), DO_CASES)
-def test_do_bit_copied(srv: Dnsside, transport: str, name: str, qtype: int, path: str) -> None:
-    for do in (True, False, True):  # the fast path caches OPT records: alternate
-        for options in (b"", option(65001, b"x")):  # an option sends even a hit the slow way
-            reply = ask(srv, query(name, qtype, edns=opt_rr(do=do, options=options)), transport)
-            msg = parse(reply)
-            assert msg.edns == 0 and msg.payload == 1232
-            assert bool(msg.ednsflags & DO) == do, (name, do, options)
-            assert msg.ednsflags & ~DO == 0, "no other flag"
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_do_bit_copied_into_badvers_and_notimp(srv: Dnsside, transport: str) -> None:
-    for do in (True, False):
-        bad = parse(ask(srv, query(NGINX, edns=opt_rr(version=1, do=do)), transport))
-        assert bad.rcode() == dns.rcode.BADVERS and bool(bad.ednsflags & DO) == do
-        notimp = ask(srv, query(NGINX, flags=4 << 11, edns=opt_rr(do=do)), transport)
-        assert notimp[3] & 0xF == dns.rcode.NOTIMP
-        assert notimp[-11:-8] == b"\x00\x00\x29" and bool(notimp[-4] & 0x80) == do
-
-
-def test_dig_dnssec_shows_do(srv: Dnsside) -> None:
-    assert "flags: do;" in (dig(srv, NGINX, "+dnssec").edns or "")
-    assert "flags:;" in (dig(srv, NGINX).edns or "")
-    assert "flags: do;" in (dig(srv, "nope.svc-global", "+dnssec").edns or "")
-
-
-# --------------------------------------------------------------------------- EDE
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize(("name", "qclass"), [("example.com", 1), ("com", 1), (".", 1),
-                                              (NGINX, 3), ("svc-global", 255)])
-def test_refused_carries_ede_not_authoritative(
-    srv: Dnsside, transport: str, name: str, qclass: int
-) -> None:
-    for do in (False, True):
-        msg = parse(ask(srv, query(name, qclass=qclass, edns=opt_rr(do=do)), transport))
-        assert msg.rcode() == dns.rcode.REFUSED
-        assert ede(msg) == [(20, "dnsside serves only its own zones, class IN")]
-        assert bool(msg.ednsflags & DO) == do
-    plain = parse(ask(srv, query(name, qclass=qclass), transport))
-    assert plain.rcode() == dns.rcode.REFUSED and plain.edns == -1, "no EDNS, no EDE"
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_answers_carry_no_ede(srv: Dnsside, transport: str) -> None:
-    for name, qtype in ((NGINX, A), ("nope.svc-global", A), ("default.svc-global", A),
-                        ("svc-global", SOA), (BIG, A)):
-        msg = parse(ask(srv, query(name, qtype, edns=opt_rr(do=True)), transport))
-        assert not msg.options, (name, msg.options)
-
-
-def test_dig_shows_ede(srv: Dnsside) -> None:
-    d = dig(srv, "example.com")
-    assert d.status == "REFUSED"
-    assert "; EDE: 20 (Not Authoritative): (dnsside serves only its own zones, class IN)" \
-        in d.opt_lines, d.opt_lines
-
-
-def test_before_the_first_sync_everything_in_the_zone_is_servfail_with_ede(
-    kube: ThreadedKube,
-) -> None:
-    """The apex too (SOA, NS, its address): nothing answers NOERROR while /readyz says 503."""
-    kube.call(kube.kube.fail_next, 10_000, 500, match=lambda r: "services" in r.path)
-    with Dnsside("--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
-                 "--kube-backoff-cap", "0.3", wait_synced=False) as srv:
-        wait_for(lambda: srv.query(NGINX), what="an answer")
-        assert srv.http("/readyz")[0] == 503
-        for transport in TRANSPORTS:
-            for name, qtype in ((NGINX, A), ("svc-global", SOA), ("svc-global", NS),
-                                ("svc-global", A), ("nope.svc-global", A)):
-                for do in (False, True):
-                    wire = query(name, qtype, edns=opt_rr(do=do))
-                    msg = parse(ask(srv, wire, transport))
-                    assert msg.rcode() == dns.rcode.SERVFAIL, (name, qtype, msg)
-                    assert not msg.answer and not msg.flags & dns.flags.AA
-                    assert ede(msg) == [(14, "dnsside has not synced its source yet")]
-                    assert bool(msg.ednsflags & DO) == do
-                plain = parse(ask(srv, query(name, qtype), transport))
-                assert plain.rcode() == dns.rcode.SERVFAIL and plain.edns == -1
-            out = parse(ask(srv, query("example.com", A, edns=opt_rr()), transport))
-            assert out.rcode() == dns.rcode.REFUSED and ede(out)[0][0] == 20
-        d = dig(srv, "svc-global", "SOA")
-        assert d.status == "SERVFAIL"
-        assert "; EDE: 14 (Not Ready): (dnsside has not synced its source yet)" in d.opt_lines
-        kube.call(kube.kube._failures.clear)
-        srv.wait_log("initial sync done")
-        assert srv.query("svc-global", "SOA").rcode() == dns.rcode.NOERROR
-        assert answers(srv.query("svc-global", "NS"), "NS") == ["svc-global."]
-        assert answers(srv.query("svc-global", "A")) == ["127.0.0.1"]
-        assert srv.http("/readyz")[0] == 200
-
-
-# --------------------------------------------------------------------------- truncation
-
-
-def check_partial(reply: bytes, wire: bytes, limit: int, full: dns.message.Message,
-                  rdtype: str) -> int:
-    """A TC reply with as many whole answer records as fit: counts right, nothing else."""
-    msg = parse(reply)  # parses: every record whole, counts match the records
-    assert msg.flags & dns.flags.TC and msg.flags & dns.flags.AA
-    assert msg.rcode() == dns.rcode.NOERROR
-    assert len(reply) <= limit
-    q = question_of(wire)
-    assert reply[12 : 12 + len(q)] == q
-    an, ns, ar = struct.unpack("!3H", reply[6:12])
-    n = len(answers(msg, rdtype))
-    assert an == n > 0 and ns == 0 and ar == (1 if msg.edns == 0 else 0)
-    assert set(answers(msg, rdtype)) <= set(answers(full, rdtype))
-    # Maximal: the next record would not have fitted.
-    sizes = [len(r) for r in _records(reply, an)]
-    assert len(reply) + max(sizes) > limit
-    return n
-
-
-def _records(reply: bytes, count: int) -> list[bytes]:
-    """The first ``count`` answer records, raw (owners are 2-byte pointers here)."""
-    i = 12
-    while reply[i]:
-        i += reply[i] + 1
-    i += 5
-    out = []
-    for _ in range(count):
-        start = i
-        i += 2 if reply[i] >= 0xC0 else 0
-        rdlen = struct.unpack_from("!H", reply, i + 8)[0]
-        i += 10 + rdlen
-        out.append(reply[start:i])
-    return out
-
-
-@pytest.mark.parametrize("payload", [None, 512, 700, 1000, 1232, 4096])
-@pytest.mark.parametrize(("name", "qtype"), [(BIG, A), (BIG, SRV), (ROACH, SRV),
-                                             ("BiG.bUlK.SvC-gLoBaL", A)])
-def test_udp_truncation_keeps_the_whole_records_that_fit(
-    srv: Dnsside, payload: int | None, name: str, qtype: int
-) -> None:
-    rdtype = "A" if qtype == A else "SRV"
-    full = parse(ask(srv, query(name, qtype), "tcp"))
-    limit = 512 if payload is None else min(max(payload, 512), 1232)
-    for options in (b"", option(65001, b"slow path")):
-        if payload is None and options:
-            continue
-        edns = None if payload is None else opt_rr(payload, options=options)
-        wire = query(name, qtype, edns=edns)
-        reply = ask(srv, wire)
-        if ROACH in name.lower() and limit >= 700:  # fits once its glue is dropped: no TC
-            msg = parse(reply)
-            assert not msg.flags & dns.flags.TC and len(reply) <= limit
-            assert answers(msg, "SRV") == answers(full, "SRV")
-            continue
-        n = check_partial(reply, wire, limit, full, rdtype)
-        assert n < len(answers(full, rdtype))
-
-
-def test_musl_style_client_gets_addresses_without_tcp(srv: Dnsside) -> None:
-    """No EDNS, UDP only, ignore TC (musl before 1.2.4): addresses, not an empty reply."""
-    msg = parse(ask(srv, query(BIG, A)))
-    assert msg.flags & dns.flags.TC and len(answers(msg)) == 29  # (512 - 12 - 25) // 16
-
-
-def test_kdig_shows_a_partial_answer(srv: Dnsside) -> None:
-    from test_dig import kdig
-
-    [tc] = kdig(srv, "+noedns", "+ignore", BIG, "A")
-    assert tc["TC"] == 1 and tc["ANCOUNT"] == 29 and len(tc["answerRRs"]) == 29
-
-
-@settings(parent=PROFILE)
-@given(name=st.sampled_from([NGINX, ROACH, "_http._tcp." + NGINX, "svc-global",
-                             "nope.svc-global", "example.com", "default.svc-global"]),
-       qtype=st.sampled_from([A, AAAA, SRV, NS, SOA, 255]),
-       payload=st.none() | st.integers(0, 0xFFFF), do=st.booleans(),
-       options=st.sampled_from([b"", option(10, b"12345678"), option(65001, b"")]))
-def test_property_do_copied_and_truncation_whole(
-    name: str, qtype: int, payload: int | None, do: bool, options: bytes
-) -> None:
-    """In-process over the demo: every UDP reply to an EDNS query copies DO; every TC
-    reply parses (whole records, right counts) and fits the limit."""
-    r = responder()
-    edns = None if payload is None else opt_rr(payload, do=do, options=options)
-    wire = query(name, qtype, edns=edns)
-    reply = r.respond(wire, True)
-    assert reply is not None
-    msg = parse(reply)
-    limit = 512 if payload is None else min(max(payload, 512), 1232)
-    assert len(reply) <= limit
-    if payload is not None:
-        assert msg.edns == 0 and bool(msg.ednsflags & DO) == do
-    if msg.flags & dns.flags.TC:
-        assert msg.answer and not msg.additional and not msg.authority
-
-
 # --------------------------------------------------------------------------- manifests
 
 
 def test_manifests_give_dnsside_its_pod_ip() -> None:
     """Both installs set POD_IP from the downward API, so the glue is the pod's address."""
-    from test_deploy import base_deployment, sidecar_container
+    from tests.ops.test_deploy import base_deployment, sidecar_container
 
     (base,) = base_deployment()["spec"]["template"]["spec"]["containers"]
     for container in (base, sidecar_container()):

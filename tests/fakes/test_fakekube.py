@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import DEMO_EAST
 
 from testkit.fakekube import FakeKube, parse_selector
+from testkit.serve import DEMO as DEMO_EAST
 
 pytestmark = pytest.mark.quick
 

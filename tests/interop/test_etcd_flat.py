@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_etcd import ADDRESS, DOMAIN, PORTS, EtcdCluster, make_certificates, srv_targets, target
 
 from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
 from testkit.flatnet import (
@@ -38,6 +37,15 @@ from testkit.flatnet import (
 from testkit.netns import Netns
 from testkit.serve import Dnsside, wait_for
 from testkit.threadedkube import ThreadedKube
+from tests.interop.test_etcd import (
+    ADDRESS,
+    DOMAIN,
+    PORTS,
+    EtcdCluster,
+    make_certificates,
+    srv_targets,
+    target,
+)
 
 REMOTE_TOKEN = "remote-access-token-west"
 REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"

@@ -47,11 +47,11 @@ import dns.exception
 import dns.rcode
 import pytest
 import yaml
-from test_resolver_matrix import BIG, NGINX, PG, QUESTIONS, ROACH, zone_objects
 
 from testkit.netns import Netns
 from testkit.resolvers import Bind, Resolver, Unbound, same_answer
 from testkit.serve import ROOT, Dnsside
+from tests.interop.test_resolver_matrix import BIG, NGINX, PG, QUESTIONS, ROACH, zone_objects
 
 POD_IP = "192.0.2.53"
 UID = 65532  # the manifests' runAsUser/runAsGroup

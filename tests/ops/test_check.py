@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEMO_EAST
 
 from dnsside.kubeapi.client import KubeApi
 from dnsside.ops.check import CheckOptions, Result, passed, render, run_checks
@@ -30,6 +29,7 @@ from testkit.fakekube import (
     Rule,
     running_fake_kube,
 )
+from testkit.serve import DEMO as DEMO_EAST
 from testkit.serve import ROOT, Dnsside
 from testkit.threadedkube import ThreadedKube
 
@@ -350,7 +350,7 @@ LINKED = ("west", "north", "south")
 
 def install_rules(*flags: str) -> list[Rule]:
     """The RBAC rules `dnsside install --cluster-name east FLAGS` grants dnsside."""
-    from test_install import install
+    from tests.ops.test_install import install
 
     rules = []
     for obj in install("--cluster-name", "east", *flags):

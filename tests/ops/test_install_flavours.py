@@ -16,10 +16,10 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from test_install import OPENSHIFT_DNS_SCHEMA, coredns, docs, live_nodelocaldns, valid
 
 from testkit.corefile import block_for, forward_to, parse
 from testkit.serve import ROOT
+from tests.ops.test_install import OPENSHIFT_DNS_SCHEMA, coredns, docs, live_nodelocaldns, valid
 
 pytestmark = pytest.mark.quick
 
@@ -231,7 +231,7 @@ def test_openshift_keeps_every_other_server_and_says_how_to_apply_the_list() -> 
 
 
 def test_gke_says_it_is_for_standard_with_kube_dns() -> None:
-    from test_install import cli
+    from tests.ops.test_install import cli
 
     _, helptext, _ = cli("install", "coredns", "--help")
     flat = " ".join(helptext.split())

@@ -20,7 +20,6 @@ import dns.rcode
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_check import SA, check, demo, line, only_failure
 
 from dnsside.core.assembly import assemble
 from dnsside.model.addresses import Unsafe, describe, unsafe_address
@@ -40,6 +39,7 @@ from testkit.threadedkube import ThreadedKube
 from testkit.topology import CLUSTER, MIRROR, headless_link, write
 from testkit.topology import endpoint_slice as slice_of
 from testkit.topology import service as svc_of
+from tests.ops.test_check import SA, check, demo, line, only_failure
 
 # --------------------------------------------------------------------------- the function
 

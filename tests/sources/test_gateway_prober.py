@@ -328,7 +328,7 @@ async def test_a_stopped_probe_loop_never_reports_again() -> None:
 
     from dnsside.sources.gateways import GatewayProber
 
-    gw = Gateway()
+    gw = FakeGateway()
     gw.start()
     try:
         prober = GatewayProber(dict, period=0.05, timeout=1.0)

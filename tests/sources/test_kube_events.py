@@ -13,7 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
-from conftest import DEMO_EAST
 
 from dnsside.kubeapi.client import Backoff, KubeConfigError
 from dnsside.model.events import (
@@ -29,6 +28,7 @@ from dnsside.model.linkerd import Record, ServiceRecord, parse_object
 from dnsside.sources.kube import KubeSource
 from dnsside.telemetry import metrics
 from testkit.fakekube import FakeKube
+from testkit.serve import DEMO as DEMO_EAST
 
 pytestmark = pytest.mark.quick
 
