@@ -19,8 +19,10 @@ suite has (CI runs as root).
 from __future__ import annotations
 
 import random
+import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -341,6 +343,13 @@ class PowerDns(Resolver):
                  extra: str = "") -> None:
         super().__init__(tmp, upstream, upstream_port)
         self.extra = extra
+        # The control socket's path must fit a sockaddr_un (108 bytes): a pytest tmp_path
+        # under a pytest-xdist worker's folder does not.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="pdns-"))
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def configure(self) -> None:
         (self.tmp / "recursor.conf").write_text(f"""
@@ -348,7 +357,7 @@ local-address=127.0.0.1
 local-port={self.port}
 daemon=no
 write-pid=no
-socket-dir={self.tmp}
+socket-dir={self.socket_dir}
 hint-file={self.tmp}/root.hints
 dnssec=off
 security-poll-suffix=
