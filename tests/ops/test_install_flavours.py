@@ -9,8 +9,10 @@ through testkit/corefile.py. Then one test per defect issue 19 found in the flav
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from typing import Any
 
 import jsonschema
@@ -19,7 +21,7 @@ import yaml
 
 from testkit.corefile import block_for, forward_to, parse
 from testkit.serve import ROOT
-from tests.ops.test_install import OPENSHIFT_DNS_SCHEMA, coredns, docs, live_nodelocaldns, valid
+from tests.ops.test_install import OPENSHIFT_DNS_SCHEMA, cli, docs, live_nodelocaldns, valid
 
 pytestmark = pytest.mark.quick
 
@@ -102,8 +104,14 @@ def render_chart_servers(servers: list[dict[str, Any]], domain: str = "cluster.l
 
 
 def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    out = coredns(*args, stdin=stdin)
-    return out.returncode, out.stdout, out.stderr
+    """`dnsside install coredns ARGS` in this process, ``stdin`` for `--from -` (the same
+    command through a real pipe is tests/ops/test_install.py's)."""
+    real = sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        return cli("install", "coredns", *args)
+    finally:
+        sys.stdin = real
 
 
 # --------------------------------------------------------------------------- nodelocaldns
