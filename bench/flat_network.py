@@ -455,7 +455,7 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
     import gc
     import struct
 
-    from memory import walk
+    from bench.memory import walk
 
     from dnsside.core.bulk import bulk
     from dnsside.core.index import Index, IndexOptions, make_responder
