@@ -65,7 +65,6 @@ reconnect may legitimately wait that long.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -95,6 +94,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
+from testkit.gateways import AsyncGateway
 from testkit.serve import Dnsside, wait_for
 from testkit.threadedkube import ThreadedKube
 
@@ -491,83 +491,6 @@ class Names:
             self.hosts |= {(c, h) for h in r.pods}
 
 
-# --------------------------------------------------------------------------- gateways
-
-
-class HttpGateway:
-    """A stand-in for a linked cluster's gateway behind its probe Service: answers 200 on
-    PROBE_PATHS while alive, accepts and never answers while hung, refuses while dead.
-    ``answered`` is the oracle the model needs: every path it served a 200 on."""
-
-    def __init__(self, cluster: str, host: str) -> None:
-        self.cluster, self.host, self.port = cluster, host, 0
-        self.mode = "dead"
-        self.answered: set[str] = set()
-        self.served = 0
-        self.on_request: Callable[[str], None] | None = None  # called as a request arrives
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def set_mode(self, mode: str) -> None:
-        """Switch to alive, hung or dead; a killed or revived gateway drops its connections,
-        as a restarted process does."""
-        if mode == self.mode:
-            return
-        for w in list(self._writers):
-            w.transport.abort()
-        self._writers.clear()
-        if mode == "dead":
-            if self._server is not None:
-                self._server.close()
-                self._server = None
-        elif self._server is None:
-            self._server = await self._bind()
-        self.mode = mode
-
-    async def _bind(self) -> asyncio.Server:
-        # The port is ours from the first bind; a rebind right after closing can race with
-        # nothing but our own sockets in TIME_WAIT (reuse_address covers that).
-        for _ in range(50):
-            try:
-                server = await asyncio.start_server(self._handle, self.host, self.port,
-                                                    reuse_address=True)
-            except OSError:
-                await asyncio.sleep(0.1)
-                continue
-            self.port = server.sockets[0].getsockname()[1]
-            return server
-        raise RuntimeError(f"cannot bind gateway {self.cluster} on {self.host}:{self.port}")
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            request = await reader.readline()
-            if self.on_request is not None and request:
-                self.on_request(self.cluster)
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
-            if self.mode == "hung":
-                await reader.read()  # until the client gives up
-                return
-            parts = request.decode(errors="replace").split()
-            path = parts[1] if len(parts) >= 2 else ""
-            ok = path in PROBE_PATHS
-            body = b"ok\n" if ok else b"not found\n"
-            status = b"200 OK" if ok else b"404 Not Found"
-            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain\r\n"
-                         b"Content-Length: " + str(len(body)).encode()
-                         + b"\r\nConnection: close\r\n\r\n" + body)
-            await writer.drain()
-            if ok and self.mode == "alive":
-                self.answered.add(path)
-                self.served += 1
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-
-
 # --------------------------------------------------------------------------- DNS
 
 
@@ -761,7 +684,8 @@ class Soak:
         self.kube = ThreadedKube(tmp)
         pid = os.getpid()
         base = f"127.{50 + pid % 150}.{pid // 150 % 250}"
-        self.gateways = {c: HttpGateway(c, f"{base}.{i + 1}") for i, c in enumerate(CLUSTERS)}
+        self.gateways = {c: AsyncGateway(c, f"{base}.{i + 1}", PROBE_PATHS)
+                         for i, c in enumerate(CLUSTERS)}
         for gw in self.gateways.values():
             gw.on_request = self._probed
             self.kube.run(gw.set_mode("alive"))
