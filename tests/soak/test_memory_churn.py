@@ -26,28 +26,22 @@ from dnsside.model.events import (
     Upsert,
 )
 from dnsside.model.linkerd import parse_object
+from testkit import topology
 
 NS = "db"
 GATEWAYS = {"west": "172.18.0.3", "north": "172.18.0.4"}
+PORTS = [("pg", 5432)]
 MIRRORS = 10  # per-pod mirrors of one global service: each change to one rebuilds it
 
 
 def _service(name: str, ip: str, labels: dict[str, str],
              annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "labels": labels}
-    if annotations:
-        meta["annotations"] = annotations
-    return {"kind": "Service", "metadata": meta,
-            "spec": {"clusterIP": ip, "clusterIPs": [ip],
-                     "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}}
+    return topology.service(NS, name, [ip], PORTS, labels, annotations)
 
 
 def _slice(name: str, service: str, ip: str, ready: bool) -> dict[str, Any]:
-    return {"kind": "EndpointSlice", "addressType": "IPv4",
-            "metadata": {"name": name, "namespace": NS,
-                         "labels": {"kubernetes.io/service-name": service}},
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}],
-            "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}
+    return topology.endpoint_slice(NS, name, service, [
+        {"addresses": [ip], "conditions": {"ready": ready}}], PORTS)
 
 
 class World:
