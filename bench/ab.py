@@ -1,6 +1,6 @@
 """A/B of dnsside variants against NSD, for development (the report is bench/run.py's).
 
-    .venv/bin/python bench/ab.py --variant batch="--udp-io batch" \\
+    .venv/bin/python -m bench.ab --variant batch="--udp-io batch" \\
         --variant plain="--udp-io plain" --rates 5000,20000,max --repeats 5
 
 Same machinery as ``bench/run.py`` (servers on core 0, dnsperf on core 1, the
@@ -19,18 +19,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import run  # bench/run.py
+from bench import run  # bench/run.py
 
 
 class Variant(run.Dnsside):
     """dnsside with extra flags; ``@NAME=value`` among them sets an environment variable."""
 
     def __init__(self, topology: Path, words: list[str]) -> None:
-        super().__init__(topology, [w for w in words if not w.startswith("@")])
-        self.env = [w[1:] for w in words if w.startswith("@")]
-
-    def command(self) -> list[str]:
-        return (["env", *self.env] if self.env else []) + super().command()
+        super().__init__(topology, [w for w in words if not w.startswith("@")],
+                         env=dict(w[1:].split("=", 1) for w in words if w.startswith("@")))
 
 
 def main() -> int:
@@ -47,7 +44,7 @@ def main() -> int:
     run.OUT.mkdir(exist_ok=True)
     variants = [v.split("=", 1) for v in args.variant] or [["dnsside", ""]]
     topology, queries = run.topology_files(args.size)
-    from nsd_zone import build_index, write_nsd
+    from bench.nsd_zone import build_index, write_nsd
 
     index = build_index(topology, run.CLUSTER)
     conf = write_nsd(index, run.OUT / "nsd-ab", run.free_port())
@@ -105,5 +102,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -1,8 +1,8 @@
 """Every answer dnsside gives for a topology, as one digest: to show a change is byte-identical.
 
-    .venv/bin/python bench/answers_digest.py --size 0          # the demo
-    .venv/bin/python bench/answers_digest.py --size 10000      # the 10k topology
-    .venv/bin/python bench/answers_digest.py --size 0 --flag=--mcs-zone=clusterset.local.
+    .venv/bin/python -m bench.answers_digest --size 0          # the demo
+    .venv/bin/python -m bench.answers_digest --size 10000      # the 10k topology
+    .venv/bin/python -m bench.answers_digest --size 0 --flag=--mcs-zone=clusterset.local.
 
 It starts a real ``dnsside serve --source FILE`` and asks it, over UDP, every name
 the zone holds (each with A, AAAA, SRV, TXT and ANY), a nonexistent name below
@@ -23,24 +23,23 @@ import hashlib
 import re
 import socket
 import struct
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import dns.message
 import dns.name
 import dns.rdatatype
 
+from testkit.serve import Dnsside
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-sys.path.insert(0, str(ROOT / "bench"))
 
 QTYPES = ("A", "AAAA", "SRV", "TXT", "ANY")
 
 
 def topology_file(size: int) -> Path:
-    import topology
+    from bench import topology
 
     if size == 0:
         return topology.DEMO
@@ -51,9 +50,9 @@ def topology_file(size: int) -> Path:
 def names_of(source: Path, flags: list[str]) -> list[str]:
     """Every owner name the index holds for ``source`` (through the code as it is now)."""
     from dnsside.config import Config
-    from dnsside.model.events import Kind, Replace, Synced
     from dnsside.core.index import Index
     from dnsside.core.publishing import make_responder
+    from dnsside.model.events import Kind, Replace, Synced
     from dnsside.serving.app import index_options
     from dnsside.sources.file import load_records
 
@@ -67,26 +66,6 @@ def names_of(source: Path, flags: list[str]) -> list[str]:
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
     out = {dns.name.from_wire(key[:-4], 0)[0].to_text() for key in index.responder.answers}
     return sorted(out)
-
-
-def serve(source: Path, flags: list[str]) -> tuple[subprocess.Popen[str], int]:
-    cmd = [sys.executable, "-m", "dnsside", "serve", "--source", str(source), "--cluster-name",
-           "east", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *flags]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            cwd=ROOT)
-    assert proc.stderr is not None
-    port = 0
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"dns listening on udp\+tcp \S+?:(\d+)", line)
-        port = int(m.group(1)) if m else port
-        if "initial sync done" in line and port:
-            return proc, port
-    proc.kill()
-    raise SystemExit("dnsside did not start")
 
 
 def _without_serial(reply: bytes) -> bytes:
@@ -118,7 +97,8 @@ def main() -> int:
     questions = [(n, t) for n in names for t in QTYPES]
     questions += [(f"nonexistent-{i}.{n}", "A") for i, n in enumerate(names)]
     questions += [(a, t) for a in apexes for t in ("SOA", "NS")]
-    proc, port = serve(source, args.flag)
+    server = Dnsside("--source", str(source), "--cluster-name", "east", *args.flag,
+                     timeout=120)
     digest = hashlib.sha256()
     lines = []
     try:
@@ -128,13 +108,12 @@ def main() -> int:
                 query = dns.message.make_query(name, qtype, use_edns=0, payload=1232)
                 query.id = 0x4242
                 query.flags = 0
-                sock.sendto(query.to_wire(), ("127.0.0.1", port))
+                sock.sendto(query.to_wire(), (server.host, server.port))
                 reply = _without_serial(sock.recvfrom(65535)[0])
                 digest.update(struct.pack("!H", len(reply)) + reply)
                 lines.append(f"{name} {qtype} {reply.hex()}")
     finally:
-        proc.terminate()
-        proc.wait(30)
+        server.stop(timeout=30)
     (OUT / f"answers-{tag}.txt").write_text("\n".join(lines) + "\n")
     print(f"{len(questions)} questions over {len(names)} names: sha256 {digest.hexdigest()}")
     return 0

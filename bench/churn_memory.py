@@ -1,6 +1,6 @@
 """Resident memory of `dnsside serve` under steady object churn: does it level off?
 
-    .venv/bin/python bench/churn_memory.py [--minutes 8] [--rate 100] [--members 3000]
+    .venv/bin/python -m bench.churn_memory [--minutes 8] [--rate 100] [--members 3000]
                                           [--trace] [--env MALLOC_ARENA_MAX=2] [--label NAME]
 
 Loads `bench/topology.py`'s topology into the fake API server of tests/ (in this
@@ -40,8 +40,6 @@ import gc
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,10 +47,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testkit.gateways import FakeGateway, point_probes
+from testkit.serve import Dnsside
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
 
 SAMPLE_S = 10.0
 GATEWAY = "172.18.0.4"
@@ -383,46 +382,6 @@ class Issue28Churn:
     write = Churn.write
 
 
-class LoopbackGateways:
-    """One HTTP probe endpoint on 127.0.0.1 per link, answering 200 to every GET: the
-    links' probe Services point there, so `--gateway-probe on` probes them for real."""
-
-    def __init__(self, links: list[str]) -> None:
-        import http.server
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.servers = {}
-        for link in links:
-            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-            server.daemon_threads = True
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-            self.servers[link] = server
-
-    def point(self, items: list[dict[str, Any]]) -> None:
-        """Each link's probe Service (``probe-gateway-<link>``) at its loopback gateway."""
-        for o in items:
-            name = o["metadata"]["name"]
-            if o["kind"] == "Service" and name.startswith("probe-gateway-"):
-                server = self.servers[name.removeprefix("probe-gateway-")]
-                o["spec"]["clusterIP"], o["spec"]["clusterIPs"] = "127.0.0.1", ["127.0.0.1"]
-                o["spec"]["ports"][0]["port"] = server.server_address[1]
-
-    def close(self) -> None:
-        for server in self.servers.values():
-            server.shutdown()
-            server.server_close()
-
-
 # --------------------------------------------------------------------------- the probe
 
 # `--trace` runs dnsside as `python -X tracemalloc=1 bench/churn_memory.py --probe FILE --
@@ -597,40 +556,6 @@ def _census_on_the_loop(out: Any) -> None:
 # --------------------------------------------------------------------------- the run
 
 
-class Server:
-    """`dnsside serve` as a subprocess; its log lines collected by a thread."""
-
-    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, env=env, cwd=ROOT)
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_log(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in list(self.lines)):
-                return
-            if self.proc.poll() is not None:
-                raise SystemExit("dnsside exited:\n" + "\n".join(self.lines[-30:]))
-            time.sleep(0.1)
-        raise SystemExit(f"no {text!r} in {timeout}s:\n" + "\n".join(self.lines[-30:]))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 def slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (x, y)."""
     n = len(points)
@@ -643,17 +568,17 @@ def slope(points: list[tuple[float, float]]) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from support import ThreadedKube
-    from topology import generate
+    from bench.topology import generate
+    from testkit.threadedkube import ThreadedKube
 
     topo = generate(args.members, seed=1)
     tmp = Path(tempfile.mkdtemp(prefix="churn-"))
     kube = ThreadedKube(tmp, bookmark_interval=1.0)
-    gateways = None
+    gateways: dict[str, FakeGateway] = {}
     if args.gateway_probe:
-        gateways = LoopbackGateways(sorted({o["metadata"]["name"] for o in topo.items
-                                            if o["kind"] == "Link"}))
-        gateways.point(topo.items)
+        gateways = {o["metadata"]["name"]: FakeGateway().start() for o in topo.items
+                    if o["kind"] == "Link"}
+        point_probes(topo.items, gateways, "probe-gateway-")
     churn: Churn | Issue28Churn
     if args.mix == "new":
         churn = Issue28Churn(kube.kube, topo.items, seed=3)
@@ -666,19 +591,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         churn.initial = []
     del topo
     probe_file = OUT / f"churn_memory-{args.label}.probe.jsonl"
-    serve = ["serve", "--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
-             "--gateway-probe", "on" if gateways else "off", "--listen", "127.0.0.1:0",
-             "--http-listen", "127.0.0.1:0", *args.dnsside_args]
-    env = {k: v for k, v in os.environ.items() if k != "POD_IP"}
-    env.update(kv.split("=", 1) for kv in args.env)
+    serve = ["--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
+             "--gateway-probe", "on" if gateways else "off", *args.dnsside_args]
+    env = dict(kv.split("=", 1) for kv in args.env)
+    entry = ["-m", "dnsside"]
     if args.trace or args.probe:
         probe_file.unlink(missing_ok=True)
-        cmd = [sys.executable, *(["-X", "tracemalloc=1"] if args.trace else []),
-               str(Path(__file__)), "--probe", str(probe_file), "--", *serve]
-    else:
-        cmd = [sys.executable, "-m", "dnsside", *serve]
+        entry = [*(["-X", "tracemalloc=1"] if args.trace else []),
+                 "-m", "bench.churn_memory", "--probe", str(probe_file), "--"]
     started = time.monotonic()
-    server = Server(cmd, env)
+    server = Dnsside(*serve, env=env, entry=entry, wait_synced=False, timeout=120)
     server.wait_log("initial sync done", 120)
     print(f"dnsside pid {server.proc.pid}: synced {objects} objects in "
           f"{time.monotonic() - started:.1f}s; churning {args.rate}/s for {args.minutes} min",
@@ -731,8 +653,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         server.stop()
         kube.close()
-        if gateways is not None:
-            gateways.close()
+        for gateway in gateways.values():
+            gateway.stop()
     errors = [line for line in server.lines if "Traceback" in line or "ERROR" in line]
     half = samples[len(samples) // 2:]
     rss = [s["rss_kb"] / 1024 for s in samples]

@@ -8,7 +8,7 @@ RRs (and A glue for SRV targets, as dnsside and NSD do), pack. That per-query
 object building is the point of the comparison. The stock server is
 ``socketserver.ThreadingMixIn`` + UDP: a thread per query. Logging is off.
 
-    python bench/dnslib_server.py --zone bench/out/nsd/svc-global.zone --port 5355
+    python -m bench.dnslib_server --zone bench/out/nsd/svc-global.zone --port 5355
 """
 
 from __future__ import annotations

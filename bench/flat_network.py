@@ -1,15 +1,15 @@
 """`--flat-network` at scale: remote sync time, memory and remote change → answer latency.
 
-    .venv/bin/python bench/flat_network.py [--endpoints 30000] [--clusters 3] [--changes 60]
-    .venv/bin/python bench/flat_network.py --quick      # 3,000 endpoints, 10 changes, 1 start
-    .venv/bin/python bench/flat_network.py --report-only
+    .venv/bin/python -m bench.flat_network [--endpoints 30000] [--clusters 3] [--changes 60]
+    .venv/bin/python -m bench.flat_network --quick      # 3,000 endpoints, 10 changes, 1 start
+    .venv/bin/python -m bench.flat_network --report-only
 
-Starts, in this process, one fake API server (tests/fakekube.py) for the local
+Starts, in this process, one fake API server (testkit/fakekube.py) for the local
 cluster `east` and one per linked cluster (`west`, `north`, `south`, ...), each
-on its own event loop thread (tests/support.py's ThreadedKube). Each linked
+on its own event loop thread (testkit/serve.py's ThreadedKube). Each linked
 cluster's API accepts only the bearer token of the Link's Secret and grants it
-Linkerd's remote-access role (tests/fakekube_rbac.py), as in
-tests/test_flat_network.py. Each one holds ``--endpoints`` endpoints of
+Linkerd's remote-access role (testkit/fakekube_rbac.py), as in
+tests/sources/test_flat_serve.py. Each one holds ``--endpoints`` endpoints of
 headless StatefulSet-like Services labelled for remote discovery (``--pods``
 pods each, EndpointSlices of at most 100 endpoints, hostnames set, 1 pod in 20
 not ready), the same Service names in every cluster, plus Services that are not
@@ -62,14 +62,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench"
-OUT = BENCH / "out"
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(BENCH))
-
-from fakekube_rbac import REMOTE_ACCESS_RULES  # noqa: E402
-from flatnet import (  # noqa: E402
+from bench.kube_scale import Poller, _cpu_model, cpu_settled, percentile, proc_stat
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
     endpoint_slice,
@@ -77,8 +72,12 @@ from flatnet import (  # noqa: E402
     remote_discovery_mirror,
     service,
 )
-from kube_scale import Poller, _cpu_model, cpu_settled, percentile, proc_stat  # noqa: E402
-from support import Dnsside, ThreadedKube  # noqa: E402
+from testkit.serve import Dnsside
+from testkit.threadedkube import ThreadedKube
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+OUT = BENCH / "out"
 
 CLUSTERS = ("west", "north", "south", "central", "emea", "apac", "lab", "edge")
 NAMESPACES = 10
@@ -456,9 +455,12 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
     import gc
     import struct
 
-    from memory import walk
+    from bench.memory import walk
 
     from dnsside.core.gcpause import bulk
+    from dnsside.core.index import Index, IndexOptions
+    from dnsside.core.publishing import make_responder
+    from dnsside.core.remotes import parse_remote_service
     from dnsside.model.events import (
         Kind,
         Remote,
@@ -468,9 +470,6 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
         Synced,
         Upsert,
     )
-    from dnsside.core.remotes import parse_remote_service
-    from dnsside.core.index import Index, IndexOptions
-    from dnsside.core.publishing import make_responder
     from dnsside.model.linkerd import parse_object, parse_slice
 
     names = list(CLUSTERS[:clusters])
@@ -586,7 +585,7 @@ def report(r: dict[str, Any]) -> str:
         f"{m['python']}; load average at the end {' '.join(m['loadavg'])}. The machine is "
         f"shared with other work: medians of {len(flat)} starts, alternately with and "
         "without `--flat-network`, the range in brackets. All the fake API servers "
-        "(tests/fakekube.py) run in the bench process on the same cores, so wall times "
+        "(testkit/fakekube.py) run in the bench process on the same cores, so wall times "
         "include their work; dnsside's CPU (utime+stime from /proc/<pid>/stat) does not.",
         "",
         f"Topology: {len(clusters)} linked clusters ({', '.join(clusters)}), each its own fake "
@@ -768,7 +767,7 @@ def main() -> None:
     began = time.monotonic()
     result = measure(args)
     log("in-process breakdown (a fresh interpreter)")
-    argv = [sys.executable, __file__, "--breakdown-only", "--endpoints", str(args.endpoints),
+    argv = [sys.executable, "-m", "bench.flat_network", "--breakdown-only", "--endpoints", str(args.endpoints),
             "--clusters", str(args.clusters), "--pods", str(args.pods), "--local-services",
             str(args.local_services)]
     result["breakdown"] = json.loads(subprocess.run(argv, check=True, capture_output=True,
@@ -778,7 +777,7 @@ def main() -> None:
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "kernel": platform.release(),
                     "loadavg": Path("/proc/loadavg").read_text().split()[:3]},
-        "command": " ".join(["bench/flat_network.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.flat_network", *sys.argv[1:]]),
         "raw": raw.name, "local_services": args.local_services,
         "elapsed_min": (time.monotonic() - began) / 60,
     }

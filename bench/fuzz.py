@@ -1,13 +1,13 @@
-"""The long fuzz run: tests/test_fuzz.py's properties with many more examples, then
+"""The long fuzz run: tests/dns/test_fuzz_respond.py's properties with many more examples, then
 thousands of mangled packets at a live `dnsside serve`, which must still answer.
 
-    .venv/bin/python bench/fuzz.py                      # 20000 examples/property, 50000 packets
-    .venv/bin/python bench/fuzz.py --examples 2000 --packets 10000 --seed 7
+    .venv/bin/python -m bench.fuzz                      # 20000 examples/property, 50000 packets
+    .venv/bin/python -m bench.fuzz --examples 2000 --packets 10000 --seed 7
 
-1. **properties**: pytest on tests/test_fuzz.py with ``DNSSIDE_FUZZ_EXAMPLES``
+1. **properties**: pytest on tests/dns/test_fuzz_respond.py with ``DNSSIDE_FUZZ_EXAMPLES``
    (random bytes, random bytes after a query header, mutated queries, well-formed
    queries: `Responder.respond` never raises, replies parse and carry the ID).
-2. **blast**: a demo server (tests/support.py) gets ``--packets`` datagrams —
+2. **blast**: a demo server (testkit/serve.py) gets ``--packets`` datagrams —
    mutations of valid queries (the same `mutate` as the property test, driven by
    ``random.Random(seed)``) and plain random bytes — as fast as one socket sends
    them with at most ``--window`` replies outstanding (more overruns the kernel's
@@ -35,13 +35,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+import dns.message
 
-import dns.message  # noqa: E402
-from rawdns import Tcp, query  # noqa: E402
-from support import demo_server  # noqa: E402
-from test_fuzz import NAMES, QTYPES, mutate  # noqa: E402
+from testkit.fuzzing import NAMES, QTYPES, mutate
+from testkit.rawdns import Tcp, query
+from testkit.serve import demo_server
+
+ROOT = Path(__file__).resolve().parent.parent
 
 OPS = ["flip", "set", "cut", "insert", "pointer", "count", "delete"]
 
@@ -50,7 +50,7 @@ def run_properties(examples: int) -> dict[str, object]:
     env = {**os.environ, "DNSSIDE_FUZZ_EXAMPLES": str(examples)}
     started = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_fuzz.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/dns/test_fuzz_respond.py"],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout else []

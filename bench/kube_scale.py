@@ -1,9 +1,9 @@
 """Kube source at scale: sync time, memory and event-to-answer latency, with and without
 `--mcs-zone` (issues 11, 12 and 13).
 
-    .venv/bin/python bench/kube_scale.py [--members 100000] [--events 200] [--repeats 3]
-    .venv/bin/python bench/kube_scale.py --quick      # one start each, 50 events
-    .venv/bin/python bench/kube_scale.py --report-only
+    .venv/bin/python -m bench.kube_scale [--members 100000] [--events 200] [--repeats 3]
+    .venv/bin/python -m bench.kube_scale --quick      # one start each, 50 events
+    .venv/bin/python -m bench.kube_scale --report-only
 
 Loads `bench/topology.py`'s topology (the one `bench/run.py` and
 `bench/mcs_cost.py` use: local StatefulSets exported, their per-pod, root and
@@ -45,16 +45,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import dns.message
+import dns.rcode
+
+from bench.topology import cached
+from testkit.serve import Dnsside
+from testkit.threadedkube import ThreadedKube
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 OUT = BENCH / "out"
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(BENCH))
-
-import dns.message  # noqa: E402
-import dns.rcode  # noqa: E402
-from support import Dnsside, ThreadedKube  # noqa: E402
-from topology import cached  # noqa: E402
 
 MCS_ZONE = "clusterset.local."
 CONFIGS: dict[str, list[str]] = {"zone": [], "zone+mcs": ["--mcs-zone", MCS_ZONE]}
@@ -274,7 +274,7 @@ def main() -> None:
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
                     "python": platform.python_version(), "kernel": platform.release(),
                     "loadavg": Path("/proc/loadavg").read_text().split()[:3]},
-        "command": " ".join(["bench/kube_scale.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.kube_scale", *sys.argv[1:]]),
         "members": meta["members"], "objects": meta["objects"],
         "global_services": meta["global_services"], "repeats": repeats, "events": events,
         "elapsed_min": (time.monotonic() - began) / 60,
@@ -308,7 +308,7 @@ def report(r: dict[str, Any]) -> str:
         f"{m['cores']} cores, Linux {m['kernel']}, Python {m['python']}; load average at "
         f"the end {' '.join(m['loadavg'])}. The machine is shared with other work: medians "
         f"of {r['repeats']} alternating starts per configuration, the range in brackets. "
-        "The fake API server (tests/fakekube.py) runs in the bench process on the same "
+        "The fake API server (testkit/fakekube.py) runs in the bench process on the same "
         "2 cores, so wall times include its work; memory does not move between starts.",
         "",
         f"Topology: `bench/topology.py` at {r['members']:,} members ({r['global_services']:,} "

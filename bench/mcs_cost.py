@@ -1,7 +1,7 @@
 """What the second naming scheme costs: `--zone` only vs `--zone` + `--mcs-zone` (issue 12).
 
-    .venv/bin/python bench/mcs_cost.py              # 100k members, 3 starts each, ~5 min
-    .venv/bin/python bench/mcs_cost.py --quick      # 1 start each, shorter dnsperf runs
+    .venv/bin/python -m bench.mcs_cost              # 100k members, 3 starts each, ~5 min
+    .venv/bin/python -m bench.mcs_cost --quick      # 1 start each, shorter dnsperf runs
 
 Same topology as `bench/run.py`'s scale section (`bench/topology.py`, cached in
 bench/out/), the same `dnsside serve` command, started alternately without and
@@ -32,9 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from run import (
+from bench.run import (
     BENCH,
     OUT,
     PY,
@@ -149,7 +147,7 @@ def report(res: dict[str, Any]) -> str:
     lines = [
         "# The cost of the KEP-1645 names (`--mcs-zone`)",
         "",
-        f"Produced by `.venv/bin/python bench/mcs_cost.py{' --quick' if res['quick'] else ''}` "
+        f"Produced by `.venv/bin/python -m bench.mcs_cost{' --quick' if res['quick'] else ''}` "
         f"on {res['date']} in {res['elapsed_s'] / 60:.1f} min (raw numbers in "
         f"`bench/out/mcs-results{'-quick' if res['quick'] else ''}.json`). "
         "Topology: `bench/topology.py` at "
@@ -216,7 +214,7 @@ def main() -> int:
         target.write_text(report(json.loads(results_path.read_text())))
         return 0
     OUT.mkdir(exist_ok=True)
-    from topology import cached
+    from bench.topology import cached
 
     started = time.monotonic()
     topology, meta = cached(args.members, OUT)

@@ -1,6 +1,6 @@
 """Where the index's memory goes, in-process: RSS, a deep-size walk per structure, tracemalloc.
 
-    .venv/bin/python bench/memory.py [--members 100000] [--shape kube|topology]
+    .venv/bin/python -m bench.memory [--members 100000] [--shape kube|topology]
                                      [--mcs-zone clusterset.local.] [--tracemalloc 25]
 
 Builds the index the server builds from the same records (parsed from the same
@@ -32,14 +32,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
+from dnsside.model.events import Kind, Replace, Synced
+from dnsside.model.linkerd import parse_object
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-from dnsside.model.events import Kind, Replace, Synced  # noqa: E402
-from dnsside.core.index import Index, IndexOptions  # noqa: E402
-from dnsside.core.publishing import make_responder  # noqa: E402
-from dnsside.model.linkerd import parse_object  # noqa: E402
-
 
 def status() -> dict[str, int]:
     """VmRSS and VmHWM of this process, kB."""
@@ -92,10 +90,10 @@ def walk(root: Any, seen: set[int]) -> tuple[int, int]:
 
 def objects(shape: str, members: int) -> list[dict[str, Any]]:
     if shape == "kube":
-        import kube_scale
+        from bench import kube_scale
 
         return kube_scale.generate(members)
-    from topology import cached
+    from bench.topology import cached
 
     path, _ = cached(members, ROOT / "bench" / "out")
     return list(json.loads(path.read_text())["items"])

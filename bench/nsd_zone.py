@@ -7,7 +7,7 @@ so nothing is truncated) and decoded with dnslib. The answer section of each is
 one RRset of the zone. Additional-section glue needs no entry of its own: every
 SRV target is a name of the zone with its own A record.
 
-    python bench/nsd_zone.py bench/out/topo-10000.json --cluster-name east --dir bench/out/nsd
+    python -m bench.nsd_zone bench/out/topo-10000.json --cluster-name east --dir bench/out/nsd
 
 writes ``svc-global.zone`` and ``nsd.conf`` (RRL off, one server process, no
 chroot, files under the directory) and checks both with nsd-checkzone and
@@ -25,12 +25,12 @@ from pathlib import Path
 
 from dnslib import QTYPE, DNSRecord
 
-from dnsside.model.events import Synced
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
-from dnsside.sources.file import FileSource
 from dnsside.dns.wire import CLASS_IN, NS, SOA
+from dnsside.model.events import Synced
+from dnsside.sources.file import FileSource
 
 ORIGIN = "svc-global."
 

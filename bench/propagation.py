@@ -1,7 +1,7 @@
 """Propagation at scale, in-process: source event → new answer from the responder.
 
-    python bench/propagation.py bench/out/topo-100000.json --events 300 --reloads 3
-    python bench/propagation.py ... --mcs-zone clusterset.local.   # both naming schemes
+    python -m bench.propagation bench/out/topo-100000.json --events 300 --reloads 3
+    python -m bench.propagation ... --mcs-zone clusterset.local.   # both naming schemes
 
 Builds the index the server builds (same file source, same index), then:
 
@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnsside.model.events import Synced, Upsert
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.publishing import make_responder
+from dnsside.dns.wire import to_wire
+from dnsside.model.events import Synced, Upsert
 from dnsside.model.linkerd import Role, SliceRecord
 from dnsside.sources.file import FileSource
-from dnsside.dns.wire import to_wire
 
 
 def percentiles(xs: list[float]) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """The dnsside benchmark: one command, results in bench/RESULTS.md and raw JSON in bench/out/.
 
-    .venv/bin/python bench/run.py            # full run, ~7 minutes
-    .venv/bin/python bench/run.py --quick    # ~1.5 minutes, fewer and shorter runs
+    .venv/bin/python -m bench.run            # full run, ~7 minutes
+    .venv/bin/python -m bench.run --quick    # ~1.5 minutes, fewer and shorter runs
 
 What it measures (SPEC §6, issue 5):
 
@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testkit import serve
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "out"
@@ -51,8 +53,6 @@ CLUSTER = "east"
 SERVER_CPU, CLIENT_CPU = "0", "1"
 TICK = os.sysconf("SC_CLK_TCK")
 
-sys.path.insert(0, str(BENCH))
-sys.path.insert(0, str(ROOT))
 
 
 def log(msg: str) -> None:
@@ -228,24 +228,35 @@ class Server:
 
 
 class Dnsside(Server):
+    """`dnsside serve` pinned to the server core: testkit's process wrapper under taskset."""
+
     name = "dnsside"
 
-    def __init__(self, topology: Path, extra: Sequence[str] = ()) -> None:
+    def __init__(self, topology: Path, extra: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> None:
         super().__init__()
         self.topology = topology
         self.extra = list(extra)
+        self.env = env or {}
         self.sync_seconds = 0.0
+        self.server: serve.Dnsside | None = None
 
-    def command(self) -> list[str]:
-        return [PY, "-m", "dnsside", "serve", "--source", str(self.topology), "--cluster-name",
-                CLUSTER, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", *self.extra]
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.server = serve.Dnsside(
+            "--source", str(self.topology), "--cluster-name", CLUSTER, *self.extra,
+            wrap=["taskset", "-c", SERVER_CPU], env=self.env, wait_synced=False, timeout=300)
+        self.proc, self.lines, self.port = self.server.proc, self.server.lines, self.server.port
 
     def ready(self, qname: str) -> None:
-        m = self.wait_line(r"dns listening on udp\+tcp (.*):(\d+)$", 30)
-        self.port = int(m.group(2))
-        self.wait_line("initial sync done", 300)
+        assert self.server is not None
+        self.server.wait_log("initial sync done", 300)
         self.sync_seconds = time.monotonic() - self.started
         probe(self.port, qname)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(timeout=15)
 
 
 class Nsd(Server):
@@ -259,7 +270,7 @@ class Nsd(Server):
         return ["nsd", "-d", "-c", str(self.conf)]
 
     def start(self) -> None:
-        from nsd_zone import set_port
+        from bench.nsd_zone import set_port
 
         self.port = free_port()
         set_port(self.conf, self.port)
@@ -378,7 +389,7 @@ def warm_up(server: Server, queries: Path) -> None:
 
 def topology_files(size: int) -> tuple[Path, Path]:
     """(topology, dnsperf query file) of ``size`` members; 0 is the demo topology."""
-    from topology import cached, demo
+    from bench.topology import cached, demo
 
     if size == 0:
         topology, _ = demo(OUT)
@@ -395,7 +406,7 @@ def med(xs: Sequence[float | None]) -> float | None:
 def compare(topology: Path, queries: Path, meta: dict[str, Any], rates: Sequence[int],
             seconds: float, repeats: int, with_dnslib: bool = True) -> dict[str, Any]:
     """dnsside vs NSD (vs dnslib), same records, same query file, servers taking turns."""
-    from nsd_zone import build_index, write_nsd
+    from bench.nsd_zone import build_index, write_nsd
 
     log(f"compare: writing the NSD zone from dnsside's index ({meta['members']} members)")
     index = build_index(topology, CLUSTER)
@@ -484,7 +495,7 @@ def truncation_share(index: Any, queries: Path) -> float:
 
 def scale(sizes: Sequence[int], rate: int, seconds: float, repeats: int) -> dict[str, Any]:
     """dnsside alone at each size: sync time, memory, CPU per query at ``rate``."""
-    from topology import cached
+    from bench.topology import cached
 
     out: dict[str, Any] = {}
     for size in sizes:
@@ -517,7 +528,7 @@ def scale(sizes: Sequence[int], rate: int, seconds: float, repeats: int) -> dict
 
 
 def propagation(size: int, events: int, reloads: int) -> dict[str, Any]:
-    from topology import cached
+    from bench.topology import cached
 
     topology, _ = cached(size, OUT)
     r = subprocess.run(
@@ -546,7 +557,7 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         "# dnsside benchmark results",
         "",
-        f"Produced by `.venv/bin/python bench/run.py{' --quick' if results['quick'] else ''}` "
+        f"Produced by `.venv/bin/python -m bench.run{' --quick' if results['quick'] else ''}` "
         f"on {results['date']} in {results['elapsed_s'] / 60:.1f} min "
         f"(raw numbers in `bench/out/results{'-quick' if results['quick'] else ''}.json`). "
         "How it measures: `bench/README.md`.",
@@ -846,7 +857,7 @@ def main() -> int:
         print("needs dnsperf and nsd (apt install dnsperf nsd)", file=sys.stderr)
         return 2
     OUT.mkdir(exist_ok=True)
-    from topology import cached
+    from bench.topology import cached
 
     quick = args.quick
     rates = [5000, 20000, 50000]

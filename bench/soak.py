@@ -1,12 +1,12 @@
 """Soak: a real `dnsside serve` against a churning, faulty API server and flaky gateways,
 every name's answer compared with an independent model (issue 17).
 
-    .venv/bin/python bench/soak.py --minutes 2 --seed 1 --out bench/out/soak.json
-    .venv/bin/python bench/soak.py --minutes 30 --seed 1 --out bench/out/soak-30.json \\
+    .venv/bin/python -m bench.soak --minutes 2 --seed 1 --out bench/out/soak.json
+    .venv/bin/python -m bench.soak --minutes 30 --seed 1 --out bench/out/soak-30.json \\
         --report bench/SOAK_RESULTS.md
 
-In this process: the fake API server of tests/fakekube.py (on its own thread,
-as tests/support.py's ThreadedKube runs it) and three small HTTP gateways on
+In this process: the fake API server of testkit/fakekube.py (on its own thread,
+as testkit/serve.py's ThreadedKube runs it) and three small HTTP gateways on
 loopback addresses (127.x.y.1-3) behind the Links' probe Services. Against
 them, a `dnsside serve --gateway-probe on --gateway-probe-period 0.5` subprocess.
 Then, until --minutes are up, in rounds of --round seconds:
@@ -65,7 +65,6 @@ reconnect may legitimately wait that long.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -88,16 +87,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+import dns.exception
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
 
-import dns.exception  # noqa: E402
-import dns.flags  # noqa: E402
-import dns.message  # noqa: E402
-import dns.query  # noqa: E402
-import dns.rcode  # noqa: E402
-import dns.rdatatype  # noqa: E402
-from support import Dnsside, ThreadedKube, wait_for  # noqa: E402
+from testkit.gateways import AsyncGateway
+from testkit.serve import Dnsside, wait_for
+from testkit.threadedkube import ThreadedKube
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LOCAL = "east"
 CLUSTERS = ("west", "north", "south")
@@ -490,83 +491,6 @@ class Names:
             self.hosts |= {(c, h) for h in r.pods}
 
 
-# --------------------------------------------------------------------------- gateways
-
-
-class HttpGateway:
-    """A stand-in for a linked cluster's gateway behind its probe Service: answers 200 on
-    PROBE_PATHS while alive, accepts and never answers while hung, refuses while dead.
-    ``answered`` is the oracle the model needs: every path it served a 200 on."""
-
-    def __init__(self, cluster: str, host: str) -> None:
-        self.cluster, self.host, self.port = cluster, host, 0
-        self.mode = "dead"
-        self.answered: set[str] = set()
-        self.served = 0
-        self.on_request: Callable[[str], None] | None = None  # called as a request arrives
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def set_mode(self, mode: str) -> None:
-        """Switch to alive, hung or dead; a killed or revived gateway drops its connections,
-        as a restarted process does."""
-        if mode == self.mode:
-            return
-        for w in list(self._writers):
-            w.transport.abort()
-        self._writers.clear()
-        if mode == "dead":
-            if self._server is not None:
-                self._server.close()
-                self._server = None
-        elif self._server is None:
-            self._server = await self._bind()
-        self.mode = mode
-
-    async def _bind(self) -> asyncio.Server:
-        # The port is ours from the first bind; a rebind right after closing can race with
-        # nothing but our own sockets in TIME_WAIT (reuse_address covers that).
-        for _ in range(50):
-            try:
-                server = await asyncio.start_server(self._handle, self.host, self.port,
-                                                    reuse_address=True)
-            except OSError:
-                await asyncio.sleep(0.1)
-                continue
-            self.port = server.sockets[0].getsockname()[1]
-            return server
-        raise RuntimeError(f"cannot bind gateway {self.cluster} on {self.host}:{self.port}")
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            request = await reader.readline()
-            if self.on_request is not None and request:
-                self.on_request(self.cluster)
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
-            if self.mode == "hung":
-                await reader.read()  # until the client gives up
-                return
-            parts = request.decode(errors="replace").split()
-            path = parts[1] if len(parts) >= 2 else ""
-            ok = path in PROBE_PATHS
-            body = b"ok\n" if ok else b"not found\n"
-            status = b"200 OK" if ok else b"404 Not Found"
-            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain\r\n"
-                         b"Content-Length: " + str(len(body)).encode()
-                         + b"\r\nConnection: close\r\n\r\n" + body)
-            await writer.drain()
-            if ok and self.mode == "alive":
-                self.answered.add(path)
-                self.served += 1
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-
-
 # --------------------------------------------------------------------------- DNS
 
 
@@ -760,7 +684,8 @@ class Soak:
         self.kube = ThreadedKube(tmp)
         pid = os.getpid()
         base = f"127.{50 + pid % 150}.{pid // 150 % 250}"
-        self.gateways = {c: HttpGateway(c, f"{base}.{i + 1}") for i, c in enumerate(CLUSTERS)}
+        self.gateways = {c: AsyncGateway(c, f"{base}.{i + 1}", PROBE_PATHS)
+                         for i, c in enumerate(CLUSTERS)}
         for gw in self.gateways.values():
             gw.on_request = self._probed
             self.kube.run(gw.set_mode("alive"))
@@ -1462,7 +1387,7 @@ def main() -> int:
                     help="also fail when RSS grew more than PCT %% over the last half")
     ap.add_argument("--dnsside-log", type=Path, help="write dnsside's stderr here")
     args = ap.parse_args()
-    cmd = " ".join(["python", "bench/soak.py", *sys.argv[1:]])
+    cmd = " ".join(["python", "-m", "bench.soak", *sys.argv[1:]])
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         soak = Soak(args, Path(tmp))
         try:

@@ -16,7 +16,7 @@ endpoint hostname, one per per-pod mirror, one per cluster-level mirror or
 local ClusterIP Service. A global service has 10-50 members: the same
 StatefulSet (3-12 replicas) in the local cluster and in 2-4 of the 4 links.
 
-    python bench/topology.py --members 100000 --out bench/out/topo-100000.json
+    python -m bench.topology --members 100000 --out bench/out/topo-100000.json
 
 also writes ``<out>.queries``: a dnsperf query file (an A/SRV mix over names
 that exist and have ready members) and ``<out>.meta.json`` (counts, and one
@@ -352,7 +352,7 @@ def demo(directory: Path, n_queries: int = 50000, seed: int = 2) -> tuple[Path, 
     """
     import struct
 
-    from nsd_zone import build_index, query_for, to_text
+    from bench.nsd_zone import build_index, query_for, to_text
 
     out = directory / "demo-east.queries"
     meta_path = directory / "demo-east.meta.json"

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 # --------------------------------------------------------------------------- fake API server
-# (tests/fakekube.py) `fake_kube`: a running FakeKube with `.kubeconfig`, `.url` and the
+# (testkit/fakekube.py) `fake_kube`: a running FakeKube with `.kubeconfig`, `.url` and the
 # control methods (load/apply/delete/drop_streams/fail_next/compact/set_unreachable).
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from fakekube import FakeKube, running_fake_kube
-from support import ThreadedKube
 
-DEMO_EAST = Path(__file__).resolve().parent.parent / "examples" / "demo-east.yaml"
+from testkit.fakekube import FakeKube, running_fake_kube
+from testkit.threadedkube import ThreadedKube
+
+DEMO_EAST = Path(__file__).resolve().parents[1] / "examples" / "demo-east.yaml"
 
 
 @pytest.fixture
@@ -49,3 +50,26 @@ def udp_io(request: pytest.FixtureRequest) -> Iterator[str]:
     mp.setenv("DNSSIDE_UDP_IO", request.param)
     yield request.param
     mp.undo()
+
+# --------------------------------------------------------------------------- parallel runs
+# The full suite runs in parallel with pytest-xdist (`scripts/test.sh`: `-n 4 --dist
+# loadgroup`). Each file is one group, so its module-scoped servers start once, on one
+# worker; a file that must share a worker names its group with
+# `pytest.mark.xdist_group(name)`. Nothing here needs a private port: every test binds port 0
+# or a fresh loopback address, and network namespaces are named by pid.
+# The longest files are handed out first, so that no worker starts one at the end.
+LONGEST_FIRST = ("tests/soak/", "tests/interop/", "tests/security/", "tests/ops/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(root).as_posix()))
+
+    def rank(item: pytest.Item) -> int:
+        path = item.path.relative_to(root).as_posix()
+        return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)),
+                    len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: the order within a file is kept

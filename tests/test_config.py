@@ -23,6 +23,8 @@ from dnsside.config import (
     split_hostport,
 )
 
+pytestmark = pytest.mark.quick
+
 
 def test_every_flag_has_one_env_name_and_a_config_home() -> None:
     assert len({f.env for f in FLAGS}) == len(FLAGS)
@@ -141,7 +143,7 @@ def test_config_check_names_the_flag() -> None:
 def test_every_serve_flag_is_in_the_docs_flag_table() -> None:
     """docs/flags.md's table is what users read: a flag missing there does not exist
     for them."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "flags.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "flags.md").read_text()
     table = text.split("\n| flag | meaning | default |\n", 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"(?:^\| |, |/ )`(--[a-z0-9-]+)[ `]", table, re.M))
     missing = [f.name for f in flags_for(SERVE) if f.name not in named]

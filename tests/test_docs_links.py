@@ -13,6 +13,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.quick
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
         *sorted((ROOT / "deploy").rglob("*.md"))]

@@ -29,7 +29,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import ROOT
+import pytest
+
+from testkit.serve import ROOT
+
+pytestmark = pytest.mark.quick
 
 PACKAGE = ROOT / "dnsside"
 LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything in it
@@ -231,17 +235,28 @@ def test_only_entry_points_and_configuration_at_the_top() -> None:
 
 
 def test_the_quick_tier_needs_only_the_venv() -> None:
-    """tests/QUICK lists files that run in-process: none calls what starts dnsside, a
+    """The files marked `quick` (``pytestmark = pytest.mark.quick``, what
+    `scripts/test.sh --quick` runs) run in-process: none calls what starts dnsside, a
     resolver, a fake API server on a thread of its own, or a network namespace."""
     # (A `python -c` of the same venv, as the import checks here run, is no peer.)
     peers = {"Dnsside", "demo_server", "run_cli", "ThreadedKube", "Netns", "enter_netns",
              "which", "Popen"}
-    listed = [line for line in (ROOT / "tests" / "QUICK").read_text().splitlines()
-              if line and not line.startswith("#")]
-    assert listed and len(set(listed)) == len(listed)
-    for name in listed:
+    quick = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        if not any(isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "pytestmark"
+                   and "quick" in ast.unparse(node.value) for node in tree.body):
+            continue
+        quick.append(path)
         calls = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
-                 for node in ast.walk(ast.parse((ROOT / name).read_text()))
+                 for node in ast.walk(tree)
                  if isinstance(node, ast.Call)
                  and isinstance(node.func, ast.Name | ast.Attribute)}
-        assert not calls & peers, (name, sorted(calls & peers))
+        assert not calls & peers, (path, sorted(calls & peers))
+    # The core and the protocol in-process are in it whatever else moves; the protocol
+    # rules' server fixture marks only its in-process parameter, the socket ones are the
+    # full tier.
+    names = {p.relative_to(ROOT).as_posix() for p in quick}
+    assert {"tests/core/test_index.py", "tests/dns/test_fuzz_respond.py"} <= names, names
+    protocol = (ROOT / "tests" / "dns" / "conftest.py").read_text()
+    assert 'pytest.param("in-process", marks=pytest.mark.quick)' in protocol

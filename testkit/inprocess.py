@@ -1,0 +1,59 @@
+"""The query path without a process or a socket: the `Responder` that `dnsside serve
+--source FILE` would publish, built in-process, so a protocol test can call
+``respond(bytes, udp) -> bytes`` as h11 is tested without sockets.
+
+It is built the way `serve` builds it (the same Config defaults, index options and
+responder, one full Replace then Synced), so its answers are the served ones byte for
+byte but for the SOA serial, which starts at the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dnsside.config import Config
+from dnsside.core.index import Index
+from dnsside.core.publishing import make_responder
+from dnsside.dns.responder import Responder
+from dnsside.model.events import Kind, Replace, Synced
+from dnsside.serving.app import index_options
+from dnsside.sources.file import load_records
+from testkit.rawdns import exchange, udp
+from testkit.serve import Dnsside
+
+# What a protocol test asks: the Responder in-process, or a `dnsside serve` over sockets.
+Server = Responder | Dnsside
+
+
+def file_responder(source: Path, *, cluster_name: str = "east",
+                   mcs_zones: Sequence[str] = ()) -> Responder:
+    """What `dnsside serve --source SOURCE --cluster-name CLUSTER_NAME` answers once synced."""
+    config = Config(source=str(source), cluster_name=cluster_name)
+    config.mcs_zones = tuple(mcs_zones)
+    options = index_options(config)
+    index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
+    records, warnings = load_records(source)
+    assert not warnings, warnings
+    index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
+    assert index.responder.ready
+    return index.responder
+
+
+def ask(server: Server, wire: bytes, transport: str = "udp") -> bytes:
+    """The reply to ``wire`` over ``transport`` ("udp" or "tcp"); in-process, `respond`
+    with the same size rule the transport gets."""
+    if isinstance(server, Responder):
+        reply = server.respond(wire, transport == "udp")
+    else:
+        reply = exchange(server.host, server.port, wire, transport, timeout=3.0)
+    assert reply is not None, "no reply"
+    assert reply[:2] == wire[:2], "reply carries another ID"
+    return reply
+
+
+def no_reply_udp(server: Server, wire: bytes) -> bool:
+    """True when ``wire`` over UDP gets no reply (dropped, not answered)."""
+    if isinstance(server, Responder):
+        return server.respond(wire, True) is None
+    return udp(server.host, server.port, wire, timeout=0.5) is None

@@ -1,0 +1,121 @@
+"""`dnsside explain` for a person: the report of the demo, rendered like `kubectl describe`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from dnsside.core.explain import Explainer, render
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
+from dnsside.model.events import Kind, Replace, Synced
+from dnsside.model.linkerd import parse_object
+from testkit.serve import DEMO
+
+
+def explainer() -> Explainer:
+    options = IndexOptions(cluster_name="east")
+    index = Index(make_responder(["svc-global."], options.zone), options)
+    records = [parse_object(o) for o in yaml.safe_load(DEMO.read_text())["items"]]
+    index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
+    return Explainer(index)
+
+
+def test_a_service_reads_as_question_answer_and_one_line_per_member() -> None:
+    text = render(explainer().explain("nginx-svc.default.svc-global"))
+    lines = text.splitlines()
+    assert lines[0] == "Question:        nginx-svc.default.svc-global A"
+    assert lines[1] == "Answer:          NOERROR, 5 records"
+    assert "  nginx-svc.default.svc-global. 5 IN A 10.42.1.10" in lines  # as dig prints it
+    assert "Links:           3 read (north, south, west)" in lines
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("CLUSTER"))
+    members = lines[header + 1:]
+    assert len(members) == 8  # 2 local, 2 north, 3 west, 1 orphan
+    east = members[0].split()
+    assert east[:4] == ["east", "nginx-set-0", "10.42.1.10", "yes"]
+    assert members[0].endswith("local endpoint")
+    orphan = next(m for m in members if m.split()[0] == "old")
+    assert " no " in orphan and orphan.endswith(
+        "orphaned: no Link targets cluster old (deleting a Link leaves its mirrors behind)")
+    north = next(m for m in members if m.split()[0] == "north")
+    assert "Service default/nginx-set-0-north (+1)" in north and "not ready" in north
+
+
+def test_names_without_members_explain_themselves() -> None:
+    e = explainer()
+    refused = render(e.explain("example.com"))
+    assert "Answer:          REFUSED, 0 records" in refused
+    assert "Explanation:     outside every served zone: REFUSED" in refused
+    nxdomain = render(e.explain("nginx-set-0.old.nginx-svc.default.svc-global"))
+    assert "Answer:          NXDOMAIN, 0 records" in nxdomain
+    assert "Authority:       1 record" in nxdomain
+    bad = render(e.explain("x", "NOPE"))
+    assert bad.splitlines()[1].startswith("Error:           cannot build a query")
+
+
+def test_the_cli_prints_text_by_default_and_json_or_yaml_when_asked() -> None:
+    import json
+
+    import yaml
+
+    from testkit.serve import run_cli
+
+    base = ["explain", "--source", str(DEMO), "--cluster-name", "east",
+            "nginx-svc.default.svc-global"]
+    text = run_cli(base)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("Question:        nginx-svc.default.svc-global A\n")
+    as_json = json.loads(run_cli([*base, "-o", "json"]).stdout)
+    assert as_json == yaml.safe_load(run_cli([*base, "-o", "yaml"]).stdout)
+    assert as_json["rcode"] == "NOERROR" and len(as_json["members"]) == 8
+
+
+def test_every_explain_error_is_one_line_and_a_failing_exit(
+        monkeypatch: Any, tmp_path: Any, capsys: Any) -> None:
+    """Checked before the source is loaded: a source that does not exist is never read
+    (its error would be the one reported otherwise)."""
+    from dnsside.cli import main
+
+    missing = str(tmp_path / "never-read.yaml")
+    cases = {
+        ("nginx-svc.default.svc-global", "BOGUS"): "'BOGUS' is not a DNS record type",
+        ("a" * 70 + ".svc-global", "A"): "has 70 octets; a label has 1 to 63",
+        ("ünï.svc-global", "A"): "is not ASCII",
+        (".", "A"): "give a name in a served zone",
+    }
+    for (name, qtype), message in cases.items():
+        code = main(["explain", "--source", missing, name, qtype])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    # no kubeconfig anywhere: what serve and check say, in one line
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = main(["explain", "nginx-svc.default.svc-global"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("dnsside: no Kubernetes configuration"), err
+    assert "Traceback" not in err
+
+
+def test_an_unexported_local_service_is_explained_out_of_the_clusterset_only() -> None:
+    items = yaml.safe_load(DEMO.read_text())["items"]
+    for o in items:
+        if o["kind"] == "Service" and o["metadata"]["name"] == "nginx-svc":
+            del o["metadata"]["labels"]["mirror.linkerd.io/exported"]
+    options = IndexOptions(cluster_name="east")
+    index = Index(make_responder(["svc-global."], options.zone, ["clusterset.local."]), options)
+    records = [parse_object(o) for o in items]
+    index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
+    explain = Explainer(index).explain
+
+    def local_status(name: str) -> set[str]:
+        return {m["status"] for m in explain(name)["members"] if m["cluster"] == "east"}
+
+    assert local_status("nginx-svc.default.svc.clusterset.local") == {
+        "left out: only exporting clusters belong to a clusterset service, and the local "
+        "Service has no mirror.linkerd.io/exported label"}
+    assert local_status("nginx-svc.default.svc-global") == {"in the answer"}
+    mcs = explain("nginx-svc.default.svc.clusterset.local")
+    assert "10.42.1.10" not in " ".join(mcs["answer"])
+    assert "10.42.1.10" in " ".join(explain("nginx-svc.default.svc-global")["answer"])

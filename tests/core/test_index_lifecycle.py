@@ -1,0 +1,403 @@
+"""Linkerd's lifecycle in the index, without sockets: Links, orphans, failing gateways,
+federated members, name clashes and the configuration warnings."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, get_args
+
+import dns.message
+import dns.rcode
+import pytest
+import yaml
+
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
+from dnsside.dns.zone import ZoneOptions
+from dnsside.model.events import (
+    Delete,
+    Event,
+    Gateway,
+    GatewayState,
+    Kind,
+    LinksUnavailable,
+    LinkWatch,
+    Replace,
+    Synced,
+    Upsert,
+)
+from dnsside.core.diagnosis import Exclusion
+from dnsside.core.diagnosis import Notice
+from dnsside.core.index import HANDLERS
+from dnsside.core.links import TRANSITIONS
+from dnsside.core.links import LinkInput
+from dnsside.core.links import LinkPhase
+from dnsside.core.links import Links
+from dnsside.model.linkerd import (
+    LinkRecord,
+    Record,
+    ServiceRecord,
+    SliceRecord,
+    parse_object,
+)
+from dnsside.serving.reporting import IndexReporter
+from dnsside.telemetry import metrics
+from testkit.serve import DEMO
+
+pytestmark = pytest.mark.quick
+
+ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
+ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
+NGINX = "nginx-svc.default.svc-global"
+WEST_NGINX = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
+
+
+def records(*, links: bool = True) -> tuple[Record, ...]:
+    out = []
+    for o in ITEMS:
+        r = parse_object(o)
+        assert r is not None
+        if links or not isinstance(r, LinkRecord):
+            out.append(r)
+    return tuple(out)
+
+
+def link(name: str) -> LinkRecord:
+    found = next(r for r in records() if isinstance(r, LinkRecord) and r.name == name)
+    assert isinstance(found, LinkRecord)
+    return found
+
+
+def make_index(cluster_name: str = "east", **options: Any) -> Index:
+    opts = IndexOptions(cluster_name=cluster_name, **options)
+    # With the server's reporter: these tests read its log lines and metrics too.
+    return Index(make_responder(["svc-global."], opts.zone), opts, IndexReporter())
+
+
+@pytest.fixture
+def index() -> Index:
+    idx = make_index()
+    idx.apply([Replace(ALL, records()), Synced()])
+    return idx
+
+
+def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
+    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire(), udp=False)
+    assert reply is not None
+    return dns.message.from_wire(reply)
+
+
+def addrs(idx: Index, name: str) -> set[str]:
+    return {rd.to_text() for rrset in ask(idx, name).answer for rd in rrset}
+
+
+def srv_targets(idx: Index, name: str) -> list[str]:
+    return sorted(rd.target.to_text() for rrset in ask(idx, name, "SRV").answer for rd in rrset)
+
+
+def gauge(name: str, **labels: str) -> float | None:
+    value = metrics.REGISTRY.get_sample_value(name, labels or None)
+    return value
+
+
+# --------------------------------------------------------------------------- Links and orphans
+
+
+def test_orphaned_cluster_is_in_no_answer_and_counted(index: Index) -> None:
+    assert "10.45.0.10" not in addrs(index, NGINX)
+    assert ask(index, "old.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask(index, "nginx-set-0.old.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert not any(".old." in t for t in srv_targets(index, "_http._tcp." + NGINX))
+    assert gauge("dnsside_orphaned_mirrors", cluster="old") == 1
+    assert gauge("dnsside_links_readable") == 1
+
+
+def test_orphans_stay_out_even_with_publish_not_ready() -> None:
+    """An orphan keeps Linkerd's readiness (ready: its mirror still says so), and neither
+    that nor --publish-not-ready puts it back in an answer."""
+    idx = make_index(zone=ZoneOptions(publish_not_ready=True))
+    idx.apply([Replace(ALL, records()), Synced()])
+    assert "10.45.0.10" not in addrs(idx, NGINX)
+    assert ask(idx, "nginx-set-0.old.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    gs = idx.assemble(("default", "nginx-svc"))
+    assert gs is not None
+    assert [(m.cluster, m.ready) for m in gs.excluded] == [("old", True)]
+
+
+def test_link_deleted_then_recreated(index: Index, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="dnsside.index")
+    west = link("west")
+    changed = index.apply([Delete(Kind.LINK, west.namespace, west.name)])
+    # Everything with a west mirror was rebuilt, nothing else.
+    assert changed == {("default", "nginx-svc"), ("db", "cockroachdb"), ("default", "web")}
+    assert not WEST_NGINX & addrs(index, NGINX)
+    assert ask(index, "west.web.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert gauge("dnsside_orphaned_mirrors", cluster="west") == 7  # 3 nginx, 3 cockroach, web
+    orphan_lines = [r.getMessage() for r in caplog.records if "orphans" in r.getMessage()]
+    assert len(orphan_lines) == 1 and orphan_lines[0].startswith("cluster west: 7 mirrors")
+    assert "link west gone" in caplog.text
+    index.apply([Upsert(west)])
+    assert WEST_NGINX <= addrs(index, NGINX)
+    assert gauge("dnsside_orphaned_mirrors", cluster="west") == 0
+    # An unrelated change never logs the orphans again.
+    index.apply([Delete(Kind.LINK, west.namespace, west.name)])
+    index.apply([Upsert(west)])
+    assert len([r for r in caplog.records if "cluster west: 7 mirrors" in r.getMessage()]) == 2
+
+
+def test_link_by_target_cluster_name_not_by_its_own_name(index: Index) -> None:
+    west = link("west")
+    renamed = LinkRecord(west.namespace, "hand-written", "west", "/ready")
+    index.apply([Delete(Kind.LINK, west.namespace, west.name), Upsert(renamed)])
+    assert WEST_NGINX <= addrs(index, NGINX)
+
+
+def test_links_never_listed_filter_nothing_and_never_empty_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dnsside.index")
+    idx = make_index()
+    idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
+               LinksUnavailable("cannot list Links (v1alpha3): forbidden"), Synced()])
+    assert "10.45.0.10" in addrs(idx, NGINX)  # the orphan is served: nothing is filtered
+    assert addrs(idx, NGINX) >= WEST_NGINX
+    assert gauge("dnsside_links_readable") == 0
+    assert "Links cannot be read: cannot list Links (v1alpha3): forbidden" in caplog.text
+    assert "cannot be read" in idx.links.describe()
+    # A synced Link view filters.
+    idx.apply([Replace(frozenset({Kind.LINK}), tuple(r for r in records()
+                                                     if isinstance(r, LinkRecord)))])
+    assert "10.45.0.10" not in addrs(idx, NGINX)
+    assert gauge("dnsside_links_readable") == 1
+
+
+def test_a_listed_link_set_stands_through_every_fault(
+    index: Index, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once listed, Links change only by a newer complete list or a watch event: a watch
+    that fails, a 403 that appears later, a relist that keeps failing change nothing."""
+    caplog.set_level(logging.INFO, logger="dnsside.index")
+    west = link("west")
+    index.apply([Delete(Kind.LINK, west.namespace, west.name)])  # unlinked, mirrors stay
+    unlinked = addrs(index, NGINX)
+    assert not unlinked & WEST_NGINX
+    assert ask(index, "nginx-set-0.west.nginx-svc.default.svc-global").rcode() == (
+        dns.rcode.NXDOMAIN)
+    for fault in (LinkWatch("watch links failed (http-500): injected failure"),
+                  LinkWatch("410 Expired: relisting Links"),
+                  LinksUnavailable("watching Links failed: HTTP 403 Forbidden"),
+                  LinksUnavailable("cannot list Links (v1alpha3): forbidden")):
+        assert index.apply([fault]) == set()
+        assert addrs(index, NGINX) == unlinked
+        assert ask(index, "nginx-set-0.west.nginx-svc.default.svc-global").rcode() == (
+            dns.rcode.NXDOMAIN)
+        assert index.links.linked() == {"north", "south"}
+        assert gauge("dnsside_links_readable") == 1
+        assert gauge("dnsside_links_watch_up") == 0
+    down = [r.getMessage() for r in caplog.records if "Link watch down" in r.getMessage()]
+    assert len(down) == 1 and "the last complete list of 2 Links (north, south) stands" in down[0]
+    described = index.links.describe(now=index.links.complete_at + 42)
+    assert "the Link watch is down (cannot list Links (v1alpha3): forbidden)" in described
+    assert "last known complete 42 s ago stands" in described
+    # The relist that finally succeeds is the truth, and applies what changed meanwhile:
+    # south was unlinked while the watch was down, west linked again.
+    links = tuple(r for r in records() if isinstance(r, LinkRecord) and r.name != "south")
+    index.apply([Replace(frozenset({Kind.LINK}), links)])
+    assert index.links.linked() == {"west", "north"}
+    assert addrs(index, NGINX) >= WEST_NGINX
+    assert ask(index, "kafka.db.svc-global").rcode() == dns.rcode.NOERROR
+    assert gauge("dnsside_links_watch_up") == 1
+    assert index.links.describe() == "2 read (north, west)"
+    # A watch event says the watch follows again, too.
+    index.apply([LinkWatch("watch links failed (dropped)")])
+    index.apply([Upsert(link("south"))])
+    assert gauge("dnsside_links_watch_up") == 1 and "down" not in index.links.describe()
+
+
+def test_a_dump_without_links_filters_nothing() -> None:
+    idx = make_index()
+    idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
+               LinksUnavailable("the file has no Link objects"), Synced()])
+    assert "10.45.0.10" in addrs(idx, NGINX)
+    assert idx.links.linked() is None
+
+
+def test_no_link_at_all_leaves_only_the_local_cluster() -> None:
+    idx = make_index()
+    idx.apply([Replace(ALL, records(links=False)), Synced()])
+    assert addrs(idx, NGINX) == {"10.42.1.10", "10.42.1.11"}
+    assert ask(idx, "payments.default.svc-global").rcode() == dns.rcode.NOERROR  # federated
+
+
+# --------------------------------------------------------------------------- gateway probe
+
+
+def test_failing_gateway_leaves_every_answer_and_comes_back(index: Index) -> None:
+    serial = index.serial
+    index.apply([GatewayState("west", Gateway.ALIVE)])
+    assert index.serial == serial  # alive changes nothing Linkerd did not say
+    index.apply([GatewayState("west", Gateway.FAILING, "connection refused")])
+    assert not WEST_NGINX & addrs(index, NGINX)
+    assert not any(".west." in t for t in srv_targets(index, "_http._tcp." + NGINX))
+    assert ask(index, "nginx-set-0.west.nginx-svc.default.svc-global").rcode() == (
+        dns.rcode.NXDOMAIN)
+    web = addrs(index, "web.default.svc-global")
+    assert "10.43.100.7" not in web  # west's gateway-mode mirror
+    # Remote-discovery, federated and local members never move.
+    assert {"10.43.100.8", "10.43.100.9", "10.43.0.50"} <= web
+    assert {"10.42.1.10", "10.42.1.11"} <= addrs(index, NGINX)
+    index.apply([GatewayState("west", Gateway.ALIVE)])
+    assert WEST_NGINX <= addrs(index, NGINX)
+    assert "10.43.100.7" in addrs(index, "web.default.svc-global")
+
+
+def test_never_answered_gateway_is_not_acted_on(index: Index) -> None:
+    before = {name: addrs(index, name) for name in (NGINX, "kafka.db.svc-global")}
+    changed = index.apply([GatewayState("south", Gateway.UNREACHED, "timed out"),
+                           GatewayState("west", Gateway.UNREACHED, "timed out")])
+    assert changed == set()
+    assert {name: addrs(index, name) for name in before} == before
+    assert index.gateways["south"] == (Gateway.UNREACHED, "timed out")
+    index.apply([GatewayState("south", None)])  # no longer probed
+    assert "south" not in index.gateways
+
+
+def test_probe_targets_follow_links_and_probe_services(index: Index) -> None:
+    assert index.probe_targets() == {
+        "west": "http://10.43.200.11:4191/ready",
+        "north": "http://10.43.200.10:4191/ready",
+        "south": "http://10.43.200.12:4191/ready",
+    }
+    west = link("west")
+    index.apply([Upsert(LinkRecord(west.namespace, west.name, "west", "/live"))])
+    assert index.probe_targets()["west"] == "http://10.43.200.11:4191/live"
+    index.apply([Delete(Kind.LINK, west.namespace, west.name)])
+    assert "west" not in index.probe_targets()  # an unlinked cluster is not probed
+    index.apply([Delete(Kind.SERVICE, "linkerd-multicluster", "probe-north")])
+    assert set(index.probe_targets()) == {"south"}
+    index.apply([LinksUnavailable("forbidden")])  # listed before: the list stands
+    assert set(index.probe_targets()) == {"south"}
+    never = make_index()  # never listed: every probe Service (answers only get shorter)
+    never.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
+                 LinksUnavailable("forbidden"), Synced()])
+    assert set(never.probe_targets()) == {"west", "north", "south"}
+
+
+# --------------------------------------------------------------------------- federated
+
+
+def test_federated_members_and_no_federated() -> None:
+    with_fed = make_index()
+    with_fed.apply([Replace(ALL, records()), Synced()])
+    assert addrs(with_fed, "payments.default.svc-global") == {"10.43.100.20"}
+    assert addrs(with_fed, "federated.web.default.svc-global") == {"10.43.100.9"}
+    without = make_index(include_federated=False)
+    without.apply([Replace(ALL, records()), Synced()])
+    assert ask(without, "payments.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert "10.43.100.9" not in addrs(without, "web.default.svc-global")
+
+
+# --------------------------------------------------------------------------- mistakes
+
+
+def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="dnsside.index")
+    idx = make_index(cluster_name="west")
+    idx.apply([Replace(ALL, records()), Synced()])
+    targets = srv_targets(idx, "_http._tcp." + NGINX)
+    assert len(targets) == len(set(targets)) == 3  # west's nginx-set-0/1 are the local pods
+    assert addrs(idx, "nginx-set-0.west.nginx-svc.default.svc-global") == {"10.42.1.10"}
+    # The glue agrees with the answer.
+    srv = ask(idx, "_http._tcp." + NGINX, "SRV")
+    glue = {(rrset.name.to_text(), rd.to_text()) for rrset in srv.additional for rd in rrset}
+    assert ("nginx-set-0.west." + NGINX + ".", "10.42.1.10") in glue
+    assert ("nginx-set-0.west." + NGINX + ".", "10.43.179.60") not in glue
+    assert "cluster-name-clash" in idx.warnings
+    assert gauge("dnsside_config_warning", warning="cluster-name-clash") == 1
+    # nginx-set-0/1, cockroachdb-0/1/2 and web's cluster-level member lost to local ones.
+    assert gauge("dnsside_name_clashes", cluster="west") == 6
+    assert "--cluster-name west is also the cluster name of mirrors" in caplog.text
+    assert any(r.getMessage().startswith("cluster west: 6 members have the name of a local")
+               for r in caplog.records)
+
+
+def test_default_cluster_name_warns(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="dnsside.index")
+    idx = make_index(cluster_name="local")
+    idx.apply([Replace(ALL, records()), Synced()])
+    assert "default-cluster-name" in idx.warnings
+    assert gauge("dnsside_config_warning", warning="default-cluster-name") == 1
+    assert "--cluster-name is still the default 'local'" in caplog.text
+    fine = make_index()
+    fine.apply([Replace(ALL, records()), Synced()])
+    assert fine.warnings == {}
+    assert gauge("dnsside_config_warning", warning="default-cluster-name") == 0
+
+
+def test_mirrors_without_any_slice_warn() -> None:
+    mirror_slices = {r.name for r in records() if isinstance(r, SliceRecord) and any(
+        isinstance(s, ServiceRecord) and s.name == r.service_name and s.cluster
+        for s in records())}
+    without = tuple(r for r in records() if not (isinstance(r, SliceRecord)
+                                                  and r.name in mirror_slices))
+    idx = make_index()
+    idx.apply([Replace(ALL, without), Synced()])
+    assert "no-mirror-slices" in idx.warnings
+    assert "EndpointSliceMirroring controller off" in idx.warnings["no-mirror-slices"]
+    # Every gateway-routed member is then not ready: only local, remote-discovery and
+    # federated members answer.
+    assert addrs(idx, "web.default.svc-global") == {"10.43.0.50", "10.43.100.8", "10.43.100.9"}
+
+
+def test_a_gone_cluster_leaves_no_counts_or_label_sets(index: Index) -> None:
+    """Issue 17: a cluster that comes and goes (Link deleted, then its mirrors) leaves no
+    key in the index's counters and no series in the per-cluster gauges, so clusters and
+    Links churned for weeks cost nothing once gone; a cluster still known keeps its series
+    (test_link_deleted_then_recreated)."""
+    west = link("west")
+    assert gauge("dnsside_members", cluster="west", ready="true")
+    index.apply([Delete(Kind.LINK, west.namespace, west.name)])
+    assert gauge("dnsside_orphaned_mirrors", cluster="west") == 7
+    assert not gauge("dnsside_members", cluster="west", ready="true")
+    mirrors = [r for r in records() if isinstance(r, ServiceRecord) and r.cluster == "west"]
+    assert mirrors
+    index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in mirrors])
+    assert gauge("dnsside_orphaned_mirrors", cluster="west") is None
+    assert gauge("dnsside_members", cluster="west", ready="true") is None
+    assert "west" not in {c for c, _ in index.counts.member_counts()}
+    assert "west" not in index.counts.exclusion_counts(Exclusion.ORPHANED)
+    assert "west" not in index.counts.exclusion_counts(Exclusion.NAME_CLASH)
+    assert gauge("dnsside_members", cluster="north", ready="false") == 5  # others untouched
+    index.apply([Upsert(west), *(Upsert(r) for r in mirrors)])
+    assert gauge("dnsside_members", cluster="west", ready="true")
+    assert not gauge("dnsside_orphaned_mirrors", cluster="west")
+
+
+def test_every_link_phase_has_a_move_for_every_input() -> None:
+    """The Link state machine is total: no (phase, input) pair is left to chance."""
+    assert set(TRANSITIONS) == {(p, i) for p in LinkPhase for i in LinkInput}
+
+
+def test_every_event_type_has_its_handler() -> None:
+    assert set(HANDLERS) == set(get_args(Event))
+
+
+def test_links_tell_each_change_once() -> None:
+    links = Links()
+    told = links.unavailable("403")
+    assert told is not None and told.notice is Notice.LINKS_UNREADABLE
+    assert links.unavailable("403") is None  # the same reason: told already
+    assert links.watch("a watch error") is None  # before a list the watch means nothing
+    assert links.describe() == "cannot be read (403): orphaned mirrors are not filtered"
+    told = links.unavailable("no CRD")
+    assert told is not None and told.text.startswith("Links cannot be read: no CRD;")
+    assert links.describe() == "cannot be read (no CRD): orphaned mirrors are not filtered"
+    links.replace([])
+    told = links.listed()
+    assert told is not None and told.notice is Notice.LINKS_READABLE and links.readable
+    told = links.watch("timeout")
+    assert told is not None and told.notice is Notice.LINK_WATCH_DOWN
+    assert links.unavailable("500") is None and links.watch_down == "500"  # the newest reason
+    told = links.watch("")
+    assert told is not None and told.notice is Notice.LINK_WATCH_UP
+    assert links.phase is LinkPhase.FOLLOWING and not links.watch_down
