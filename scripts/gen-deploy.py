@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the generated files under deploy/ from `dnsside install` (dnsside/ops/).
 
-tests/test_install.py fails when deploy/ drifts from what this writes; run it after
+tests/ops/test_install.py fails when deploy/ drifts from what this writes; run it after
 changing dnsside/ops/:  .venv/bin/python scripts/gen-deploy.py
 """
 

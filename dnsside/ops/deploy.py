@@ -1,6 +1,6 @@
 """``deploy/``: the files ``scripts/gen-deploy.py`` writes from ``dnsside install``.
 
-tests/test_deploy.py and tests/test_install.py fail when deploy/ drifts from
+tests/ops/test_deploy.py and tests/ops/test_install.py fail when deploy/ drifts from
 :func:`deploy_files`, so what ``kubectl apply -k deploy/base`` installs is what
 ``dnsside install --cluster-name local`` prints.
 """

@@ -2,7 +2,7 @@
 
 The one thing to keep in step: the metric names and labels in :data:`ALERTS` are
 :mod:`dnsside.telemetry.metrics`'s, and each alert's runbook line is repeated in
-deploy/README.md under "Alerts" (tests/test_install.py fires every alert with promtool).
+deploy/README.md under "Alerts" (tests/ops/test_install.py fires every alert with promtool).
 """
 
 from __future__ import annotations

@@ -350,7 +350,7 @@ def test_mirrors_without_any_slice_warn() -> None:
 
 
 def test_a_gone_cluster_leaves_no_counts_or_label_sets(index: Index) -> None:
-    """Issue 17: a cluster that comes and goes (Link deleted, then its mirrors) leaves no
+    """A cluster that comes and goes (Link deleted, then its mirrors) leaves no
     key in the index's counters and no series in the per-cluster gauges, so clusters and
     Links churned for weeks cost nothing once gone; a cluster still known keeps its series
     (test_link_deleted_then_recreated)."""

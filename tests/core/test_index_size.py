@@ -1,4 +1,4 @@
-"""What the index does to stay small at 100k members (issue 13) keeps its behaviour:
+"""What the index does to stay small at 100k members keeps its behaviour:
 packed endpoints, namespaced tables, tallies instead of GlobalService objects,
 republishing only what changed on the wire, kubernetes-asyncio without its generated
 API, and list pages requested ahead."""
@@ -220,7 +220,7 @@ async def test_a_wrong_guess_of_the_next_page_costs_a_request_not_an_object(
 
 
 def test_a_bulk_step_collects_the_garbage_the_last_freeze_kept() -> None:
-    """Issue 17: a freeze takes whatever is alive (the HTTP client's connections too); what
+    """A freeze takes whatever is alive (the HTTP client's connections too); what
     of it later dies in a reference cycle is collected at the next bulk step, not kept for
     the life of the process."""
     import gc

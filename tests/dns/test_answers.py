@@ -1,4 +1,4 @@
-"""Every row of SPEC §3 on the demo data, through a real socket, over UDP and TCP."""
+"""Every row of the names table (docs/names.md) on the demo data, through a real socket, over UDP and TCP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Multi-Cluster Services names (KEP-1645 `specification.md`, SPEC §3b) through real sockets.
+"""The Multi-Cluster Services names (KEP-1645 `specification.md`) through real sockets.
 
 Each test names the section of the specification it checks. The demo is served
 with `--mcs-zone clusterset.local.` beside the default `svc-global.` zone; a

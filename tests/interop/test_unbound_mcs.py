@@ -3,7 +3,7 @@
 The resolver is unbound with its defaults where they matter here (QNAME
 minimisation on, relaxed), plus 0x20 and `harden-below-nxdomain`; root hints
 point at loopback only and nothing is validated, so it never leaves 127.0.0.1.
-Every "Done when" name of issue 12 must resolve through it exactly as dnsside
+Every name the MCS names promise must resolve through it exactly as dnsside
 answers it directly.
 
 One known interaction, written down in docs/names.md: the specification forbids

@@ -423,7 +423,7 @@ def test_probe_url() -> None:
 
 
 def test_parse_caches_stay_small_under_churn() -> None:
-    """Issue 17: objects churned under ever-new names (services, namespaces, ports, lone
+    """Objects churned under ever-new names (services, namespaces, ports, lone
     endpoints without a pod) leave at most a few thousand entries in the parse caches, not
     one each for the life of the process."""
     from dnsside.model import sharing

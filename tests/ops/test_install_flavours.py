@@ -4,7 +4,7 @@ Each flavour's output is parsed the way the platform reads it: core objects thro
 kubernetes-validate, the EKS add-on values, the RKE2 HelmChartConfig and the OpenShift
 DNS operator object against the schema parts written below from the platforms' own
 sources, every Corefile (also one rendered from the rke2-coredns chart's ``servers``)
-through testkit/corefile.py. Then one test per defect issue 19 found in the flavours.
+through testkit/corefile.py. Then one test per defect found in the flavours.
 """
 
 from __future__ import annotations

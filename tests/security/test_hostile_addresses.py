@@ -1,4 +1,4 @@
-"""No trap address in any answer, from any source (issue 24, item 2).
+"""No trap address in any answer, from any source.
 
 An address no pod or Service can own (unspecified, loopback, link-local, multicast, the
 limited broadcast, and IPv6 forms carrying one) is refused wherever it comes from: a local

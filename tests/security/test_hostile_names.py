@@ -1,4 +1,4 @@
-"""Names are checked where they enter (issue 24, item 3).
+"""Names are checked where they enter.
 
 A linked cluster's API server (--flat-network) validates nothing: whatever it sends that
 becomes part of a DNS name (namespace, Service name, endpoint hostname, port name and

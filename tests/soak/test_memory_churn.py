@@ -1,4 +1,4 @@
-"""Memory under object churn with a constant live set (issue 28), in seconds, without RSS.
+"""Memory under object churn with a constant live set, in seconds, without RSS.
 
 The index is driven in-process through tens of thousands of the changes a real
 installation makes to objects that keep their names: a slice's lone endpoint
@@ -128,6 +128,6 @@ def test_traced_memory_returns_after_tens_of_thousands_of_changes() -> None:
     finally:
         tracemalloc.stop()
     assert len(index.global_services) == 41
-    # Before issue 28: about 150 bytes a change (a parse cache kept every lone endpoint
+    # Before the fix: about 150 bytes a change (a parse cache kept every lone endpoint
     # it had seen until it held 4,096): 469,950 bytes here before the fix.
     assert grown < 64 * 1024, f"{grown} bytes more after {CHANGES} changes"

@@ -1,5 +1,5 @@
 """The CI form of bench/soak.py: two minutes of churn, API faults, flaky gateways and
-queries against a real dnsside, every name compared with the soak's model (issue 17).
+queries against a real dnsside, every name compared with the soak's model.
 
 The soak is a script (it is also run for 30 minutes by hand), so it is run as one: its exit
 status and its JSON summary are the result. The assertions on the summary are there so a

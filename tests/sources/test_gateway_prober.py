@@ -95,7 +95,7 @@ def test_tracker_history_is_bounded() -> None:
 
 
 async def test_a_cluster_no_longer_probed_leaves_no_series() -> None:
-    """Issue 17: the probe counters and state of a cluster that is no longer probed (its
+    """The probe counters and state of a cluster that is no longer probed (its
     Link or probe Service gone) are removed, so clusters that come and go leave no label
     sets behind."""
     with socket.socket() as s:  # a port nothing listens on: every probe fails at once
@@ -271,7 +271,7 @@ def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, Fak
 def test_a_relinked_cluster_keeps_what_its_gateway_showed(
     kube: ThreadedKube, gateways: dict[str, FakeGateway]
 ) -> None:
-    """Issue 17, scenario 2, through the API: west's gateway answered, then died (west
+    """Through the API: west's gateway answered, then died (west
     leaves the answers). Its Link is deleted and re-created unchanged (a GitOps re-sync):
     the probe resumes from what it knew, so west stays out, and comes back when its
     gateway does."""

@@ -577,7 +577,7 @@ async def _poll(pred: Callable[[], bool], timeout: float = DEADLINE) -> None:
 
 
 def test_watch_lines_whatever_the_chunks() -> None:
-    """The watch stream's line splitter (issue 17: no growing buffer, no copy of a chunk
+    """The watch stream's line splitter (no growing buffer, no copy of a chunk
     that is one whole event) yields the same lines however the stream is cut."""
     from dnsside.kubeapi.client import WatchLines
 
@@ -598,7 +598,7 @@ def test_watch_lines_whatever_the_chunks() -> None:
 
 
 async def test_records_replaced_since_a_list_are_not_kept(fake_kube_demo: FakeKube) -> None:
-    """Issue 17: the source keeps no list of what it listed once it handed it on. Its
+    """The source keeps no list of what it listed once it handed it on. Its
     frames live as long as the watches: the initial list (or a relist's) kept there held
     every record that churn replaced since alive next to its successor, up to twice the
     index."""

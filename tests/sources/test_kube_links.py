@@ -202,7 +202,7 @@ def test_unreadable_links_keep_serving_unfiltered(kube: ThreadedKube, fault: str
 
 
 def test_a_link_watch_fault_never_brings_an_unlinked_cluster_back(kube: ThreadedKube) -> None:
-    """Issue 17, scenario 1: Link west deleted (its mirrors stay, as Linkerd leaves them);
+    """Link west deleted (its mirrors stay, as Linkerd leaves them);
     then the API expires every watch (410 after compaction) and answers the next three Link
     lists with 500. West must stay out all along, and a Link deleted while the watch was
     down (south) is honoured at the relist that finally succeeds."""
