@@ -133,9 +133,10 @@ def zone_file() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def runtime_files() -> Iterator[Path]:
-    """The files of dnsside's distributions and of every one they need to serve (the
-    `fast` extra's uvloop included), found through their metadata, not a list here."""
+def runtime_files() -> Iterator[tuple[Path, Path]]:
+    """The files of the distributions dnsside needs to serve (the `fast` extra's uvloop
+    included), found through their metadata, not a list here: (where it is, where it goes
+    below a directory on sys.path)."""
     seen: set[str] = set()
     todo = ["dnsside"]
     while todo:
@@ -148,8 +149,10 @@ def runtime_files() -> Iterator[Path]:
             continue
         seen.add(name)
         if name != "dnsside":  # installed editable: its files are the checkout's
-            for path in dist.files or ():
-                yield Path(str(dist.locate_file(path)))
+            for path in dist.files or ():  # relative to the directory it was installed in
+                if not path.parts or path.parts[0] == "..":
+                    continue  # a script in bin/, not an importable file
+                yield Path(str(dist.locate_file(path))), Path(str(path))
         for req in dist.requires or ():
             marker = req.partition(";")[2]
             if "extra ==" not in marker or 'extra == "fast"' in marker:
@@ -164,12 +167,10 @@ def pod_python(zone_file: Path) -> dict[str, str]:
     lib = zone_file.parent / "lib"
     shutil.copytree(ROOT / "dnsside", lib / "dnsside",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for src in runtime_files():
-        top = next((p for p in map(Path, sys.path) if p != Path() and p.is_dir()
-                    and src.is_relative_to(p)), None)
-        if top is None or not src.is_file() or src.suffix == ".pyc":
+    for src, relative in runtime_files():
+        if not src.is_file() or src.suffix == ".pyc":
             continue
-        dest = lib / src.relative_to(top)
+        dest = lib / relative
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
     for d in [lib, *lib.rglob("*")]:
