@@ -57,10 +57,11 @@ ENV PATH=/opt/dnsside/bin:$PATH \
 # Numeric user so Kubernetes' runAsNonRoot can verify it without /etc/passwd.
 USER 65532:65532
 
-# 5353: DNS over UDP and TCP; 9153: /metrics, /healthz, /readyz.
-# Note: dnsside's own defaults are 127.0.0.1; the manifests pass
-# --listen 0.0.0.0:5353 --http-listen 0.0.0.0:9153.
-EXPOSE 5353/udp 5353/tcp 9153/tcp
+# DNS over UDP and TCP, and /metrics, /healthz, /readyz. dnsside's own defaults are
+# 127.0.0.1:5353 and 127.0.0.1:9153; the standalone manifests pass --listen [::]:53
+# --http-listen [::]:9153 (port 53 as non-root through the pod's
+# net.ipv4.ip_unprivileged_port_start sysctl), the sidecar 127.0.0.1:5353 and [::]:9154.
+EXPOSE 53/udp 53/tcp 5353/udp 5353/tcp 9153/tcp
 
 # Exec form: no shell is involved at run time, signals reach dnsside directly.
 ENTRYPOINT ["dnsside"]

@@ -137,7 +137,7 @@ def add_admin_commands(sub: Any) -> None:
                          "port 53, so resolvers that follow the NS (BIND type stub, unbound "
                          "stub-prime, secondaries) get no answer")
     install.add_argument("--memory-limit", default=inst.MEMORY_LIMIT, metavar="QUANTITY",
-                         help="see the README's sizing table "
+                         help="see the sizing table in docs/operating.md "
                          f"({inst.MEMORY_LIMIT}: up to 100k members)")
     install.add_argument("--coredns-deployment", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's Deployment")

@@ -761,7 +761,9 @@ def test_dockerfile_final_stage_runtime_contract() -> None:
     exposed = {
         p if "/" in p else f"{p}/tcp" for w, rest in ins if w == "EXPOSE" for p in rest.split()
     }
-    assert exposed == {"5353/udp", "5353/tcp", "9153/tcp"}
+    # 53: where the standalone manifests listen; 5353: dnsside's own default and the
+    # sidecar's; 9153: /metrics and the probes
+    assert exposed == {"53/udp", "53/tcp", "5353/udp", "5353/tcp", "9153/tcp"}
 
 
 def test_dockerfile_uses_exec_form_everywhere() -> None:
