@@ -44,7 +44,7 @@ def ports(specs: Iterable[Port], *, target: bool = False) -> list[dict[str, Any]
     out = []
     for spec in specs:
         if isinstance(spec, dict):
-            out.append(spec)
+            out.append(dict(spec))  # a copy: a test that edits one object edits only it
             continue
         name, port = spec
         p: dict[str, Any] = {"name": name, "port": port, "protocol": "TCP"}
