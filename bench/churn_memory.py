@@ -47,7 +47,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testkit import objects
 from testkit.gateways import FakeGateway, point_probes
+from testkit.objects import EXPORTED, FQ, HEADLESS
 from testkit.serve import Dnsside
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,48 +62,9 @@ GATEWAY = "172.18.0.4"
 # --------------------------------------------------------------------------- objects
 
 
-def _meta(ns: str, name: str, labels: dict[str, str],
-          annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels}
-    if annotations:
-        meta["annotations"] = annotations
-    return meta
-
-
-def _service(ns: str, name: str, labels: dict[str, str], annotations: dict[str, str] | None,
-             ip: str | None, ports: list[tuple[str, int]]) -> dict[str, Any]:
-    clip = ip or "None"
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(ns, name, labels, annotations),
-            "spec": {"ports": [{"name": n, "port": p, "protocol": "TCP", "targetPort": p}
-                               for n, p in ports],
-                     "type": "ClusterIP", "clusterIP": clip, "clusterIPs": [clip],
-                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}}
-
-
-def _slice(ns: str, name: str, service: str, labels: dict[str, str],
-           endpoints: list[dict[str, Any]], ports: list[tuple[str, int]]) -> dict[str, Any]:
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": _meta(ns, name, {**labels, "kubernetes.io/service-name": service}),
-            "addressType": "IPv4", "endpoints": endpoints,
-            "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports]}
-
-
-def _endpoint(ip: str, ready: bool, hostname: str | None = None,
-              pod: str | None = None, ns: str = "") -> dict[str, Any]:
-    e: dict[str, Any] = {"addresses": [ip], "conditions": {"ready": ready, "serving": ready,
-                                                           "terminating": False}}
-    if hostname:
-        e["hostname"] = hostname
-    if pod:
-        e["targetRef"] = {"kind": "Pod", "name": pod, "namespace": ns}
-    return e
-
-
 def _link(name: str) -> dict[str, Any]:
-    return {"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
-            "metadata": {"name": name, "namespace": "linkerd-multicluster"},
-            "spec": {"targetClusterName": name, "gatewayAddress": GATEWAY, "gatewayPort": "4143",
-                     "probeSpec": {"path": "/ready", "port": "4191", "period": "3s"}}}
+    return objects.link(name, GATEWAY, probe={"path": "/ready", "port": "4191", "period": "3s"},
+                        extra_spec={"gatewayPort": "4143"})
 
 
 class Churn:
@@ -150,14 +113,13 @@ class Churn:
         self.n += 1
         pod = f"{svc}-c{self.n}"
         name = f"{pod}-{link}"
-        labels = {"mirror.linkerd.io/mirrored-service": "true",
-                  "mirror.linkerd.io/cluster-name": link, "app": app,
-                  "mirror.linkerd.io/headless-mirror-svc-name": f"{svc}-{link}"}
-        service = _service(ns, name, labels, {"mirror.linkerd.io/remote-svc-fq-name":
-                                              f"{pod}.{svc}.{ns}.svc.cluster.local"},
-                           self.next_ip(), ports)
-        sl = _slice(ns, f"{name}-{self.n:05x}", name, labels,
-                    [_endpoint(GATEWAY, self.rng.random() > 0.1)], [(ports[0][0], 4143)])
+        labels = objects.mirror_labels(link, {"app": app, HEADLESS: f"{svc}-{link}"})
+        service = objects.service(ns, name, [self.next_ip()], ports, labels,
+                                  {FQ: f"{pod}.{svc}.{ns}.svc.cluster.local"}, filled_in=True)
+        sl = objects.endpoint_slice(
+            ns, f"{name}-{self.n:05x}", name,
+            [objects.endpoint(GATEWAY, self.rng.random() > 0.1, filled_in=True)],
+            [(ports[0][0], 4143)], labels=labels)
         return service, sl
 
     def _new_pod(self) -> list[dict[str, Any]]:
@@ -170,11 +132,12 @@ class Churn:
         ns = f"churn-{self.n // 20:05d}"
         name = f"app-{self.n}"
         ports = [("http", 8080), ("grpc", 9000 + self.n % 7)]
-        service = _service(ns, name, {"app": name, "mirror.linkerd.io/exported": "true"}, None,
-                           self.next_ip(), ports)
-        sl = _slice(ns, f"{name}-{self.n:05x}", name, {"app": name},
-                    [_endpoint(self.next_ip(), True, None, f"{name}-{i}", ns) for i in range(3)],
-                    ports)
+        service = objects.service(ns, name, [self.next_ip()], ports,
+                                  {"app": name, EXPORTED: "true"}, filled_in=True)
+        sl = objects.endpoint_slice(
+            ns, f"{name}-{self.n:05x}", name,
+            [objects.endpoint(self.next_ip(), True, pod=f"{name}-{i}", namespace=ns,
+                              filled_in=True) for i in range(3)], ports, labels={"app": name})
         self.locals.append((service, sl))
         return [service, sl]
 

@@ -68,6 +68,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import functools
 import hashlib
 import ipaddress
 import json
@@ -94,7 +95,21 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
+from testkit import objects
 from testkit.gateways import AsyncGateway
+from testkit.objects import (
+    CLUSTER,
+    EXPORTED,
+    FQ,
+    HEADLESS,
+    LINK_NS,
+    MIRROR,
+    MIRRORING_CONTROLLER,
+    REMOTE_DISCOVERY,
+    SLICE_CONTROLLER,
+    mirror_labels,
+    remote_discovery_labels,
+)
 from testkit.serve import Dnsside, wait_for
 from testkit.threadedkube import ThreadedKube
 
@@ -103,7 +118,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCAL = "east"
 CLUSTERS = ("west", "north", "south")
 GATEWAY_ADDR = {"west": "172.18.0.3", "north": "172.18.0.4", "south": "172.18.0.5"}
-LINK_NS = "linkerd-multicluster"
 ZONE = "svc-global."
 PROBE_PATHS = ("/ready", "/live")  # what our gateways answer 200 on
 SETTLE_API = 2.0  # promised: an object change is answered within 2 s of the API being back
@@ -222,134 +236,84 @@ def build_world(probe_ip: dict[str, str], probe_port: dict[str, int]) -> tuple[W
 Key = tuple[str, str, str]  # (kind, namespace, name)
 
 
-def _ports(ports: Iterable[tuple[str, int]], target: bool = True) -> list[dict[str, Any]]:
-    out = []
-    for name, port in ports:
-        p: dict[str, Any] = {"name": name, "port": port, "protocol": "TCP"}
-        if target:
-            p["targetPort"] = port
-        out.append(p)
-    return out
-
-
-def _service(ns: str, name: str, labels: dict[str, str], ips: list[str] | None,
-             ports: Iterable[tuple[str, int]], annotations: dict[str, str] | None = None
-             ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": labels,
-                            "creationTimestamp": STAMP}
-    if annotations:
-        meta["annotations"] = annotations
-    families = ["IPv6" if ":" in ip else "IPv4" for ip in ips or ["0.0.0.0"]]
-    spec: dict[str, Any] = {
-        "ports": _ports(ports), "type": "ClusterIP",
-        "clusterIP": ips[0] if ips else "None", "clusterIPs": list(ips or ["None"]),
-        "ipFamilies": families,
-        "ipFamilyPolicy": "PreferDualStack" if len(families) > 1 else "SingleStack",
-    }
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
-
-
 def _slice(ns: str, service: str, labels: dict[str, str], endpoints: list[dict[str, Any]],
            ports: Iterable[tuple[str, int]]) -> dict[str, Any]:
-    suffix = hashlib.sha1(service.encode()).hexdigest()[:5]
-    meta = {"name": f"{service}-{suffix}", "namespace": ns, "generateName": f"{service}-",
-            "labels": {**labels, "kubernetes.io/service-name": service},
-            "creationTimestamp": STAMP}
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta,
-            "addressType": "IPv4", "endpoints": endpoints, "ports": _ports(ports, target=False)}
-
-
-def _endpoint(address: str, ready: bool, hostname: str | None = None,
-              pod: str | None = None, ns: str = "") -> dict[str, Any]:
-    e: dict[str, Any] = {"addresses": [address],
-                         "conditions": {"ready": ready, "serving": ready, "terminating": False}}
-    if hostname:
-        e["hostname"] = hostname
-    if pod:
-        e["targetRef"] = {"kind": "Pod", "name": pod, "namespace": ns}
-    return e
-
-
-_MIRROR_SLICE = {"endpointslice.kubernetes.io/managed-by":
-                 "endpointslicemirroring-controller.k8s.io"}
-_LOCAL_SLICE = {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}
+    """A slice with a generated name that stays the same across renders (a hash of its
+    Service's name), so a re-render replaces the slice instead of adding one."""
+    name = f"{service}-{hashlib.sha1(service.encode()).hexdigest()[:5]}"
+    return objects.endpoint_slice(ns, name, service, endpoints, ports, labels=labels,
+                                  generated=True, created=STAMP)
 
 
 def render(world: World) -> dict[Key, dict[str, Any]]:
     """The Kubernetes objects of ``world``, as Linkerd and Kubernetes would leave them in the
     local cluster (shapes from examples/demo-east.yaml)."""
     out: dict[Key, dict[str, Any]] = {}
+    service = functools.partial(objects.service, filled_in=True, created=STAMP)
+    endpoint = functools.partial(objects.endpoint, filled_in=True)
 
     def put(obj: dict[str, Any]) -> None:
         m = obj["metadata"]
         out[(obj["kind"], m["namespace"], m["name"])] = obj
 
     for c in CLUSTERS:
-        labels = {"mirror.linkerd.io/cluster-name": c, "mirror.linkerd.io/mirrored-gateway": "true"}
+        labels = {CLUSTER: c, "mirror.linkerd.io/mirrored-gateway": "true"}
         name = f"probe-gateway-{c}"
-        put(_service(LINK_NS, name, labels, [world.probe_ip[c]],
-                     [("mc-probe", world.probe_port[c])]))
-        put(_slice(LINK_NS, name, {**_MIRROR_SLICE, **labels},
-                   [_endpoint(GATEWAY_ADDR[c], True)], [("mc-probe", 4191)]))
+        put(service(LINK_NS, name, [world.probe_ip[c]], [("mc-probe", world.probe_port[c])],
+                    labels))
+        put(_slice(LINK_NS, name, {**MIRRORING_CONTROLLER, **labels},
+                   [endpoint(GATEWAY_ADDR[c], True)], [("mc-probe", 4191)]))
         path = world.links[c]
         if path is not None:
-            put({"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
-                 "metadata": {"name": c, "namespace": LINK_NS, "creationTimestamp": STAMP,
-                              "labels": {"multicluster.linkerd.io/cluster-name": c}},
-                 "spec": {"targetClusterName": c, "targetClusterDomain": "cluster.local",
-                          "clusterCredentialsSecret": f"cluster-credentials-{c}",
-                          "gatewayAddress": GATEWAY_ADDR[c], "gatewayPort": "4143",
-                          "probeSpec": {"path": path, "port": str(world.probe_port[c]),
-                                        "period": "3s", "timeout": "30s",
-                                        "failureThreshold": "3"},
-                          "selector": {"matchLabels": {"mirror.linkerd.io/exported": "true"}}}})
+            put(objects.link(
+                c, GATEWAY_ADDR[c], probe={"path": path, "port": str(world.probe_port[c]),
+                                           "period": "3s", "timeout": "30s",
+                                           "failureThreshold": "3"},
+                credentials=f"cluster-credentials-{c}",
+                selector={"matchLabels": {EXPORTED: "true"}},
+                extra_spec={"targetClusterDomain": "cluster.local", "gatewayPort": "4143"},
+                labels={"multicluster.linkerd.io/cluster-name": c}, created=STAMP))
     for s in world.services.values():
         ns, app = s.ns, {"app": s.name}
         fq = f"{s.name}.{ns}.svc.cluster.local"
         if s.local_pods is not None:
-            put(_service(ns, s.name, {**app, "mirror.linkerd.io/exported": "true"}, None,
-                         s.ports))
-            eps = [_endpoint(p.ip, p.ready, host, host, ns) for host, p in
-                   sorted(s.local_pods.items())]
-            put(_slice(ns, s.name, {**_LOCAL_SLICE, **app}, eps, s.ports))
+            put(service(ns, s.name, None, s.ports, {**app, EXPORTED: "true"}))
+            eps = [endpoint(p.ip, p.ready, host, pod=host, namespace=ns)
+                   for host, p in sorted(s.local_pods.items())]
+            put(_slice(ns, s.name, {**SLICE_CONTROLLER, **app}, eps, s.ports))
         if s.local_ip is not None:
-            put(_service(ns, s.name, {**app, "mirror.linkerd.io/exported": "true"},
-                         [s.local_ip], s.ports))
-            put(_slice(ns, s.name, {**_LOCAL_SLICE, **app},
-                       [_endpoint("10.42.250.1", s.local_ready, pod=f"{s.name}-abcde", ns=ns)],
-                       s.ports))
+            put(service(ns, s.name, [s.local_ip], s.ports, {**app, EXPORTED: "true"}))
+            put(_slice(ns, s.name, {**SLICE_CONTROLLER, **app},
+                       [endpoint("10.42.250.1", s.local_ready, pod=f"{s.name}-abcde",
+                                 namespace=ns)], s.ports))
         for c, r in s.remote.items():
-            mirror = {"mirror.linkerd.io/mirrored-service": "true",
-                      "mirror.linkerd.io/cluster-name": c, **app}
+            mirror = mirror_labels(c, app)
             root = f"{s.name}-{c}"
-            ann = {"mirror.linkerd.io/remote-svc-fq-name": fq}
+            ann = {FQ: fq}
             if r.mode == "pods":
-                put(_service(ns, root, mirror, None, s.ports, ann))
-                put(_slice(ns, root, {**_MIRROR_SLICE, **mirror},
-                           [_endpoint(p.ip, True, host) for host, p in sorted(r.pods.items())],
+                put(service(ns, root, None, s.ports, mirror, ann))
+                put(_slice(ns, root, {**MIRRORING_CONTROLLER, **mirror},
+                           [endpoint(p.ip, True, host) for host, p in sorted(r.pods.items())],
                            s.ports))
                 for host, p in r.pods.items():
-                    labels = {**mirror, "mirror.linkerd.io/headless-mirror-svc-name": root}
+                    labels = {**mirror, HEADLESS: root}
                     name = f"{host}-{c}"
-                    put(_service(ns, name, labels, [p.ip], s.ports,
-                                 {"mirror.linkerd.io/remote-svc-fq-name": f"{host}.{fq}"}))
-                    put(_slice(ns, name, {**_MIRROR_SLICE, **labels},
-                               [_endpoint(GATEWAY_ADDR[c], p.ready)], [(s.ports[0][0], 4143)]))
+                    put(service(ns, name, [p.ip], s.ports, labels, {FQ: f"{host}.{fq}"}))
+                    put(_slice(ns, name, {**MIRRORING_CONTROLLER, **labels},
+                               [endpoint(GATEWAY_ADDR[c], p.ready)], [(s.ports[0][0], 4143)]))
             elif r.ip is not None:
                 if r.mode == "discovery":
-                    labels = {**mirror, "multicluster.linkerd.io/remote-discovery": c,
-                              "multicluster.linkerd.io/remote-service": s.name}
-                    put(_service(ns, root, labels, [r.ip], s.ports, ann))
+                    labels = {**mirror, **remote_discovery_labels(c, s.name)}
+                    put(service(ns, root, [r.ip], s.ports, labels, ann))
                 else:
-                    put(_service(ns, root, mirror, [r.ip], s.ports, ann))
+                    put(service(ns, root, [r.ip], s.ports, mirror, ann))
                     if r.ready:  # no ready remote endpoint: Kubernetes deletes the slice
-                        put(_slice(ns, root, {**_MIRROR_SLICE, **mirror},
-                                   [_endpoint(GATEWAY_ADDR[c], True)], [(s.ports[0][0], 4143)]))
+                        put(_slice(ns, root, {**MIRRORING_CONTROLLER, **mirror},
+                                   [endpoint(GATEWAY_ADDR[c], True)], [(s.ports[0][0], 4143)]))
         if s.federated is not None:
             clusters = ",".join(f"{s.name}@{c}" for c in CLUSTERS)
-            put(_service(ns, f"{s.name}-federated",
-                         {"mirror.linkerd.io/mirrored-service": "true", **app}, s.federated,
-                         s.ports, {"multicluster.linkerd.io/remote-discovery": clusters}))
+            put(service(ns, f"{s.name}-federated", s.federated, s.ports,
+                        {MIRROR: "true", **app}, {REMOTE_DISCOVERY: clusters}))
     return out
 
 

@@ -33,6 +33,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testkit import objects
+from testkit.objects import (
+    CLUSTER,
+    EXPORTED,
+    FQ,
+    HEADLESS,
+    LINK_NS,
+    MIRROR,
+    MIRRORING_CONTROLLER,
+    REMOTE_DISCOVERY,
+    SLICE_CONTROLLER,
+    mirror_labels,
+    remote_discovery_labels,
+)
+
 LOCAL = "east"
 LINKS = ("west", "north", "south", "central")
 GATEWAY = {"west": "172.18.0.3", "north": "172.18.0.4", "south": "172.18.0.5",
@@ -50,6 +65,7 @@ APPS: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = (
     ("kafka", (("broker", 9092),)),
     ("web", (("http", 80),)),
 )
+REMOTE_RV = "mirror.linkerd.io/remote-resource-version"
 VERSION = 4  # bump when the output changes, so cached files are regenerated
 
 
@@ -89,76 +105,26 @@ class Topology:
     def name(self, kind: str, value: str) -> None:
         self.names.setdefault(kind, []).append(value)
 
+    def service(self, ns: str, name: str, labels: dict[str, str],
+                annotations: dict[str, str] | None, cluster_ip: str | None,
+                ports: tuple[tuple[str, int], ...], selector: dict[str, str] | None = None
+                ) -> dict[str, Any]:
+        """Add a Service as the API server lists it, with a uid of this topology's."""
+        obj = objects.service(ns, name, None if cluster_ip is None else [cluster_ip], ports,
+                              labels, annotations, selector=selector, filled_in=True,
+                              uid=self.uid(), resource_version="1", created=STAMP)
+        self.items.append(obj)
+        return obj
 
-def _ports(ports: tuple[tuple[str, int], ...], target: bool = True) -> list[dict[str, Any]]:
-    out = []
-    for name, port in ports:
-        p: dict[str, Any] = {"name": name, "port": port, "protocol": "TCP"}
-        if target:
-            p["targetPort"] = port
-        out.append(p)
-    return out
-
-
-def _service(t: Topology, ns: str, name: str, labels: dict[str, str],
-             annotations: dict[str, str] | None, cluster_ip: str | None,
-             ports: tuple[tuple[str, int], ...], selector: dict[str, str] | None = None
-             ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": t.uid(),
-                            "resourceVersion": "1", "creationTimestamp": STAMP, "labels": labels}
-    if annotations:
-        meta["annotations"] = annotations
-    ip = cluster_ip or "None"
-    spec: dict[str, Any] = {
-        "ports": _ports(ports), "type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
-        "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None",
-        "internalTrafficPolicy": "Cluster",
-    }
-    if selector:
-        spec["selector"] = selector
-    obj = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
-    t.items.append(obj)
-    return obj
-
-
-def _slice(t: Topology, ns: str, service: str, labels: dict[str, str],
-           endpoints: list[dict[str, Any]], ports: tuple[tuple[str, int], ...],
-           owner: dict[str, Any] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": f"{service}-{t.suffix()}", "namespace": ns, "uid": t.uid(),
-        "resourceVersion": "1", "generateName": f"{service}-",
-        "labels": {**labels, "kubernetes.io/service-name": service},
-        "creationTimestamp": STAMP,
-    }
-    if owner is not None:
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Service", "name": service,
-                                    "uid": owner["metadata"]["uid"], "controller": True,
-                                    "blockOwnerDeletion": True}]
-    obj = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta,
-           "addressType": "IPv4", "endpoints": endpoints, "ports": _ports(ports, target=False)}
-    t.items.append(obj)
-    return obj
-
-
-def _endpoint(address: str, ready: bool, hostname: str | None = None,
-              pod: tuple[str, str, str] | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"addresses": [address],
-                         "conditions": {"ready": ready, "serving": ready, "terminating": False}}
-    if hostname:
-        e["hostname"] = hostname
-    if pod:
-        e["targetRef"] = {"kind": "Pod", "name": pod[0], "namespace": pod[1], "uid": pod[2]}
-    return e
-
-
-def _mirror_labels(cluster: str, app: str) -> dict[str, str]:
-    return {"mirror.linkerd.io/mirrored-service": "true",
-            "mirror.linkerd.io/cluster-name": cluster, "app": app}
-
-
-_MIRROR_SLICE = {"endpointslice.kubernetes.io/managed-by":
-                 "endpointslicemirroring-controller.k8s.io"}
-_LOCAL_SLICE = {"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}
+    def slice(self, ns: str, service: str, labels: dict[str, str],
+              endpoints: list[dict[str, Any]], ports: tuple[tuple[str, int], ...],
+              owner: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Add an EndpointSlice of ``service`` under a generated name."""
+        obj = objects.endpoint_slice(ns, f"{service}-{self.suffix()}", service, endpoints,
+                                     ports, labels=labels, generated=True, owner=owner,
+                                     uid=self.uid(), resource_version="1", created=STAMP)
+        self.items.append(obj)
+        return obj
 
 
 def statefulset(t: Topology, ns: str, svc: str, app: str, ports: tuple[tuple[str, int], ...],
@@ -167,42 +133,41 @@ def statefulset(t: Topology, ns: str, svc: str, app: str, ports: tuple[tuple[str
     fq = f"{svc}.{ns}.svc.cluster.local"
     served = False
     if local:
-        owner = _service(t, ns, svc, {"app": app, "mirror.linkerd.io/exported": "true"}, None,
-                         None, ports, selector={"app": app})
+        owner = t.service(ns, svc, {"app": app, EXPORTED: "true"}, None, None, ports,
+                          selector={"app": app})
         eps = []
         for i in range(replicas):
             pod = f"{svc}-{i}"
             ready = t.rng.random() > 0.02
-            eps.append(_endpoint(t.pod_ips.next(), ready, pod, (pod, ns, t.uid())))
+            eps.append(objects.endpoint(t.pod_ips.next(), ready, pod, pod=pod, namespace=ns,
+                                        pod_uid=t.uid(), filled_in=True))
             t.members += 1
             if ready:
                 served = True
                 t.name("host", f"{pod}.{LOCAL}.{svc}.{ns}.{ZONE}")
         for start in range(0, len(eps), 100):  # the controller's 100-endpoint slices
-            _slice(t, ns, svc, {**_LOCAL_SLICE, "app": app}, eps[start : start + 100], ports,
-                   owner)
+            t.slice(ns, svc, {**SLICE_CONTROLLER, "app": app}, eps[start : start + 100], ports,
+                    owner)
         if served:
             t.name("cluster", f"{LOCAL}.{svc}.{ns}.{ZONE}")
     for link in links:
         root = f"{svc}-{link}"
+        mirror = mirror_labels(link, {"app": app})
         t.rv += 1
-        _service(t, ns, root, _mirror_labels(link, app),
-                 {"mirror.linkerd.io/remote-svc-fq-name": fq,
-                  "mirror.linkerd.io/remote-resource-version": str(t.rv)}, None, ports)
+        t.service(ns, root, mirror, {FQ: fq, REMOTE_RV: str(t.rv)}, None, ports)
         root_eps = []
         link_served = False
         for i in range(replicas):
             pod = f"{svc}-{i}"
             ip = t.service_ips.next()
-            labels = {**_mirror_labels(link, app), "mirror.linkerd.io/headless-mirror-svc-name":
-                      root}
-            _service(t, ns, f"{pod}-{link}", labels,
-                     {"mirror.linkerd.io/remote-svc-fq-name": f"{pod}.{fq}",
-                      "mirror.linkerd.io/remote-resource-version": str(t.rv + 1)}, ip, ports)
+            labels = {**mirror, HEADLESS: root}
+            t.service(ns, f"{pod}-{link}", labels,
+                      {FQ: f"{pod}.{fq}", REMOTE_RV: str(t.rv + 1)}, ip, ports)
             ready = t.rng.random() > 0.02  # a few gateways failing their probe
-            s = _slice(t, ns, f"{pod}-{link}", {**_MIRROR_SLICE, **labels},
-                       [_endpoint(GATEWAY[link], ready)], tuple((n, 4143) for n, _ in ports[:1]))
-            root_eps.append(_endpoint(ip, True, pod))
+            s = t.slice(ns, f"{pod}-{link}", {**MIRRORING_CONTROLLER, **labels},
+                        [objects.endpoint(GATEWAY[link], ready, filled_in=True)],
+                        tuple((n, 4143) for n, _ in ports[:1]))
+            root_eps.append(objects.endpoint(ip, True, pod, filled_in=True))
             t.members += 1
             if ready:
                 link_served = served = True
@@ -211,7 +176,7 @@ def statefulset(t: Topology, ns: str, svc: str, app: str, ports: tuple[tuple[str
                     t.flip = {"slice": s["metadata"]["name"], "namespace": ns,
                               "service": f"{pod}-{link}", "qname": f"{svc}.{ns}.{ZONE}",
                               "host": f"{pod}.{link}.{svc}.{ns}.{ZONE}", "address": ip}
-        _slice(t, ns, root, {**_MIRROR_SLICE, **_mirror_labels(link, app)}, root_eps, ports)
+        t.slice(ns, root, {**MIRRORING_CONTROLLER, **mirror}, root_eps, ports)
         if link_served:
             t.name("cluster", f"{link}.{svc}.{ns}.{ZONE}")
     if served:
@@ -225,24 +190,24 @@ def clusterip_service(t: Topology, ns: str, svc: str, app: str,
                       ports: tuple[tuple[str, int], ...], links: list[str]) -> None:
     """A global ClusterIP service: local exported Service, gateway or remote-discovery mirrors."""
     fq = f"{svc}.{ns}.svc.cluster.local"
-    owner = _service(t, ns, svc, {"app": app, "mirror.linkerd.io/exported": "true"},
-                     None, t.service_ips.next(), ports, selector={"app": app})
-    _slice(t, ns, svc, {**_LOCAL_SLICE, "app": app},
-           [_endpoint(t.pod_ips.next(), True, pod=(f"{svc}-{t.suffix()}", ns, t.uid()))
-            for _ in range(3)], ports, owner)
+    owner = t.service(ns, svc, {"app": app, EXPORTED: "true"}, None, t.service_ips.next(),
+                      ports, selector={"app": app})
+    t.slice(ns, svc, {**SLICE_CONTROLLER, "app": app},
+            [objects.endpoint(t.pod_ips.next(), True, pod=f"{svc}-{t.suffix()}", namespace=ns,
+                              pod_uid=t.uid(), filled_in=True) for _ in range(3)],
+            ports, owner)
     t.members += 1
     for n, link in enumerate(links):
-        labels = _mirror_labels(link, app)
-        ann = {"mirror.linkerd.io/remote-svc-fq-name": fq,
-               "mirror.linkerd.io/remote-resource-version": str(t.rv)}
+        labels = mirror_labels(link, {"app": app})
+        ann = {FQ: fq, REMOTE_RV: str(t.rv)}
         if n % 2:  # remote-discovery (flat network): no endpoints at all
-            labels = {**labels, "multicluster.linkerd.io/remote-discovery": link,
-                      "multicluster.linkerd.io/remote-service": svc}
-            _service(t, ns, f"{svc}-{link}", labels, ann, t.service_ips.next(), ports)
+            labels = {**labels, **remote_discovery_labels(link, svc)}
+            t.service(ns, f"{svc}-{link}", labels, ann, t.service_ips.next(), ports)
         else:  # gateway mode: the slice is the gateway, ready follows the probe
-            _service(t, ns, f"{svc}-{link}", labels, ann, t.service_ips.next(), ports)
-            _slice(t, ns, f"{svc}-{link}", {**_MIRROR_SLICE, **labels},
-                   [_endpoint(GATEWAY[link], True)], tuple((p, 4143) for p, _ in ports[:1]))
+            t.service(ns, f"{svc}-{link}", labels, ann, t.service_ips.next(), ports)
+            t.slice(ns, f"{svc}-{link}", {**MIRRORING_CONTROLLER, **labels},
+                    [objects.endpoint(GATEWAY[link], True, filled_in=True)],
+                    tuple((p, 4143) for p, _ in ports[:1]))
         t.members += 1
         t.name("cluster", f"{link}.{svc}.{ns}.{ZONE}")
     t.global_services += 1
@@ -250,9 +215,9 @@ def clusterip_service(t: Topology, ns: str, svc: str, app: str,
     for port_name, _ in ports:
         t.name("srv", f"_{port_name}._tcp.{svc}.{ns}.{ZONE}")
     # and Linkerd 2.17's federated Service: one more cluster-level member, "federated"
-    _service(t, ns, f"{svc}-federated", {"mirror.linkerd.io/mirrored-service": "true", "app": app},
-             {"multicluster.linkerd.io/remote-discovery": ",".join(f"{svc}@{x}" for x in links),
-              "multicluster.linkerd.io/local-discovery": svc}, t.service_ips.next(), ports)
+    t.service(ns, f"{svc}-federated", {MIRROR: "true", "app": app},
+              {REMOTE_DISCOVERY: ",".join(f"{svc}@{x}" for x in links),
+               "multicluster.linkerd.io/local-discovery": svc}, t.service_ips.next(), ports)
     t.members += 1
     t.name("cluster", f"federated.{svc}.{ns}.{ZONE}")
 
@@ -260,18 +225,13 @@ def clusterip_service(t: Topology, ns: str, svc: str, app: str,
 def generate(members: int, seed: int = 1) -> Topology:
     t = Topology(random.Random(seed))
     for link in LINKS:
-        t.items.append({
-            "apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
-            "metadata": {"name": link, "namespace": "linkerd-multicluster", "uid": t.uid(),
-                         "resourceVersion": str(t.rv), "creationTimestamp": STAMP},
-            "spec": {"targetClusterName": link, "gatewayAddress": GATEWAY[link],
-                     "gatewayPort": "4143", "probeSpec": {"path": "/ready", "port": "4191",
-                                                          "period": "3s"}}})
-        _service(t, "linkerd-multicluster", f"probe-gateway-{link}",
-                 {"mirror.linkerd.io/cluster-name": link, "mirror.linkerd.io/mirrored-gateway":
-                  "true"}, None, None, (("mc-probe", 4191),))
-        t.items[-1]["spec"]["clusterIP"] = t.items[-1]["spec"]["clusterIPs"][0] = (
-            t.service_ips.next())
+        t.items.append(objects.link(
+            link, GATEWAY[link], probe={"path": "/ready", "port": "4191", "period": "3s"},
+            extra_spec={"gatewayPort": "4143"}, uid=t.uid(), resource_version=str(t.rv),
+            created=STAMP))
+        t.service(LINK_NS, f"probe-gateway-{link}",
+                  {CLUSTER: link, "mirror.linkerd.io/mirrored-gateway": "true"}, None,
+                  t.service_ips.next(), (("mc-probe", 4191),))
     n = 0
     while t.members < members:
         ns = f"team-{n // 40:03d}"  # 40 global services per namespace
@@ -290,7 +250,7 @@ def generate(members: int, seed: int = 1) -> Topology:
                 replicas = left
             statefulset(t, ns, svc, app, ports, replicas, links, local)
         if n % 10 == 3:  # a plain local Service, not exported: never a member
-            _service(t, ns, f"{svc}-metrics", {"app": app}, None, t.service_ips.next(),
+            t.service(ns, f"{svc}-metrics", {"app": app}, None, t.service_ips.next(),
                      (("prom", 9090),), selector={"app": app})
         n += 1
     return t

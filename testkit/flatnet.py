@@ -12,86 +12,58 @@ from __future__ import annotations
 
 from typing import Any
 
-EXPORTED = "mirror.linkerd.io/exported"
+from testkit import objects
+from testkit.objects import EXPORTED
+
 REMOTE_DISCOVERY_LABELS = {EXPORTED: "remote-discovery"}
-DB_PORTS = [{"name": "grpc", "port": 26257, "protocol": "TCP"},
-            {"name": "http", "port": 8080, "protocol": "TCP"}]
+DB_PORTS = objects.ports([("grpc", 26257), ("http", 8080)])
+
+# The builders below are testkit.objects' with this fixture's defaults: namespace
+# `data`, the StatefulSet's ports, west's gateway and credentials Secret.
 
 
 def service(name: str, namespace: str = "data", *, labels: dict[str, str] | None = None,
             headless: bool = True, cluster_ip: str = "10.96.0.10",
             ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"ports": DB_PORTS if ports is None else ports,
-                            "clusterIP": "None" if headless else cluster_ip}
-    if not headless:
-        spec["clusterIPs"] = [cluster_ip]
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-            "spec": spec}
+    return objects.service(namespace, name, None if headless else [cluster_ip],
+                           DB_PORTS if ports is None else ports, labels)
 
 
 def endpoint(ip: str, hostname: str | None = None, ready: bool | None = True,
              pod: str | None = None) -> dict[str, Any]:
-    e: dict[str, Any] = {"addresses": [ip]}
-    if ready is not None:
-        e["conditions"] = {"ready": ready}
-    if hostname is not None:
-        e["hostname"] = hostname
-    if pod is not None:
-        e["targetRef"] = {"kind": "Pod", "name": pod, "namespace": "data"}
-    return e
+    return objects.endpoint(ip, ready, hostname, pod=pod, namespace="data")
 
 
 def endpoint_slice(name: str, service_name: str, endpoints: list[dict[str, Any]],
                    namespace: str = "data", address_type: str = "IPv4",
                    ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"kubernetes.io/service-name": service_name}},
-            "addressType": address_type, "endpoints": endpoints,
-            "ports": DB_PORTS if ports is None else ports}
+    return objects.endpoint_slice(namespace, name, service_name, endpoints,
+                                  DB_PORTS if ports is None else ports, address_type)
 
 
 def v1_endpoints(name: str, ready: list[tuple[str, str | None]],
-                 not_ready: list[tuple[str, str | None]] = (),  # type: ignore[assignment]
+                 not_ready: list[tuple[str, str | None]] | None = None,
                  namespace: str = "data") -> dict[str, Any]:
-    """A core/v1 Endpoints object: (ip, hostname) pairs, ready and not ready."""
-    def addresses(pairs: Any) -> list[dict[str, Any]]:
-        return [{"ip": ip, **({"hostname": h} if h else {})} for ip, h in pairs]
-
-    subset: dict[str, Any] = {"addresses": addresses(ready), "ports": DB_PORTS}
-    if not_ready:
-        subset["notReadyAddresses"] = addresses(not_ready)
-    return {"apiVersion": "v1", "kind": "Endpoints",
-            "metadata": {"name": name, "namespace": namespace}, "subsets": [subset]}
+    return objects.v1_endpoints(namespace, name, ready, not_ready or (), DB_PORTS)
 
 
 def link(cluster: str, *, secret: str | None = None,
          selector: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "targetClusterName": cluster, "clusterCredentialsSecret":
-            f"cluster-credentials-{cluster}" if secret is None else secret,
-        "gatewayAddress": "172.18.0.3", "probeSpec": {"path": "/ready", "port": "4191"},
-        "selector": {"matchLabels": {EXPORTED: "true"}},
-        "remoteDiscoverySelector": {"matchLabels": REMOTE_DISCOVERY_LABELS}
-        if selector is None else selector,
-    }
-    return {"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
-            "metadata": {"name": cluster, "namespace": "linkerd-multicluster"}, "spec": spec}
+    return objects.link(
+        cluster, "172.18.0.3",
+        credentials=f"cluster-credentials-{cluster}" if secret is None else secret,
+        selector={"matchLabels": {EXPORTED: "true"}},
+        remote_discovery_selector={"matchLabels": REMOTE_DISCOVERY_LABELS}
+        if selector is None else selector)
 
 
 def remote_discovery_mirror(svc: str, cluster: str, ip: str, namespace: str = "data",
                             ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ClusterIP mirror Linkerd leaves for a headless service exported for remote
     discovery with headless mirroring off: no endpoints, meshed clients only."""
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": f"{svc}-{cluster}", "namespace": namespace,
-                         "labels": {"mirror.linkerd.io/mirrored-service": "true",
-                                    "mirror.linkerd.io/cluster-name": cluster,
-                                    "multicluster.linkerd.io/remote-discovery": cluster,
-                                    "multicluster.linkerd.io/remote-service": svc}},
-            "spec": {"clusterIP": ip, "clusterIPs": [ip],
-                     "ports": DB_PORTS if ports is None else ports}}
+    labels = objects.mirror_labels(cluster, objects.remote_discovery_labels(cluster, svc))
+    return objects.service(namespace, f"{svc}-{cluster}", [ip],
+                           DB_PORTS if ports is None else ports, labels)
 
 
 def local_objects() -> list[dict[str, Any]]:
@@ -119,8 +91,6 @@ def west_objects() -> list[dict[str, Any]]:
         service("web", labels=dict(REMOTE_DISCOVERY_LABELS), headless=False,
                 cluster_ip="10.97.0.7"),
         endpoint_slice("web-bbbbb", "web", [endpoint("10.244.1.20")]),
-        {**service("db-north", labels={**REMOTE_DISCOVERY_LABELS,
-                                       "mirror.linkerd.io/mirrored-service": "true",
-                                       "mirror.linkerd.io/cluster-name": "north"})},
+        service("db-north", labels=objects.mirror_labels("north", REMOTE_DISCOVERY_LABELS)),
         endpoint_slice("db-north-ccccc", "db-north", [endpoint("10.250.0.1", "db-0")]),
     ]
