@@ -10,7 +10,7 @@ each, and the apex's SOA and NS, with a fixed message ID and EDNS, then prints
 the SHA-256 of all replies in order (SOA serials zeroed) and writes them, one per line in hex, to
 ``bench/out/answers-<size>.txt`` for a diff.
 
-The one tricky thing: the list of names must not come from the code under test,
+The list of names must not come from the code under test,
 or a change that drops a name would drop it from the list too. So the first run
 writes the names to ``bench/out/names-<size>.txt`` and every later run asks
 exactly those (``--renew-names`` makes the list again).

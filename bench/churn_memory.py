@@ -191,8 +191,8 @@ def _del(obj: dict[str, Any]) -> tuple[str, str, str, str]:
 REMOTE_DISCOVERY = "multicluster.linkerd.io/remote-discovery"
 
 
-class Issue28Churn:
-    """Issue 28's mix: the changes of a real installation whose objects keep their names.
+class SameNamesChurn:
+    """The second mix: the changes of a real installation whose objects keep their names.
 
     Every change is to an object of the topology itself (nothing under a fresh name, the
     live set stays the same, give or take the few objects away for a while):
@@ -542,9 +542,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         gateways = {o["metadata"]["name"]: FakeGateway().start() for o in topo.items
                     if o["kind"] == "Link"}
         point_probes(topo.items, gateways, "probe-gateway-")
-    churn: Churn | Issue28Churn
+    churn: Churn | SameNamesChurn
     if args.mix == "new":
-        churn = Issue28Churn(kube.kube, topo.items, seed=3)
+        churn = SameNamesChurn(kube.kube, topo.items, seed=3)
         kube.call(kube.kube.load, topo.items)
         objects = len(topo.items)
     else:
@@ -686,8 +686,8 @@ def main() -> int:
     p.add_argument("--pods", type=int, default=600, help="churned per-pod mirrors alive")
     p.add_argument("--locals", type=int, default=100, help="churned local services alive")
     p.add_argument("--mix", choices=("old", "new"), default="old",
-                   help="old: issue 17's churn under fresh names; new: issue 28's changes "
-                   "to the topology's own objects (see Issue28Churn)")
+                   help="old: churn under fresh names; new: changes "
+                   "to the topology's own objects (see SameNamesChurn)")
     p.add_argument("--gateway-probe", action="store_true",
                    help="every link's probe Service at a loopback gateway, and dnsside run "
                    "with --gateway-probe on")

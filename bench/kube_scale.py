@@ -58,7 +58,7 @@ OUT = BENCH / "out"
 
 MCS_ZONE = "clusterset.local."
 CONFIGS: dict[str, list[str]] = {"zone": [], "zone+mcs": ["--mcs-zone", MCS_ZONE]}
-# Issue 13's targets at 100k members through the kube source.
+# The targets at 100k members through the kube source.
 TARGET_SYNC_S, TARGET_RSS_MB, TARGET_P99_MS, TARGET_MCS_EXTRA = 10, 200, 5, 0.25
 
 

@@ -1,4 +1,4 @@
-"""What the second naming scheme costs: `--zone` only vs `--zone` + `--mcs-zone` (issue 12).
+"""What the second naming scheme costs: `--zone` only vs `--zone` + `--mcs-zone`.
 
     .venv/bin/python -m bench.mcs_cost              # 100k members, 3 starts each, ~5 min
     .venv/bin/python -m bench.mcs_cost --quick      # 1 start each, shorter dnsperf runs

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.run            # full run, ~7 minutes
     .venv/bin/python -m bench.run --quick    # ~1.5 minutes, fewer and shorter runs
 
-What it measures (SPEC §6, issue 5):
+What it measures:
 
 1. **CPU per answered query**, dnsside vs NSD vs dnslib's stock ``DNSServer``,
    serving the same records (the zone is written from dnsside's own index),
@@ -757,7 +757,7 @@ def targets(results: dict[str, Any]) -> list[str]:
 
 
 def _kube_targets(row: Any) -> str:
-    """Issue 13's Kubernetes-source rows, from the last `bench/kube_scale.py` run (its own
+    """The Kubernetes-source rows, from the last `bench/kube_scale.py` run (its own
     command: it needs the fake API server from tests/); a sentence saying which run."""
     path = OUT / "kube_scale_100000.json"
     if not path.exists():

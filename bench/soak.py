@@ -1,5 +1,5 @@
 """Soak: a real `dnsside serve` against a churning, faulty API server and flaky gateways,
-every name's answer compared with an independent model (issue 17).
+every name's answer compared with an independent model.
 
     .venv/bin/python -m bench.soak --minutes 2 --seed 1 --out bench/out/soak.json
     .venv/bin/python -m bench.soak --minutes 30 --seed 1 --out bench/out/soak-30.json \\
@@ -41,7 +41,7 @@ sync, a traceback, a stray probe or a failed lame-duck check (and, with
 `--max-rss-growth PCT`, RSS growing more than that over the last half). `--out` writes
 the summary as JSON, `--report` the markdown report (bench/SOAK_RESULTS.md).
 
-The one tricky thing is **what dnsside may be expected to know**. The model is
+The hard part is **what dnsside may be expected to know**. The model is
 computed from the soak's own description of the cluster (the `World`, from
 which the Kubernetes objects are rendered), by SPEC §2's rules, never from
 dnsside's code. Two inputs are not in the World:
