@@ -41,7 +41,7 @@ from dnsside.kubeapi.linkcreds import parse as parse_credentials
 
 log = logging.getLogger("dnsside.kube")
 
-_client = load_client()  # kubernetes-asyncio without its generated API: see kubeclient
+_client = load_client()  # kubernetes-asyncio without its generated API: see kubeapi.kubeconfig
 ApiClient: Any = _client["ApiClient"]
 Configuration: Any = _client["Configuration"]
 ConfigException: type[Exception] = _client["ConfigException"]
