@@ -177,6 +177,9 @@ FLAGS: tuple[Flag, ...] = (
          "read /debug/explain (it names objects, Secrets and failures); repeatable",
          _SERVING, repeatable=True, metavar="CIDR",
          default_text="loopback only, which `kubectl port-forward` reaches"),
+    Flag("--allow-transfer", str, (), "networks whose clients may transfer the zones "
+         "(AXFR, IXFR over TCP); everybody else is refused; repeatable", _SERVING,
+         repeatable=True, metavar="CIDR", default_text="nobody"),
     Flag("--tcp-idle-timeout", float, 10.0, "seconds a TCP connection may stay idle",
          _SERVING, metavar="SECONDS"),
     Flag("--tcp-max-connections", int, 512, "most DNS-over-TCP connections open at once",
@@ -388,6 +391,7 @@ class Config:
     listen: str = default("--listen")
     http_listen: str = default("--http-listen")
     explain_from: Sequence[str] = default("--explain-from")  # CIDRs that may read it
+    allow_transfer: Sequence[str] = default("--allow-transfer")  # CIDRs that may transfer
     ttl: int = default("--ttl")
     publish_not_ready: bool = default("--publish-not-ready")
     no_local: bool = default("--no-local")
@@ -433,6 +437,7 @@ class Config:
         config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
         config.namespaces = tuple(get("--namespace"))
         config.explain_from = tuple(get("--explain-from"))
+        config.allow_transfer = tuple(get("--allow-transfer"))
         config.flat_network_namespaces = tuple(dict.fromkeys(
             n.strip() for v in get("--flat-network-namespaces") for n in v.split(",")
             if n.strip()))
@@ -494,3 +499,4 @@ class Config:
         parse_hostport(self.listen, "--listen")
         parse_hostport(self.http_listen, "--http-listen")
         networks(self.explain_from, "--explain-from")
+        networks(self.allow_transfer, "--allow-transfer")

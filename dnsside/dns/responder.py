@@ -86,6 +86,7 @@ _HINFO_RDATA = b"\x07RFC8482\x00"
 # ANY answers the first of these RRsets the name owns (RFC 8482 §4.1: one RRset), so a
 # client asking for "A AAAA" at once (Java's JNDI sends ANY) still gets addresses.
 _ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, TXT))
+_SOA_IN = struct.pack("!HH", SOA, CLASS_IN)
 _OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS, TXT))
 
 
@@ -227,7 +228,14 @@ class Responder:
             return (_error(data, SERVFAIL, question, OPT_NOT_READY[do] if edns else b""),
                     (qtype, SERVFAIL))
         opt = OPT_RR[do] if edns else b""
-        if qtype in (AXFR, IXFR):
+        if qtype == IXFR and udp and qname == zone.wire:
+            # RFC 1995 §2: over UDP, a reply that does not fit (a transfer never does) is
+            # the current SOA alone; a client behind it then asks again over TCP.
+            soa = self.answers[qname + _SOA_IN]
+            return self._assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
+        if qtype in (AXFR, IXFR):  # AXFR over UDP is undefined (RFC 5936 §4.2); TCP
+            # transfers are taken before the responder by the connection, for the clients
+            # that may have one: whatever gets here is refused
             return _error(data, REFUSED, question, opt), (qtype, REFUSED)
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:

@@ -30,6 +30,7 @@ from dnsside.dns.zone import ZoneOptions
 from dnsside.serving.http import HttpServer
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
+from dnsside.serving.transfer import Transfers
 from dnsside.sources import Source
 from dnsside.sources.pacing import Pacing
 from dnsside.telemetry import metrics
@@ -155,7 +156,8 @@ class App:
             metrics.ANSWER_SECONDS.labels(transport=transport)
         self.stopping = False
         self.tcp = TcpConnections(
-            self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log
+            self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log,
+            Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer")),
         )
         self._closers: list[asyncio.AbstractServer] = []
         self._udp: list[UdpServer] = []

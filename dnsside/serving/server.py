@@ -20,7 +20,9 @@ import time
 from typing import cast
 
 from dnsside.dns.responder import Responder
+from dnsside.dns.transfer import looks_like_transfer
 from dnsside.serving import mmsg
+from dnsside.serving.transfer import Transfers
 from dnsside.telemetry import metrics
 from dnsside.telemetry.udp import UdpCollector
 
@@ -233,9 +235,11 @@ class TcpConnections:
 
     def __init__(
         self, responder: Responder, idle_timeout: float = 10.0, max_connections: int = 512,
-        log_queries: bool = False,
+        log_queries: bool = False, transfers: Transfers | None = None,
     ) -> None:
         self.responder = responder
+        # Zone transfers (AXFR, IXFR): several replies to one query; nobody may by default.
+        self.transfers = transfers if transfers is not None else Transfers(responder)
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.log_queries = log_queries
@@ -298,12 +302,17 @@ class TcpConnection(asyncio.Protocol):
             message = bytes(buf[2 : 2 + size])
             del buf[: 2 + size]
             started = time.perf_counter()
-            reply = self.shared.responder.respond(message, udp=False)
+            replies = (self.shared.transfers.answer(message, str(self.peer[0]) if self.peer
+                                                    else "") if looks_like_transfer(message)
+                       else None)
+            if replies is None:
+                reply = self.shared.responder.respond(message, udp=False)
+                replies = [reply] if reply is not None else []
             answered = True
             if self.shared.log_queries:
-                _log_query("tcp", self.peer, message, reply)
-            if reply is not None and self.transport is not None:
-                self.transport.write(len(reply).to_bytes(2, "big") + reply)
+                _log_query("tcp", self.peer, message, replies[0] if replies else None)
+            if replies and self.transport is not None:
+                self.transport.writelines([len(r).to_bytes(2, "big") + r for r in replies])
             _TCP_LATENCY.observe(time.perf_counter() - started)
         if answered:
             self._arm()

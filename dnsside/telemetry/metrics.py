@@ -97,6 +97,22 @@ INDEX_UPDATE_SECONDS = Histogram(
     buckets=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 1, 10, 60),
     registry=REGISTRY,
 )
+TRANSFERS = Counter(
+    "dnsside_transfers",
+    "Zone transfers asked for over TCP, by type (axfr, ixfr) and result (ok; refused: the "
+    "client is not in --allow-transfer or asked for no zone of ours; error: not synced yet, "
+    "or a record that cannot be transferred).",
+    ["type", "result"],
+    registry=REGISTRY,
+)
+TRANSFER_BYTES = Counter(
+    "dnsside_transfer_bytes",
+    "Bytes of the zone transfers sent (the DNS messages, without TCP's length prefixes).",
+    registry=REGISTRY,
+)
+for _type in ("axfr", "ixfr"):  # every series from the start, at 0
+    for _result in ("ok", "refused", "error"):
+        TRANSFERS.labels(type=_type, result=_result)
 ZONE_SERIAL = Gauge("dnsside_zone_serial", "SOA serial of the served zones.", registry=REGISTRY)
 SOURCE_SYNCED = Gauge(
     "dnsside_source_synced",
