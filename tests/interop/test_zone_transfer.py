@@ -1,0 +1,175 @@
+"""Zone transfer to the secondaries people run: NSD and BIND pull dnsside's zones and then
+answer every name as dnsside does; dig and kdig transfer from an allowed address and are
+refused from another; a zone too big for one message arrives whole."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.message
+import dns.name
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import dns.xfr
+import pytest
+
+from bench import topology
+from testkit.rawdns import IXFR, parse, query, udp
+from testkit.secondaries import BindSecondary, NsdSecondary, Secondary
+from testkit.serve import Dnsside, answers, demo_server
+
+ZONES = ["svc-global", "clusterset.local"]
+ALLOW = ("--allow-transfer", "127.0.0.1/32")
+
+
+@pytest.fixture(scope="module")
+def primary() -> Iterator[Dnsside]:
+    with demo_server("--mcs-zone", "clusterset.local", *ALLOW) as srv:
+        yield srv
+
+
+def transfer(srv: Dnsside | Secondary, zone: str, source: str = "127.0.0.1"
+             ) -> list[tuple[str, str, str]]:
+    """(owner, type, rdata) of every record of ``zone``, SOA first and last, in order."""
+    out = []
+    for msg in dns.query.xfr("127.0.0.1", zone, port=srv.port, source=source, lifetime=30,
+                              relativize=False):
+        out += [(rrset.name.to_text(), dns.rdatatype.to_text(rrset.rdtype), rd.to_text())
+                for rrset in msg.answer for rd in rrset]
+    return out
+
+
+def names(records: list[tuple[str, str, str]], zone: str) -> list[str]:
+    """Every owner, every name between an owner and the apex, and one name that is not."""
+    apex = dns.name.from_text(zone)
+    out = {apex, dns.name.from_text("no-such-name", apex)}
+    for owner, _t, _r in records:
+        name = dns.name.from_text(owner)
+        while name != apex and name.is_subdomain(apex):
+            out.add(name)
+            name = name.parent()
+    return sorted(n.to_text() for n in out)
+
+
+def assert_same_answers(primary: Dnsside, secondary: Secondary, zone: str) -> int:
+    """Every name of ``zone``, asked for A, AAAA, SRV and TXT, gets the same rcode and the same
+    answer records from both; the number of questions asked."""
+    asked = 0
+    for name in names(transfer(primary, zone), zone):
+        for rdtype in ("A", "AAAA", "SRV", "TXT"):
+            direct = primary.query(name, rdtype, tcp=True)
+            via = secondary.query(name, rdtype)
+            assert via.rcode() == direct.rcode(), f"{name} {rdtype}: {via}\n{direct}"
+            assert answers(via, rdtype) == answers(direct, rdtype), f"{name} {rdtype}"
+            asked += 1
+    return asked
+
+
+def test_axfr_soa_first_and_last_apex_ns_and_glue(primary: Dnsside) -> None:
+    for zone in ZONES:
+        records = transfer(primary, zone)
+        assert records[0][1] == records[-1][1] == "SOA" and records[0] == records[-1]
+        assert [r for r in records if r[1] == "SOA"] == [records[0], records[-1]]
+        assert (f"{zone}.", "NS", f"{zone}.") in records
+        assert (f"{zone}.", "A", "127.0.0.1") in records
+    mcs = transfer(primary, "clusterset.local")
+    assert ("dns-version.clusterset.local.", "TXT", '"1.0.0"') in mcs
+
+
+@pytest.mark.parametrize("kind", [NsdSecondary, BindSecondary])
+def test_secondary_answers_every_name_as_dnsside(primary: Dnsside, tmp_path: Path,
+                                                 kind: type[Secondary]) -> None:
+    secondary = kind(tmp_path, primary, ZONES)
+    try:
+        secondary.start()
+        for zone in ZONES:
+            assert assert_same_answers(primary, secondary, zone) > 100
+    finally:
+        secondary.stop()
+    # NSD asks IXFR first and takes the whole zone in its place; BIND asks AXFR.
+    what = "IXFR" if kind is NsdSecondary else "AXFR"
+    primary.wait_log(f"transfer: {what} of svc-global. to 127.0.0.1: serial")
+
+
+def dig_axfr(srv: Dnsside, source: str, zone: str = "svc-global") -> str:
+    return subprocess.run(["dig", "-b", source, f"@{srv.host}", "-p", str(srv.port), "AXFR",
+                           zone, "+time=5", "+tries=1"],
+                          capture_output=True, text=True, timeout=30).stdout
+
+
+def kdig_axfr(srv: Dnsside, source: str, zone: str = "svc-global") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["kdig", "-b", source, f"@{srv.host}", "-p", str(srv.port), "AXFR",
+                           zone, "+time=5", "+retry=0"],
+                          capture_output=True, text=True, timeout=30)
+
+
+def metric(srv: Dnsside, series: str) -> float:
+    _status, text = srv.http("/metrics")
+    m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+    assert m, series
+    return float(m.group(1))
+
+
+def test_dig_and_kdig_axfr_from_an_allowed_and_a_refused_address(primary: Dnsside) -> None:
+    ok = 'dnsside_transfers_total{result="ok",type="axfr"}'
+    refused = 'dnsside_transfers_total{result="refused",type="axfr"}'
+    before_ok, before_refused = metric(primary, ok), metric(primary, refused)
+    before_bytes = metric(primary, "dnsside_transfer_bytes_total")
+    allowed = dig_axfr(primary, "127.0.0.1")
+    size = re.search(r";; XFR size: (\d+) records \(messages (\d+), bytes (\d+)\)", allowed)
+    assert size, allowed
+    assert int(size.group(1)) == len(transfer(primary, "svc-global"))
+    assert "Transfer failed" in dig_axfr(primary, "127.0.0.2")
+    k = kdig_axfr(primary, "127.0.0.1")
+    assert k.returncode == 0 and "svc-global.\t" in k.stdout and "SOA" in k.stdout, k
+    k = kdig_axfr(primary, "127.0.0.2")
+    assert "REFUSED" in k.stdout + k.stderr, k
+    with pytest.raises(dns.xfr.TransferError):
+        transfer(primary, "svc-global", source="127.0.0.2")
+    assert metric(primary, ok) >= before_ok + 3
+    assert metric(primary, refused) >= before_refused + 3
+    assert metric(primary, "dnsside_transfer_bytes_total") >= before_bytes + int(size.group(3))
+    primary.wait_log("transfer: AXFR of svc-global. refused to 127.0.0.2, not in "
+                     "--allow-transfer")
+
+
+def test_no_transfer_by_default(tmp_path: Path) -> None:
+    with demo_server() as srv:
+        assert "Transfer failed" in dig_axfr(srv, "127.0.0.1")
+        assert metric(srv, 'dnsside_transfers_total{result="refused",type="axfr"}') == 1
+
+
+def test_ixfr_over_udp_gets_the_current_soa(primary: Dnsside) -> None:
+    reply = udp(primary.host, primary.port, query("svc-global", IXFR))
+    assert reply is not None
+    msg = parse(reply)
+    assert msg.rcode() == dns.rcode.NOERROR
+    assert [rrset.rdtype for rrset in msg.answer] == [dns.rdatatype.SOA]
+    assert answers(msg, "SOA") == answers(primary.query("svc-global", "SOA"), "SOA")
+
+
+def test_a_zone_of_several_messages_arrives_whole(tmp_path: Path) -> None:
+    """A few thousand members: the transfer takes several messages, each under 64 KiB, and
+    NSD serves every record (read back from it by AXFR)."""
+    path = tmp_path / "topo.json"
+    topology.write(3000, path, n_queries=10)
+    with Dnsside("--source", str(path), "--cluster-name", "east", *ALLOW,
+                 timeout=60) as srv:
+        digged = dig_axfr(srv, "127.0.0.1")
+        size = re.search(r";; XFR size: (\d+) records \(messages (\d+), bytes (\d+)\)", digged)
+        assert size and int(size.group(2)) > 1, digged
+        sent = transfer(srv, "svc-global")
+        assert len(sent) == int(size.group(1))
+        secondary = NsdSecondary(tmp_path, srv, ["svc-global"])
+        try:
+            secondary.start()
+            got = transfer(secondary, "svc-global")
+        finally:
+            secondary.stop()
+        assert sorted(got) == sorted(sent)
+        line = srv.wait_log("transfer: IXFR of svc-global. to 127.0.0.1")
+        print(line)
