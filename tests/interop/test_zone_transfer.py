@@ -116,7 +116,8 @@ def dig_axfr(srv: Dnsside, source: str, zone: str = "svc-global") -> str:
                           capture_output=True, text=True, timeout=30).stdout
 
 
-def kdig_axfr(srv: Dnsside, source: str, zone: str = "svc-global") -> subprocess.CompletedProcess[str]:
+def kdig_axfr(srv: Dnsside, source: str,
+              zone: str = "svc-global") -> subprocess.CompletedProcess[str]:
     return subprocess.run(["kdig", "-b", source, f"@{srv.host}", "-p", str(srv.port), "AXFR",
                            zone, "+time=5", "+retry=0"],
                           capture_output=True, text=True, timeout=30)
