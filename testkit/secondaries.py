@@ -2,10 +2,10 @@
 NSD and BIND on 127.0.0.1 with a free port, pulling the zones by zone transfer from a
 dnsside on 127.0.0.1 (the address `--allow-transfer 127.0.0.1` lets in).
 
-NSD asks IXFR first and takes the full zone dnsside sends in its place; BIND asks
-AXFR. Neither is told to expect NOTIFY: each transfers once at start, which is all a
-test of the first transfer needs. A secondary is ready when it answers the SOA of
-every zone with the serial dnsside serves.
+dnsside sends no NOTIFY yet: each secondary transfers at start, then polls the SOA
+every ``refresh`` seconds (its min/max-refresh-time; the SOA says 7,200) and transfers
+again when the serial moved. A secondary is ready when it answers the SOA of every
+zone with the serial dnsside serves.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ def serial(port: int, zone: str) -> int | None:
 class Secondary:
     kind = "secondary"
 
-    def __init__(self, tmp: Path, primary: Dnsside, zones: list[str]) -> None:
+    def __init__(self, tmp: Path, primary: Dnsside, zones: list[str], refresh: int = 5
+                 ) -> None:
         self.tmp = tmp.resolve()
+        self.refresh = refresh  # seconds between SOA polls: dnsside sends no NOTIFY yet
         self.primary = primary
         self.zones = [z.rstrip(".") for z in zones]
         self.port = 0
@@ -99,6 +101,8 @@ zone:
     zonefile: "{z}.zone"
     request-xfr: 127.0.0.1@{self.primary.port} NOKEY
     provide-xfr: 127.0.0.0/8 NOKEY
+    min-refresh-time: {self.refresh}
+    max-refresh-time: {self.refresh}
 """ for z in self.zones)
         conf.write_text(f"""\
 server:
@@ -147,6 +151,8 @@ options {{
     notify no;
     // an RRset of one record per member can pass BIND's default cap of 100
     max-records-per-type 0;
+    min-refresh-time {self.refresh};
+    max-refresh-time {self.refresh};
 }};
 controls {{ }};
 {zones}

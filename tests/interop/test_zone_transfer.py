@@ -1,6 +1,7 @@
 """Zone transfer to the secondaries people run: NSD and BIND pull dnsside's zones and then
-answer every name as dnsside does; dig and kdig transfer from an allowed address and are
-refused from another; a zone too big for one message arrives whole."""
+answer every name as dnsside does, and pick up a change by their next SOA poll; dig and
+kdig transfer from an allowed address and are refused from another; a zone too big for
+one message arrives whole."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ import dns.rcode
 import dns.rdatatype
 import dns.xfr
 import pytest
+import yaml
 
 from bench import topology
-from testkit.rawdns import IXFR, parse, query, udp
+from testkit.rawdns import IXFR, bulk_objects, parse, query, udp
 from testkit.secondaries import BindSecondary, NsdSecondary, Secondary
-from testkit.serve import Dnsside, answers, demo_server
+from testkit.serve import DEMO, Dnsside, answers, demo_server, wait_for
 
 ZONES = ["svc-global", "clusterset.local"]
 ALLOW = ("--allow-transfer", "127.0.0.1/32")
@@ -200,3 +202,31 @@ def test_a_zone_of_several_messages_arrives_whole(tmp_path: Path) -> None:
         assert sorted(got) == sorted(sent)
         line = srv.wait_log("transfer: AXFR of svc-global. to 127.0.0.1")
         print(line)
+
+
+@pytest.mark.parametrize("kind", [NsdSecondary, BindSecondary])
+def test_a_change_reaches_the_secondary_by_its_next_poll(tmp_path: Path,
+                                                         kind: type[Secondary]) -> None:
+    """No NOTIFY yet: the secondary polls the SOA every 5 s (min/max-refresh-time), sees
+    the new serial and transfers the new zone."""
+    demo = yaml.safe_load(DEMO.read_text())
+    path = tmp_path / "zone.yaml"
+    path.write_text(yaml.safe_dump(demo))
+    with Dnsside("--source", str(path), "--cluster-name", "east", "--reload-interval", "0.2",
+                 *ALLOW) as srv:
+        secondary = kind(tmp_path, srv, ["svc-global"], refresh=2)
+        try:
+            secondary.start()
+            name = "fresh.bulk.svc-global"
+            assert secondary.query(name, "A").rcode() == dns.rcode.NXDOMAIN
+            demo["items"] += bulk_objects("fresh", "bulk", 3, 97)
+            path.write_text(yaml.safe_dump(demo))
+            wait_for(lambda: answers(srv.query(name, "A")), 10, "dnsside to reload")
+            got = wait_for(lambda: answers(secondary.query(name, "A")), 30,
+                           f"{kind.kind} to transfer the change")
+            assert got == answers(srv.query(name, "A")) == ["10.97.0.1", "10.97.0.2",
+                                                             "10.97.0.3"]
+            # Holding a version, the secondary asked IXFR and took the whole zone for it.
+            srv.wait_log("transfer: IXFR of svc-global. to 127.0.0.1: serial")
+        finally:
+            secondary.stop()
