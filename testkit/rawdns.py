@@ -15,6 +15,8 @@ import dns.message
 
 A, NS, SOA, HINFO, TXT, AAAA, SRV, OPT, IXFR, AXFR, ANY = 1, 2, 6, 13, 16, 28, 33, 41, 251, 252, 255
 RD, CD, DO = 0x0100, 0x0010, 0x8000
+EDE = 15  # the Extended DNS Error EDNS option (RFC 8914)
+TRANSPORTS = ["udp", "tcp"]  # what a protocol rule is asked over
 
 
 def wire_name(name: str) -> bytes:

@@ -25,6 +25,11 @@ import dns.rdatatype
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "demo-east.yaml"
+# Names of the demo, and what they answer.
+NGINX = "nginx-svc.default.svc-global"
+NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
+ROACH = "cockroachdb.db.svc-global"
+BIG = "big.bulk.svc-global"  # testkit.rawdns.bulk_objects("big", "bulk", 120, ...) added to it
 ZONE = "svc-global."
 
 T = TypeVar("T")

@@ -32,3 +32,15 @@ def server(request: pytest.FixtureRequest,
     env = {**os.environ, "DNSSIDE_UDP_IO": request.param}
     with Dnsside("--source", str(path), "--cluster-name", "east", env=env) as s:
         yield expect_udp_io(s, request.param)
+
+
+@pytest.fixture(scope="module")
+def sockets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
+    """For dig and kdig: the demo plus `big.bulk` (120 addresses, too big for any UDP
+    reply) in a `dnsside serve`."""
+    demo = yaml.safe_load(DEMO.read_text())
+    demo["items"] += bulk_objects("big", "bulk", 120, 99)
+    path = tmp_path_factory.mktemp("zone") / "zone.json"
+    path.write_text(json.dumps(demo))
+    with Dnsside("--source", str(path), "--cluster-name", "east") as s:
+        yield s

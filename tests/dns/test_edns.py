@@ -11,52 +11,30 @@ sizes truncate is in test_truncation.py.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import dns.flags
 import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import yaml
 
 from testkit.dig import dig
 from testkit.inprocess import Server, ask
 from testkit.rawdns import (
     ANY,
+    DO,
+    EDE,
     NS,
     SOA,
+    TRANSPORTS,
     A,
-    bulk_objects,
     opt_rr,
     option,
     parse,
     query,
     question_of,
 )
-from testkit.serve import DEMO, Dnsside, answers, wait_for
+from testkit.serve import BIG, NGINX, NGINX_A, Dnsside, answers, wait_for
 from testkit.threadedkube import ThreadedKube
-
-TRANSPORTS = ["udp", "tcp"]
-NGINX = "nginx-svc.default.svc-global"
-NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
-ROACH = "cockroachdb.db.svc-global"
-BIG = "big.bulk.svc-global"
-EDE = 15
-DO = 0x8000
-
-
-@pytest.fixture(scope="module")
-def sockets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
-    """For dig and kdig: the demo plus `big.bulk` (120 addresses, too big for any UDP
-    reply) in a `dnsside serve`."""
-    demo = yaml.safe_load(DEMO.read_text())
-    demo["items"] += bulk_objects("big", "bulk", 120, 99)
-    path = tmp_path_factory.mktemp("zone") / "zone.json"
-    path.write_text(json.dumps(demo))
-    with Dnsside("--source", str(path), "--cluster-name", "east") as s:
-        yield s
 
 
 def ede(msg: dns.message.Message) -> list[tuple[int, str]]:

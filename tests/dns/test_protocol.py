@@ -33,6 +33,7 @@ from testkit.rawdns import (
     RD,
     SOA,
     SRV,
+    TRANSPORTS,
     TXT,
     A,
     opt_rr,
@@ -41,12 +42,8 @@ from testkit.rawdns import (
     question_of,
     wire_name,
 )
-from testkit.serve import answers
+from testkit.serve import NGINX, NGINX_A, ROACH, answers
 
-TRANSPORTS = ["udp", "tcp"]
-NGINX = "nginx-svc.default.svc-global"
-NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
-ROACH = "cockroachdb.db.svc-global"
 AD = 0x0020
 
 def soa_only_authority(msg: dns.message.Message) -> None:

@@ -31,12 +31,8 @@ from testkit.rawdns import (
     question_of,
     udp,
 )
-from testkit.serve import DEMO, Dnsside, answers, expect_udp_io, wait_for
+from testkit.serve import DEMO, NGINX, NGINX_A, ROACH, Dnsside, answers, expect_udp_io, wait_for
 
-TRANSPORTS = ["udp", "tcp"]
-NGINX = "nginx-svc.default.svc-global"
-NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
-ROACH = "cockroachdb.db.svc-global"
 AD = 0x0020
 
 

@@ -8,16 +8,13 @@ modes; kdig shows a partial answer through a process of its own.
 
 from __future__ import annotations
 
-import json
 import struct
-from collections.abc import Iterator
 
 import dns.flags
 import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,39 +23,18 @@ from testkit.fuzzing import PROFILE, responder
 from testkit.inprocess import Server, ask
 from testkit.rawdns import (
     AAAA,
+    DO,
     NS,
     SOA,
     SRV,
     A,
-    bulk_objects,
     opt_rr,
     option,
     parse,
     query,
     question_of,
 )
-from testkit.serve import DEMO, Dnsside, answers
-
-TRANSPORTS = ["udp", "tcp"]
-NGINX = "nginx-svc.default.svc-global"
-NGINX_A = ["10.42.1.10", "10.42.1.11", "10.43.179.60", "10.43.218.18", "10.43.245.244"]
-ROACH = "cockroachdb.db.svc-global"
-BIG = "big.bulk.svc-global"
-EDE = 15
-DO = 0x8000
-
-
-@pytest.fixture(scope="module")
-def sockets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
-    """For dig and kdig: the demo plus `big.bulk` (120 addresses, too big for any UDP
-    reply) in a `dnsside serve`."""
-    demo = yaml.safe_load(DEMO.read_text())
-    demo["items"] += bulk_objects("big", "bulk", 120, 99)
-    path = tmp_path_factory.mktemp("zone") / "zone.json"
-    path.write_text(json.dumps(demo))
-    with Dnsside("--source", str(path), "--cluster-name", "east") as s:
-        yield s
-
+from testkit.serve import BIG, NGINX, NGINX_A, ROACH, Dnsside, answers
 
 # --------------------------------------------------------------------------- truncation
 

@@ -29,8 +29,10 @@ from testkit import topology as t
 from testkit.dig import dig
 from testkit.rawdns import (
     AAAA,
+    EDE,
     NS,
     SOA,
+    TRANSPORTS,
     A,
     bulk_objects,
     exchange,
@@ -38,13 +40,6 @@ from testkit.rawdns import (
     query,
 )
 from testkit.serve import DEMO, Dnsside, answers, demo_server, run_cli
-
-TRANSPORTS = ["udp", "tcp"]
-NGINX = "nginx-svc.default.svc-global"
-ROACH = "cockroachdb.db.svc-global"
-BIG = "big.bulk.svc-global"
-EDE = 15
-DO = 0x8000
 
 
 @pytest.fixture(scope="module")
