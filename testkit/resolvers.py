@@ -85,18 +85,50 @@ def ask(port: int, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.
     return msg
 
 
-class Resolver:
+class PeerProcess:
+    """A DNS server a test starts from a config it writes (a resolver, a secondary): its
+    process, its log, its port, and stopping it."""
+
+    kind = "peer"
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.log = tmp / f"{self.kind}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def launch(self, argv: list[str]) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, cwd=self.tmp)
+
+    def exited(self) -> None:
+        """Raise, with its log, if the process is gone."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"{self.kind} exited:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Resolver(PeerProcess):
     """One resolver process: write its config for a free port, start it, ask it, stop it."""
 
     kind = "resolver"
 
     def __init__(self, tmp: Path, upstream: str, upstream_port: int = 53) -> None:
-        self.tmp = tmp
+        super().__init__(tmp)
         self.upstream = upstream
         self.upstream_port = upstream_port
-        self.log = tmp / f"{self.kind}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
         (tmp / "root.hints").write_text(ROOT_HINTS)
 
     # Subclasses: the files and the command line for self.port.
@@ -114,9 +146,7 @@ class Resolver:
         for _ in range(3):  # the free port may be taken between probe and bind: try another
             self.port = free_port()
             self.configure()
-            with self.log.open("ab") as log:
-                self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, cwd=self.tmp)
+            self.launch(self.argv())
             try:
                 wait_for(lambda: self._answers(good), 30, f"{self.kind} to answer")
                 return
@@ -126,8 +156,7 @@ class Resolver:
 
     def _answers(self, good: Callable[[dns.message.Message], bool]) -> bool:
         """True once the resolver answers well over UDP and over TCP."""
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"{self.kind} exited:\n{self.log_text()}")
+        self.exited()
         q = dns.message.make_query(PROBE, "A", use_edns=0, payload=1232)
         try:
             return good(dns.query.udp(q, "127.0.0.1", port=self.port, timeout=1.0)) and good(
@@ -137,18 +166,6 @@ class Resolver:
 
     def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
         return ask(self.port, name, rdtype, timeout)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def check(self, argv: list[str]) -> None:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)

@@ -20,7 +20,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from testkit.resolvers import free_port
+from testkit.resolvers import PeerProcess, free_port
 from testkit.serve import Dnsside, wait_for
 
 
@@ -38,18 +38,15 @@ def serial(port: int, zone: str) -> int | None:
     return int(soa[0].serial) if soa else None
 
 
-class Secondary:
+class Secondary(PeerProcess):
     kind = "secondary"
 
     def __init__(self, tmp: Path, primary: Dnsside, zones: list[str], refresh: int = 5
                  ) -> None:
-        self.tmp = tmp.resolve()
+        super().__init__(tmp.resolve())
         self.refresh = refresh  # seconds between SOA polls: dnsside sends no NOTIFY yet
         self.primary = primary
         self.zones = [z.rstrip(".") for z in zones]
-        self.port = 0
-        self.log = self.tmp / f"{self.kind}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def configure(self) -> list[str]:
         raise NotImplementedError
@@ -57,14 +54,10 @@ class Secondary:
     def start(self, timeout: float = 60.0) -> None:
         """Start; wait until every zone is served at dnsside's current serial."""
         self.port = free_port()
-        argv = self.configure()
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.tmp)
+        self.launch(self.configure())
 
         def caught_up() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"{self.kind} exited:\n{self.log_text()}")
+            self.exited()
             return all(serial(self.port, z) == serial(self.primary.port, z)
                        and serial(self.port, z) is not None for z in self.zones)
 
@@ -74,18 +67,6 @@ class Secondary:
         q = dns.message.make_query(name, rdtype, use_edns=0, payload=1232)
         q.flags &= ~dns.flags.RD
         return dns.query.tcp(q, "127.0.0.1", port=self.port, timeout=5.0)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class NsdSecondary(Secondary):
