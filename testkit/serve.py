@@ -115,6 +115,18 @@ class Dnsside:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
 
+    def series(self, series: str) -> float | None:
+        """The value of one series of /metrics, written as exported (``name{a="x"}``);
+        None when it is not exported."""
+        _, text = self.http("/metrics")
+        m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
+        return float(m.group(1)) if m else None
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One series by name and labels, the labels in the order the metric declares."""
+        label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        return self.series(f"{name}{{{label_text}}}" if labels else name)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

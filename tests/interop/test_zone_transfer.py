@@ -126,10 +126,9 @@ def kdig_axfr(srv: Dnsside, source: str,
 
 
 def metric(srv: Dnsside, series: str) -> float:
-    _status, text = srv.http("/metrics")
-    m = re.search(rf"^{re.escape(series)} (\S+)$", text, re.M)
-    assert m, series
-    return float(m.group(1))
+    value = srv.series(series)
+    assert value is not None, series
+    return value
 
 
 def test_dig_and_kdig_axfr_from_an_allowed_and_a_refused_address(primary: Dnsside) -> None:

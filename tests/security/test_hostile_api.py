@@ -126,9 +126,7 @@ def everything(srv: Dnsside) -> dict[str, set[str]]:
 
 
 def metric(srv: Dnsside, name: str, labels: str = 'cluster="north"') -> float | None:
-    _, text = srv.http("/metrics")
-    m = re.search(rf"^{name}{{{labels}}} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
+    return srv.series(f"{name}{{{labels}}}")
 
 
 def count(srv: Dnsside, text: str) -> int:

@@ -264,9 +264,7 @@ def serve(east: ThreadedKube, *extra: str) -> Dnsside:
 
 
 def metric(srv: Dnsside, name: str, cluster: str) -> float | None:
-    _, text = srv.http("/metrics")
-    m = re.search(rf'^{name}{{cluster="{cluster}"}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
+    return srv.metric(name, cluster=cluster)
 
 
 def addresses(srv: Dnsside, name: str = DB) -> set[str]:

@@ -103,9 +103,7 @@ def srv_records(srv: Dnsside, name: str) -> set[tuple[str, int]]:
 
 
 def metric(srv: Dnsside, name: str, cluster: str) -> float | None:
-    _, text = srv.http("/metrics")
-    m = re.search(rf'^{name}{{cluster="{cluster}"}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
+    return srv.metric(name, cluster=cluster)
 
 
 def lines(srv: Dnsside, *texts: str) -> list[str]:

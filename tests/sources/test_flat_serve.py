@@ -73,9 +73,7 @@ def addresses(srv: Dnsside, name: str = DB, rdtype: str = "A") -> set[str]:
 
 
 def metric(srv: Dnsside, name: str, cluster: str = "west") -> float | None:
-    _, text = srv.http("/metrics")
-    m = re.search(rf'^{name}{{cluster="{cluster}"}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
+    return srv.metric(name, cluster=cluster)
 
 
 def count(srv: Dnsside, text: str) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -156,11 +155,7 @@ def nginx(srv: Dnsside) -> set[str]:
 
 
 def metric(srv: Dnsside, name: str, **labels: str) -> float | None:
-    _, text = srv.http("/metrics")
-    label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    m = re.search(rf"^{name}{{{label_text}}} (\S+)$" if labels else rf"^{name} (\S+)$", text,
-                  re.MULTILINE)
-    return float(m.group(1)) if m else None
+    return srv.metric(name, **labels)
 
 
 def test_link_deleted_and_recreated(kube: ThreadedKube) -> None:
