@@ -25,6 +25,7 @@ from dnslib import QTYPE
 
 from dnsside import __version__
 from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
+from dnsside.dns.wire import to_wire
 from dnsside.serving.app import App, explain_index, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
@@ -131,15 +132,10 @@ def explain_question(name: str, qtype: str) -> tuple[str, str]:
     if not name.strip(". "):
         raise ValueError(f"explain: {name!r}: give a name in a served zone, e.g. "
                          "nginx-svc.default.svc-global")
-    if not name.isascii():
-        raise ValueError(f"explain: {name!r} is not ASCII: give the name as DNS carries it "
-                         "(an internationalised label as xn--...)")
-    for label in name.rstrip(".").split("."):
-        if not 0 < len(label) < 64:
-            raise ValueError(f"explain: {name!r}: the label {label!r} has {len(label)} octets; "
-                             "a label has 1 to 63")
-    if len(name.rstrip(".")) > 253:
-        raise ValueError(f"explain: the name has {len(name.rstrip('.'))} octets; at most 253")
+    try:
+        to_wire(name)
+    except ValueError as exc:
+        raise ValueError(f"explain: {exc}") from None
     upper = qtype.upper()
     if QTYPE.reverse.get(upper) is None:
         raise ValueError(f"explain: {qtype!r} is not a DNS record type: A, AAAA, SRV, TXT, "

@@ -70,14 +70,19 @@ def to_wire(name: str) -> bytes:
     labels = [label for label in name.lower().rstrip(".").split(".")] if name.strip(".") else []
     out = bytearray()
     for label in labels:
-        raw = label.encode("ascii")
+        try:
+            raw = label.encode("ascii")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name!r} is not ASCII: give the name as DNS carries it (an "
+                             "internationalised label as xn--...)") from None
         if not 0 < len(raw) < 64:
-            raise ValueError(f"bad DNS label {label!r} in {name!r}")
+            raise ValueError(f"{name!r}: the label {label!r} has {len(raw)} octets; a label "
+                             "has 1 to 63")
         out.append(len(raw))
         out += raw
     out.append(0)
     if len(out) > 255:
-        raise ValueError(f"name longer than 255 bytes: {name!r}")
+        raise ValueError(f"{name!r} has {len(out)} octets in wire form; a name has at most 255")
     return bytes(out)
 
 
