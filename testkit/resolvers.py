@@ -102,6 +102,21 @@ class PeerProcess:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, cwd=self.tmp)
 
+    def start_on_a_free_port(self, argv: Callable[[], list[str]], ready: Callable[[], bool],
+                             timeout: float, what: str) -> None:
+        """Pick a free port, write the config and start (``argv`` does both for
+        ``self.port``), then wait until ``ready``. The port may be taken between the
+        probe and the bind by a test running beside this one: then another, up to three."""
+        for _ in range(3):
+            self.port = free_port()
+            self.launch(argv())
+            try:
+                wait_for(ready, timeout, what)
+                return
+            except AssertionError:
+                self.stop()
+        raise AssertionError(f"{self.kind} did not start:\n{self.log_text()}")
+
     def exited(self) -> None:
         """Raise, with its log, if the process is gone."""
         if self.proc is not None and self.proc.poll() is not None:
@@ -143,16 +158,13 @@ class Resolver(PeerProcess):
         dnsside's NXDOMAIN for :data:`PROBE` (so no startup SERVFAIL is ever cached for
         a name a test asks)."""
         good = ready or (lambda m: m.rcode() == dns.rcode.NXDOMAIN)
-        for _ in range(3):  # the free port may be taken between probe and bind: try another
-            self.port = free_port()
+
+        def argv() -> list[str]:
             self.configure()
-            self.launch(self.argv())
-            try:
-                wait_for(lambda: self._answers(good), 30, f"{self.kind} to answer")
-                return
-            except AssertionError:
-                self.stop()
-        raise AssertionError(f"{self.kind} did not start:\n{self.log_text()}")
+            return self.argv()
+
+        self.start_on_a_free_port(argv, lambda: self._answers(good), 30,
+                                  f"{self.kind} to answer")
 
     def _answers(self, good: Callable[[dns.message.Message], bool]) -> bool:
         """True once the resolver answers well over UDP and over TCP."""

@@ -20,8 +20,8 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from testkit.resolvers import PeerProcess, free_port
-from testkit.serve import Dnsside, wait_for
+from testkit.resolvers import PeerProcess
+from testkit.serve import Dnsside
 
 
 def serial(port: int, zone: str) -> int | None:
@@ -53,15 +53,14 @@ class Secondary(PeerProcess):
 
     def start(self, timeout: float = 60.0) -> None:
         """Start; wait until every zone is served at dnsside's current serial."""
-        self.port = free_port()
-        self.launch(self.configure())
 
         def caught_up() -> bool:
             self.exited()
             return all(serial(self.port, z) == serial(self.primary.port, z)
                        and serial(self.port, z) is not None for z in self.zones)
 
-        wait_for(caught_up, timeout, f"{self.kind} to transfer {', '.join(self.zones)}")
+        self.start_on_a_free_port(self.configure, caught_up, timeout,
+                                  f"{self.kind} to transfer {', '.join(self.zones)}")
 
     def query(self, name: str, rdtype: str) -> dns.message.Message:
         q = dns.message.make_query(name, rdtype, use_edns=0, payload=1232)

@@ -52,6 +52,7 @@ from dnsside.dns.wire import (
     TXT,
     A,
     Answer,
+    question_end,
     resource_record,
     section_counts,
 )
@@ -75,7 +76,7 @@ def _error(data: bytes, rcode: int, question: bytes = b"", opt: bytes = b"") -> 
 def _notimp(data: bytes, udp: bool) -> bytes:
     """NOTIMP for an opcode other than QUERY; with the question and an OPT record when both
     are readable (RFC 6891 §7: a request with OPT gets a reply with OPT)."""
-    qend = _question_end(data) if data[4:6] == b"\x00\x01" else None
+    qend = question_end(data) if data[4:6] == b"\x00\x01" else None
     if qend is None:
         return _error(data, NOTIMP)
     edns, _limit, _badvers, do = _read_edns(data, qend, data[10] << 8 | data[11], udp)
@@ -209,7 +210,7 @@ class Responder:
         if (data[2] >> 3) & 0xF != 0:
             return _notimp(data, udp), (0, NOTIMP)
         qdcount, _an, _ns, arcount = struct.unpack("!4H", data[4:12])
-        qend = _question_end(data) if qdcount == 1 else None
+        qend = question_end(data) if qdcount == 1 else None
         if qend is None:
             return _error(data, FORMERR), (0, FORMERR)
         question = data[12:qend]
@@ -286,24 +287,6 @@ def _plain_opt(data: bytes, qend: int) -> tuple[int, bytes] | None:
     if len(data) == qend + 11 and len(_EDNS_LIMITS) < 256:  # no options: the tail is the key
         _EDNS_LIMITS[data[qend:]] = edns
     return edns
-
-
-def _question_end(data: bytes) -> int | None:
-    """End of the (only) question, or None when it is malformed. No pointers allowed:
-    nothing precedes the question that a pointer could legitimately point at."""
-    i = 12
-    total = 0
-    while i < len(data):
-        n = data[i]
-        if n == 0:
-            return i + 5 if i + 5 <= len(data) else None
-        if n > 63:
-            return None
-        total += n + 1
-        if total > 254:
-            return None
-        i += n + 1
-    return None
 
 
 def _read_edns(

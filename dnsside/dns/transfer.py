@@ -45,6 +45,8 @@ from dnsside.dns.wire import (
     TXT,
     A,
     Answer,
+    question_end,
+    to_text,
 )
 from dnsside.dns.zone import Zone
 
@@ -82,17 +84,15 @@ def request(data: bytes, zones: Mapping[bytes, Zone]) -> Request | None:
     below an apex, another class): the responder's usual rules answer those."""
     if len(data) < 17 or data[2] & 0xF8 or data[4:8] != b"\x00\x01\x00\x00":
         return None
-    i = 12
-    while i < len(data) and 0 < data[i] < 64:
-        i += data[i] + 1
-    if i + 5 > len(data) or data[i] != 0:
+    qend = question_end(data)
+    if qend is None:
         return None
-    qtype, qclass = struct.unpack_from("!HH", data, i + 1)
-    zone = zones.get(data[12 : i + 1].lower())
+    qtype, qclass = struct.unpack_from("!HH", data, qend - 4)
+    zone = zones.get(data[12 : qend - 4].lower())
     if qtype not in (AXFR, IXFR) or qclass != CLASS_IN or zone is None:
         return None
     flags = QR_AA | ((data[2] << 8 | data[3]) & 0x0100)  # RD copied
-    return Request(qtype, zone, data[12 : i + 5], data[:2] + flags.to_bytes(2, "big"))
+    return Request(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"))
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def snapshot(zone: Zone, answers: Mapping[bytes, Answer], zones: Mapping[bytes, 
             continue
         for owner, rest in answer_records(name, answer):
             if owner != name and find_zone(owner, zones) is not zone:
-                raise Untransferable(f"{_text(owner)} answers for {_text(name)}, outside "
+                raise Untransferable(f"{to_text(owner)} answers for {to_text(name)}, outside "
                                      f"zone {zone.origin}")
             found[(owner, rest)] = None
     return Snapshot(zone, zone.serial, zone.soa_rr, tuple(sorted(found)))
@@ -158,14 +158,14 @@ def _check_rdata(rtype: int, body: bytes, start: int, end: int, owner: bytes) ->
     elif rtype == SOA:
         names = [start, _name_end(body, start, "a SOA MNAME")]
     else:
-        raise Untransferable(f"type {rtype} at {_text(owner)}: its names are not checked")
+        raise Untransferable(f"type {rtype} at {to_text(owner)}: its names are not checked")
     at = start
     for at in names:
-        at = _name_end(body, at, f"the RDATA of type {rtype} at {_text(owner)}")
+        at = _name_end(body, at, f"the RDATA of type {rtype} at {to_text(owner)}")
     if rtype == SOA:
         at += 20
     if at != end:
-        raise Untransferable(f"type {rtype} at {_text(owner)}: RDATA of an unexpected length")
+        raise Untransferable(f"type {rtype} at {to_text(owner)}: RDATA of an unexpected length")
 
 
 def _name_end(body: bytes, i: int, what: str) -> int:
@@ -179,14 +179,6 @@ def _name_end(body: bytes, i: int, what: str) -> int:
         if n > 63:
             raise Untransferable(f"{what} is a compression pointer")
         i += n + 1
-
-
-def _text(wire: bytes) -> str:
-    labels, i = [], 0
-    while i < len(wire) and wire[i]:
-        labels.append(wire[i + 1 : i + 1 + wire[i]].decode("latin-1"))
-        i += wire[i] + 1
-    return ".".join(labels) + "."
 
 
 def failed(req: Request) -> bytes:

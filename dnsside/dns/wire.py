@@ -191,3 +191,30 @@ def pack_addresses(addresses: Iterable[str]) -> tuple[tuple[bytes, ...], tuple[b
 @functools.lru_cache(maxsize=256)
 def rr_head(rtype: int, ttl: int, rdlength: int) -> bytes:
     return struct.pack("!HHIH", rtype, CLASS_IN, ttl, rdlength)
+
+
+def question_end(data: bytes) -> int | None:
+    """End of the (only) question, or None when it is malformed. No pointers allowed:
+    nothing precedes the question that a pointer could legitimately point at."""
+    i = 12
+    total = 0
+    while i < len(data):
+        n = data[i]
+        if n == 0:
+            return i + 5 if i + 5 <= len(data) else None
+        if n > 63:
+            return None
+        total += n + 1
+        if total > 254:
+            return None
+        i += n + 1
+    return None
+
+
+def to_text(wire: bytes) -> str:
+    """A spelled-out wire name as text, for messages (``\x03web\x00`` → ``web.``)."""
+    labels, i = [], 0
+    while i < len(wire) and wire[i]:
+        labels.append(wire[i + 1 : i + 1 + wire[i]].decode("latin-1"))
+        i += wire[i] + 1
+    return ".".join(labels) + "."
