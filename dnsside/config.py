@@ -180,6 +180,16 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--allow-transfer", str, (), "networks whose clients may transfer the zones "
          "(AXFR, IXFR over TCP); everybody else is refused; repeatable", _SERVING,
          repeatable=True, metavar="CIDR", default_text="nobody"),
+    Flag("--tsig-key-file", str, None, "a key file as `tsig-keygen` writes it (hmac-sha256, "
+         "-384 or -512): every transfer must then be signed with it (TSIG), and the NOTIFYs "
+         "are", _SERVING, metavar="FILE", default_text="none: transfers are not signed"),
+    Flag("--notify", str, (), "secondary to send a NOTIFY to after each new zone version, "
+         "retried until it answers; repeatable", _SERVING, repeatable=True,
+         metavar="HOST:PORT", default_text="nobody"),
+    Flag("--ixfr-history", int, 64, "zone versions kept to answer IXFR with differences "
+         "(fewer when their differences add up to more records than the zone has); a "
+         "secondary older than that gets the whole zone; 0: always the whole zone",
+         _SERVING, metavar="N"),
     Flag("--tcp-idle-timeout", float, 10.0, "seconds a TCP connection may stay idle",
          _SERVING, metavar="SECONDS"),
     Flag("--tcp-max-connections", int, 512, "most DNS-over-TCP connections open at once",
@@ -392,6 +402,9 @@ class Config:
     http_listen: str = default("--http-listen")
     explain_from: Sequence[str] = default("--explain-from")  # CIDRs that may read it
     allow_transfer: Sequence[str] = default("--allow-transfer")  # CIDRs that may transfer
+    tsig_key_file: str | None = default("--tsig-key-file")  # transfers must be signed
+    notify: Sequence[str] = default("--notify")  # HOST:PORT of the secondaries to notify
+    ixfr_history: int = default("--ixfr-history")  # zone versions kept for IXFR
     ttl: int = default("--ttl")
     publish_not_ready: bool = default("--publish-not-ready")
     no_local: bool = default("--no-local")
@@ -438,6 +451,7 @@ class Config:
         config.namespaces = tuple(get("--namespace"))
         config.explain_from = tuple(get("--explain-from"))
         config.allow_transfer = tuple(get("--allow-transfer"))
+        config.notify = tuple(get("--notify"))
         config.flat_network_namespaces = tuple(dict.fromkeys(
             n.strip() for v in get("--flat-network-namespaces") for n in v.split(",")
             if n.strip()))
@@ -500,3 +514,7 @@ class Config:
         parse_hostport(self.http_listen, "--http-listen")
         networks(self.explain_from, "--explain-from")
         networks(self.allow_transfer, "--allow-transfer")
+        for target in self.notify:
+            parse_hostport(target, "--notify")
+        if self.ixfr_history < 0:
+            raise ValueError(f"--ixfr-history must be >= 0, not {self.ixfr_history}")
