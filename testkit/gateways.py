@@ -34,7 +34,7 @@ class FakeGateway:
         gateway = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 gateway.hits += 1
                 if gateway.mode == "hang":
                     gateway.release.wait(30)

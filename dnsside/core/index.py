@@ -41,6 +41,7 @@ from dnsside.core.store import LocalStore
 from dnsside.core.tables import Key, Table
 from dnsside.core.view import ReportView
 from dnsside.dns.responder import Responder
+from dnsside.dns.versions import ZoneVersions
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -93,6 +94,9 @@ class IndexOptions:
     # --flat-network-namespaces: where linked clusters' own objects count (empty: all); the
     # source leaves the others out, this is for explain to say so.
     flat_namespaces: tuple[str, ...] = ()
+    # Zone versions kept for IXFR (--ixfr-history) where zones are transferred; None: no
+    # zone is, and the records are not kept a second time for transfers.
+    transfer_history: int | None = None
 
 
 @dataclass(slots=True)
@@ -130,7 +134,8 @@ class Index:
         # Every global service that exists, by the counts it adds to the metrics.
         self.tallies: dict[Key, Tally] = {}
         self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
-        self._publisher = Publisher(responder, options.zone)  # the responder's one writer
+        # The responder's one writer.
+        self._publisher = Publisher(responder, options.zone, options.transfer_history)
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self.cluster_view = ClusterView(options.cluster_name, options.include_local,
                                 options.include_federated, flat=self.flat,
@@ -140,13 +145,34 @@ class Index:
         self._refused: dict[Key, dict[tuple[str, str, Exclusion], int]] = {}
         self._told: list[Told] = []
         self.synced = False
-        self.serial = int(time.time())
-        self._publisher.set_serial(self.serial)
+        # Until the first version is cut, the serial is the second the index was made: a
+        # version of this process is never numbered by an earlier second.
+        self._publisher.set_serial(int(time.time()))
 
     @property
     def responder(self) -> Responder:
         """The responder the answers are published to, to ask (never to write)."""
         return self._publisher.responder
+
+    @property
+    def serial(self) -> int:
+        """The zones' serial: the last version cut (:meth:`cut_version`)."""
+        return self.responder.zones[0].serial
+
+    @property
+    def version_pending(self) -> bool:
+        """The answers differ from the last version cut (or none was cut yet)."""
+        return self.synced and self._publisher.pending
+
+    @property
+    def versions(self) -> Mapping[bytes, ZoneVersions]:
+        """Each transferred zone's versions, by the zone's wire name (empty: none is)."""
+        return self._publisher.versions
+
+    def cut_version(self, serial: int) -> None:
+        """The answers as they are now become the zones' version ``serial``: the SOA says
+        it, and transfers send it. The caller owns the clock that numbers versions."""
+        self._publisher.cut(serial)
 
     @property
     def zone_options(self) -> ZoneOptions:
@@ -185,9 +211,8 @@ class Index:
             self.synced = True
             dirty = self._all_keys()
         changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
-        if changed or became_synced:
-            self.serial = (self.serial + 1) & 0xFFFFFFFF
-            self._publisher.set_serial(self.serial, ready=became_synced)
+        if became_synced:
+            self._publisher.set_ready()
         if became_synced:
             self._told.append(Told(Notice.SYNCED, (
                 f"initial sync done: {len(self.global_services)} global services, "

@@ -3,7 +3,9 @@
 The index decides *which* global services changed; this puts each one's answers
 into the :class:`~dnsside.dns.responder.Responder` in place of its previous ones.
 The :class:`Publisher` is the responder's one writer: the answers, the names, the
-zones' serial and the moment it turns ready all go through it.
+zones' serial and the moment it turns ready all go through it. Where zones are
+transferred, it also hands every answer it replaces to the zone's
+:class:`~dnsside.dns.versions.ZoneVersions`, which keeps the records transfers send.
 
 The order matters: the new answers are inserted first and only
 then are the names no longer there removed, so a query running between two
@@ -22,6 +24,7 @@ from dnsside.core.encode import ServiceAnswers, encode_service
 from dnsside.core.tables import Key
 from dnsside.dns.names import namespace_name
 from dnsside.dns.responder import Responder
+from dnsside.dns.versions import ZoneVersions
 from dnsside.dns.wire import Answer
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 
@@ -42,10 +45,16 @@ def _same_answer(a: Answer | None, b: Answer) -> bool:
 class Publisher:
     """Keeps the responder's tables equal to the encoding of every published service."""
 
-    def __init__(self, responder: Responder, zone_options: ZoneOptions) -> None:
+    def __init__(self, responder: Responder, zone_options: ZoneOptions,
+                 history: int | None = None) -> None:
         self.responder = responder
         self.zone_options = zone_options
         self.zone_wires = [z.wire for z in responder.zones]
+        # history: the differences each zone keeps for IXFR; None: no zone is transferred,
+        # and no second copy of the records is kept.
+        self.versions: dict[bytes, ZoneVersions] = (
+            {} if history is None else {z.wire: ZoneVersions(z, history) for z in responder.zones})
+        self.changed = False  # answers changed since the zones' serial last did
         # What each service put into the responder's tables, to take it out again.
         # Tuples of the keys, not the dicts: the responder already holds the answers.
         self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
@@ -60,6 +69,26 @@ class Publisher:
             self.responder.set_ready()
         else:
             self.responder.refresh_apex()
+
+    def set_ready(self) -> None:
+        """The initial sync is done: the responder answers from now on."""
+        self.responder.set_ready()
+
+    @property
+    def pending(self) -> bool:
+        """What a new version of the zones would differ in: records, where zones are
+        transferred (a change of names alone is no new version of what secondaries
+        hold), else any answer."""
+        if self.versions:
+            return any(v.pending for v in self.versions.values())
+        return self.changed
+
+    def cut(self, serial: int) -> None:
+        """The zones as they are now become the version ``serial``."""
+        for versions in self.versions.values():
+            versions.cut(serial)
+        self.changed = False
+        self.set_serial(serial)
 
     def zone_octets(self) -> int:
         """What the longest served zone adds to a name: every name must fit in 255 octets."""
@@ -80,6 +109,9 @@ class Publisher:
         if old is not None and self._unchanged(old, new):
             return False
         self._published.pop(key, None)
+        self.changed = True
+        if self.versions:
+            self._hand_to_versions(old, new)
         # Insert first, then remove what is no longer there: a concurrent reader
         # sees either the old or the new answer for a name, never a gap.
         r.answers.update(new.answers)
@@ -99,6 +131,20 @@ class Publisher:
         if delta:
             self._count_namespace(key[0], delta)
         return True
+
+    def _hand_to_versions(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]] | None,
+                          new: ServiceAnswers) -> None:
+        """Each answer ``new`` replaces (or drops), before the tables change."""
+        answers = self.responder.answers
+        for k, answer in new.answers.items():
+            before = answers.get(k)
+            if not _same_answer(before, answer):
+                self.versions[self._zone_suffix(k[:-4])].replace(k[:-4], before, answer)
+        if old is not None:
+            for k in old[0]:
+                if k not in new.answers:
+                    self.versions[self._zone_suffix(k[:-4])].replace(k[:-4], answers.get(k),
+                                                                     None)
 
     def _unchanged(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]],
                    new: ServiceAnswers) -> bool:

@@ -21,6 +21,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from dnsside.dns.names import find_zone
+from dnsside.dns.transfer import authority_serial
+from dnsside.dns.versions import serial_newer
 from dnsside.dns.wire import (
     AAAA,
     ANY,
@@ -44,6 +46,7 @@ from dnsside.dns.wire import (
     OPT_RR,
     PLAIN_UDP_LIMIT,
     REFUSED,
+    REPLY_FLAGS,
     SERVFAIL,
     SOA,
     SRV,
@@ -230,10 +233,16 @@ class Responder:
                     (qtype, SERVFAIL))
         opt = OPT_RR[do] if edns else b""
         if qtype == IXFR and udp and qname == zone.wire:
-            # RFC 1995 §2: over UDP, a reply that does not fit (a transfer never does) is
-            # the current SOA alone; a client behind it then asks again over TCP.
-            soa = self.answers[qname + _SOA_IN]
-            return self._assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
+            # RFC 1995 §2: over UDP, a client that is current gets the current SOA alone;
+            # any other gets TC=1 and asks again over TCP, where access is checked.
+            since = authority_serial(data, qend)
+            if since is not None and not serial_newer(zone.serial, since):
+                soa = self.answers[qname + _SOA_IN]
+                return self._assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
+            flags = REPLY_FLAGS[NOERROR] | TC | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
+            return (b"".join((data[:2], flags.to_bytes(2, "big"),
+                              section_counts(0, 0, 1 if opt else 0), question, opt)),
+                    (qtype, NOERROR))
         if qtype in (AXFR, IXFR):  # AXFR over UDP is undefined (RFC 5936 §4.2); TCP
             # transfers are taken before the responder by the connection, for the clients
             # that may have one: whatever gets here is refused

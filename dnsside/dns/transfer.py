@@ -1,59 +1,38 @@
-"""Zone transfer (AXFR, RFC 5936): a zone's records, read from the responder's tables,
-as the messages of one transfer.
+"""Zone transfers (AXFR, RFC 5936; IXFR, RFC 1995): the request, and the records of
+one transfer packed into its messages.
 
-The records are the answers the responder already holds, pre-encoded for queries
-(:class:`~dnsside.dns.wire.Answer`): every record an answer section carries for a
-name of the zone, which is every record any query for that name gets. In those
-bodies a record's owner is usually a compression pointer to the question at
-offset 12; a transfer's question is the zone's apex, not the name, so each owner
-is spelled out here (and then compressed against the apex, see :func:`messages`).
-Every other name inside them must already be spelled out (the encoders promise
-so); a record that breaks the promise would point at the wrong bytes in a
-transfer, so :func:`snapshot` checks each one and raises :class:`Untransferable`
-instead of sending it.
+The records come from :class:`~dnsside.dns.versions.ZoneVersions`, one version whole
+(AXFR), or the differences from the client's version to the current one (IXFR: the
+current SOA, then for each step the old SOA, what went, the new SOA, what came, and the
+current SOA again). An IXFR whose version the history no longer reaches gets the whole
+zone in the AXFR form, which a client must accept (RFC 1995 §4: the first two records
+are the SOA, then not a SOA); one that is current gets the SOA alone. Over UDP a
+transfer does not fit; that is the responder's business
+(:func:`dnsside.dns.responder.Responder.respond`).
 
-The snapshot is taken in one synchronous call: whoever calls it on the thread
-that writes the tables (the event loop) gets one consistent version of the zone,
-with the serial that goes with it.
-
-IXFR (RFC 1995 §4) is answered with the whole zone in the AXFR form, which a
-client must accept (the first two records are the SOA, then not a SOA). Over UDP
-a transfer does not fit; that is the responder's business (see
-:func:`dnsside.dns.responder.Responder.respond`).
+The records are built in one synchronous call: whoever calls on the thread that writes
+the tables (the event loop) gets one version, with the serial that goes with it.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dnsside.dns.names import find_zone
+from dnsside.dns.versions import Record, ZoneVersions
 from dnsside.dns.wire import (
-    AAAA,
     AT_QUESTION,
     AXFR,
     CLASS_IN,
     IXFR,
-    NOERROR,
-    NS,
     QR_AA,
     SERVFAIL,
     SOA,
-    SRV,
     TCP_LIMIT,
-    TXT,
-    A,
-    Answer,
     question_end,
-    to_text,
 )
 from dnsside.dns.zone import Zone
-
-
-class Untransferable(ValueError):
-    """A record in the tables that a transfer cannot carry faithfully (a compression
-    pointer where a name must be spelled out, a type whose names are not checked)."""
 
 
 def looks_like_transfer(data: bytes) -> bool:
@@ -72,6 +51,7 @@ class Request:
     zone: Zone
     question: bytes  # QNAME, QTYPE, QCLASS exactly as the client sent them
     header: bytes  # the reply's ID and flags (RD and opcode copied)
+    client_serial: int | None = None  # an IXFR's: the version the client holds
 
     @property
     def kind(self) -> str:
@@ -92,93 +72,34 @@ def request(data: bytes, zones: Mapping[bytes, Zone]) -> Request | None:
     if qtype not in (AXFR, IXFR) or qclass != CLASS_IN or zone is None:
         return None
     flags = QR_AA | ((data[2] << 8 | data[3]) & 0x0100)  # RD copied
-    return Request(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"))
+    client = authority_serial(data, qend) if qtype == IXFR else None
+    return Request(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"), client)
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """One version of a zone: its SOA and every other record, owners spelled out."""
-
-    zone: Zone
-    serial: int
-    soa: bytes  # the SOA record, owner spelled out
-    records: tuple[tuple[bytes, bytes], ...]  # (owner, the rest of the record), sorted
-
-
-def snapshot(zone: Zone, answers: Mapping[bytes, Answer], zones: Mapping[bytes, Zone]
-             ) -> Snapshot:
-    """``zone``'s records in ``answers`` (keyed QNAME + QTYPE + QCLASS, as the responder
-    keeps them; ``zones`` by apex, so a zone nested in another one keeps its names).
-    Raises :class:`Untransferable`."""
-    found: dict[tuple[bytes, bytes], None] = {}
-    soa_key = zone.wire + struct.pack("!HH", SOA, CLASS_IN)
-    for key, answer in answers.items():
-        name = key[:-4]
-        if key == soa_key or answer.rcode != NOERROR or not name.endswith(zone.wire):
-            continue
-        if find_zone(name, zones) is not zone:
-            continue
-        for owner, rest in answer_records(name, answer):
-            if owner != name and find_zone(owner, zones) is not zone:
-                raise Untransferable(f"{to_text(owner)} answers for {to_text(name)}, outside "
-                                     f"zone {zone.origin}")
-            found[(owner, rest)] = None
-    return Snapshot(zone, zone.serial, zone.soa_rr, tuple(sorted(found)))
-
-
-_HEAD = struct.Struct("!HHIH")  # TYPE, CLASS, TTL, RDLENGTH
-
-
-def answer_records(name: bytes, answer: Answer) -> Iterator[tuple[bytes, bytes]]:
-    """The answer section of ``answer`` (the reply to a question for ``name``) as
-    (owner spelled out, type to RDATA). Raises :class:`Untransferable`."""
-    body, count = answer.body, answer.counts[2] << 8 | answer.counts[3]
-    i = 0
-    for _ in range(count):
-        if body[i : i + 2] == AT_QUESTION:
-            owner, i = name, i + 2
-        else:
-            end = _name_end(body, i, "an owner name")
-            owner, i = body[i:end], end
-        rtype, _rclass, _ttl, rdlen = _HEAD.unpack_from(body, i)
-        rd = i + 10
-        _check_rdata(rtype, body, rd, rd + rdlen, owner)
-        yield owner, body[i : rd + rdlen]
-        i = rd + rdlen
-
-
-def _check_rdata(rtype: int, body: bytes, start: int, end: int, owner: bytes) -> None:
-    """RDATA whose names are all spelled out and exactly fill it."""
-    if rtype in (A, AAAA, TXT):
-        return
-    if rtype == SRV:
-        names = [start + 6]
-    elif rtype == NS:
-        names = [start]
-    elif rtype == SOA:
-        names = [start, _name_end(body, start, "a SOA MNAME")]
-    else:
-        raise Untransferable(f"type {rtype} at {to_text(owner)}: its names are not checked")
-    at = start
-    for at in names:
-        at = _name_end(body, at, f"the RDATA of type {rtype} at {to_text(owner)}")
-    if rtype == SOA:
-        at += 20
-    if at != end:
-        raise Untransferable(f"type {rtype} at {to_text(owner)}: RDATA of an unexpected length")
-
-
-def _name_end(body: bytes, i: int, what: str) -> int:
-    """Where the spelled-out name at ``i`` ends; a pointer is :class:`Untransferable`."""
-    while True:
-        if i >= len(body):
-            raise Untransferable(f"{what} runs past the record")
-        n = body[i]
+def authority_serial(data: bytes, qend: int) -> int | None:
+    """The serial of the SOA an IXFR carries first in its authority section (RFC 1995
+    §3), or None when there is none or it does not parse."""
+    if data[8:10] == b"\x00\x00":
+        return None
+    i = qend
+    while i < len(data):  # the owner: labels, then a zero or a pointer
+        n = data[i]
         if n == 0:
-            return i + 1
+            i += 1
+            break
+        if n >= 0xC0:
+            i += 2
+            break
         if n > 63:
-            raise Untransferable(f"{what} is a compression pointer")
+            return None
         i += n + 1
+    if i + 10 > len(data):
+        return None
+    rtype, _rclass, _ttl, rdlen = struct.unpack_from("!HHIH", data, i)
+    end = i + 10 + rdlen
+    if rtype != SOA or rdlen < 22 or end > len(data):
+        return None
+    return int(struct.unpack_from("!I", data, end - 20)[0])
 
 
 def failed(req: Request) -> bytes:
@@ -188,15 +109,53 @@ def failed(req: Request) -> bytes:
             + req.question)
 
 
-def messages(req: Request, snap: Snapshot, limit: int = TCP_LIMIT) -> list[bytes]:
-    """The replies of one transfer: the SOA, every record, the SOA again, packed into as
-    few messages of at most ``limit`` bytes as they fit in (RFC 5936 §2.2).
+def axfr_records(req: Request, versions: ZoneVersions) -> list[Record]:
+    """The current version whole: its SOA, every record, the SOA again."""
+    soa = _soa(req.zone, _current(versions))
+    return [soa, *versions.records(), soa]
+
+
+def ixfr_records(req: Request, versions: ZoneVersions) -> list[Record] | None:
+    """The differences from the client's version to the current one (the SOA alone when it
+    is current), or None when the history does not reach back to it."""
+    serial = _current(versions)
+    since = req.client_serial
+    steps = versions.differences(since) if since is not None else None
+    if steps is None:
+        return None
+    zone = req.zone
+    current = _soa(zone, serial)
+    out = [current]
+    if not steps:
+        return out
+    for step in steps:
+        out.append(_soa(zone, step.old))
+        out += step.removed
+        out.append(_soa(zone, step.new))
+        out += step.added
+    out.append(current)
+    return out
+
+
+def _current(versions: ZoneVersions) -> int:
+    if versions.serial is None:
+        raise ValueError("no version of the zone has been cut yet")
+    return versions.serial
+
+
+def _soa(zone: Zone, serial: int) -> Record:
+    return zone.wire, zone.soa_record(serial)[len(zone.wire):]
+
+
+def messages(req: Request, records: list[Record], limit: int = TCP_LIMIT) -> list[bytes]:
+    """``records`` packed into as few messages of at most ``limit``
+    bytes as they fit in (RFC 5936 §2.2).
 
     Each message copies the question; owners are compressed against it (the labels below
     the apex, then a pointer to offset 12), which the question makes sound when the client
     spelled the apex in lower case (else they are sent whole, case is no pointer's).
     """
-    apex = snap.zone.wire
+    apex = req.zone.wire
     compress = req.question[:-4] == apex
     head_size = 12 + len(req.question)
     out: list[bytes] = []
@@ -209,15 +168,12 @@ def messages(req: Request, snap: Snapshot, limit: int = TCP_LIMIT) -> list[bytes
                              *chunk)))
         chunk, size = [], head_size
 
-    soa = AT_QUESTION + snap.soa[len(apex):] if compress else snap.soa
-    rrs = [soa]
-    for owner, rest in snap.records:
-        if compress:
-            rrs.append(owner[: len(owner) - len(apex)] + AT_QUESTION + rest)
+    cut = len(apex)
+    for owner, rest in records:
+        if compress and owner.endswith(apex):  # always, for a record of this zone
+            rr = owner[: len(owner) - cut] + AT_QUESTION + rest
         else:
-            rrs.append(owner + rest)
-    rrs.append(soa)
-    for rr in rrs:
+            rr = owner + rest
         if size + len(rr) > limit and chunk:
             flush()
         chunk.append(rr)

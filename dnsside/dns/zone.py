@@ -60,15 +60,19 @@ class Zone:
         self.fixed_names: tuple[bytes, ...] = (self.wire,)
         self.set_serial(serial)
 
+    def soa_record(self, serial: int) -> bytes:
+        """The zone's SOA record with ``serial``, owner spelled out (an IXFR names old
+        versions by theirs)."""
+        ttl = self.options.ttl
+        rdata = (self.ns_host + to_wire("hostmaster." + self.origin)
+                 + struct.pack("!5I", serial & 0xFFFFFFFF, 7200, 1800, 86400, ttl))
+        return resource_record(self.wire, SOA, ttl, rdata)
+
     def set_serial(self, serial: int) -> None:
-        """The serial changes whenever the index does; only zone-level bytes depend on it."""
+        """The serial of a new version of the zone; only zone-level bytes depend on it."""
         self.serial = serial & 0xFFFFFFFF
         ttl = self.options.ttl
-        rdata = (
-            self.ns_host + to_wire("hostmaster." + self.origin)
-            + struct.pack("!5I", self.serial, 7200, 1800, 86400, ttl)
-        )
-        self.soa_rr = resource_record(self.wire, SOA, ttl, rdata)
+        self.soa_rr = self.soa_record(self.serial)
         self.nodata = Answer(NOERROR, 0, (), (self.soa_rr,))
         self.nxdomain = Answer(NXDOMAIN, 0, (), (self.soa_rr,))
         v4, v6 = pack_addresses(self.options.ns_addresses)

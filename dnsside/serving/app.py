@@ -28,9 +28,11 @@ from dnsside.core.index import Index, IndexOptions, Observer
 from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.serving.http import HttpServer
+from dnsside.serving.notify import Notifier
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.serving.transfer import Transfers
+from dnsside.serving.versioning import Versioning
 from dnsside.sources import Source
 from dnsside.sources.pacing import Pacing
 from dnsside.telemetry import metrics
@@ -48,6 +50,7 @@ def index_options(config: Config) -> IndexOptions:
         include_local=not config.no_local,
         include_federated=not config.no_federated,
         flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
+        transfer_history=config.ixfr_history if transfers_allowed(config) else None,
         zone=ZoneOptions(
             ttl=config.ttl,
             publish_not_ready=config.publish_not_ready,
@@ -55,6 +58,11 @@ def index_options(config: Config) -> IndexOptions:
             ns_addresses=config.ns_addresses,
         ),
     )
+
+
+def transfers_allowed(config: Config) -> bool:
+    """Somebody may transfer the zones: the records are then kept as versions too."""
+    return bool(config.allow_transfer or config.tsig_key_file)
 
 
 def pacing(config: Config) -> Pacing:
@@ -157,8 +165,12 @@ class App:
         self.stopping = False
         self.tcp = TcpConnections(
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log,
-            Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer")),
+            Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer"),
+                      self.index.versions),
         )
+        self.notifier = (Notifier(config.notify, self.responder.zones) if config.notify
+                         else None)
+        self.versioning = Versioning(self.index, self.notifier)
         self._closers: list[asyncio.AbstractServer] = []
         self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()
@@ -176,6 +188,9 @@ class App:
         if not self.index.synced:
             return (f"initial sync not done: the source ({self.config.source}) has not "
                     "delivered its first complete list yet; the log says why")
+        if not self.versioning.first_cut:
+            return ("initial sync done; the zones' first version is cut within a second "
+                    "(its serial must be a later second than the process's start)")
         return None
 
     async def start(self) -> None:
@@ -269,6 +284,7 @@ class App:
         name = source.name
         async for batch in source.events():
             self.index.apply(batch)
+            self.versioning.changed()
             if source is self.source:
                 metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
                 metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
@@ -320,6 +336,9 @@ class App:
         for srv in self._closers:
             srv.close()
         await self.tcp.close_all(grace=3.0)
+        self.versioning.close()
+        if self.notifier is not None:
+            await self.notifier.close()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await consumer
         log.info("stopped")

@@ -46,8 +46,6 @@ class IndexReporter:
         self._links(index)
         if index.flat.status or self._remotes_shown:
             self._remotes(index)
-        if report.changed or report.synced:
-            metrics.ZONE_SERIAL.set(index.serial)
         if report.changed:
             metrics.GLOBAL_SERVICES.set(len(index.global_services))
             self._members(index)

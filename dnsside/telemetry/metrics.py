@@ -99,9 +99,10 @@ INDEX_UPDATE_SECONDS = Histogram(
 )
 TRANSFERS = Counter(
     "dnsside_transfers",
-    "Zone transfers asked for over TCP, by type (axfr, ixfr) and result (ok; refused: the "
-    "client is not in --allow-transfer or asked for no zone of ours; error: not synced yet, "
-    "or a record that cannot be transferred).",
+    "Zone transfers asked for over TCP, by type (axfr, ixfr) and result (ok; full: an IXFR "
+    "the history did not reach, answered with the whole zone; refused: the client is not in "
+    "--allow-transfer, or no transfer is allowed; badtsig: no valid TSIG with "
+    "--tsig-key-file; error: no version yet, or a record that cannot be transferred).",
     ["type", "result"],
     registry=REGISTRY,
 )
@@ -111,9 +112,30 @@ TRANSFER_BYTES = Counter(
     registry=REGISTRY,
 )
 for _type in ("axfr", "ixfr"):  # every series from the start, at 0
-    for _result in ("ok", "refused", "error"):
+    for _result in ("ok", "refused", "badtsig", "error"):
         TRANSFERS.labels(type=_type, result=_result)
-ZONE_SERIAL = Gauge("dnsside_zone_serial", "SOA serial of the served zones.", registry=REGISTRY)
+TRANSFERS.labels(type="ixfr", result="full")
+NOTIFIES = Counter(
+    "dnsside_notifies",
+    "NOTIFY messages sent to the --notify secondaries, by result (ok: answered; error: "
+    "answered with an error; timeout: not answered in time, sent again).",
+    ["result"],
+    registry=REGISTRY,
+)
+for _result in ("ok", "error", "timeout"):
+    NOTIFIES.labels(result=_result)
+ZONE_SERIAL = Gauge("dnsside_zone_serial", "SOA serial of the served zones: the last version "
+                    "cut, the Unix time of its second.", registry=REGISTRY)
+ZONE_HISTORY_VERSIONS = Gauge(
+    "dnsside_zone_history_versions",
+    "Zone differences kept to answer IXFR (--ixfr-history), summed over the zones.",
+    registry=REGISTRY,
+)
+ZONE_HISTORY_RECORDS = Gauge(
+    "dnsside_zone_history_records",
+    "Records held in those differences (removed and added), summed over the zones.",
+    registry=REGISTRY,
+)
 SOURCE_SYNCED = Gauge(
     "dnsside_source_synced",
     "1 once the source delivered its initial state.",

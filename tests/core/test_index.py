@@ -83,7 +83,10 @@ def test_servfail_until_synced() -> None:
 
 
 def test_gateway_recovers_and_serial_moves(index: Index) -> None:
+    """A change is pending until the serving side cuts a version; the SOA then says it."""
     serial = index.serial
+    index.cut_version(serial + 1)
+    assert not index.version_pending
     assert "10.43.61.5" not in addrs(index, "nginx-svc.default.svc-global")
     sl = obj("nginx-set-0-north-bffce")
     sl["endpoints"][0]["conditions"]["ready"] = True
@@ -91,17 +94,18 @@ def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     assert changed == {("default", "nginx-svc")}
     assert "10.43.61.5" in addrs(index, "nginx-svc.default.svc-global")
     assert addrs(index, "north.nginx-svc.default.svc-global") == ["10.43.61.5"]
-    assert index.serial == serial + 1
+    assert index.version_pending and index.serial == serial + 1
+    index.cut_version(serial + 2)
     soa = ask(index, "svc-global", "SOA").answer[0][0]
-    assert soa.serial == index.serial
+    assert soa.serial == index.serial == serial + 2 and not index.version_pending
 
 
 def test_unrelated_change_touches_nothing(index: Index) -> None:
-    serial = index.serial
+    index.cut_version(index.serial + 1)
     m = obj("metrics")
     m["spec"]["ports"][0]["port"] = 9091
     assert index.apply([Upsert(rec(m))]) == set()
-    assert index.serial == serial
+    assert not index.version_pending
 
 
 def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:

@@ -4,7 +4,6 @@ request, and every name the encoders publish read back to exactly the name writt
 from __future__ import annotations
 
 import pytest
-from tests.core.test_index import BOTH, demo_records
 
 from dnsside.core.explain import Explainer
 from dnsside.core.index import Index, IndexOptions
@@ -13,6 +12,7 @@ from dnsside.dns.responder import Responder
 from dnsside.dns.wire import to_wire
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 from dnsside.model.events import Replace, Synced
+from tests.core.test_index import BOTH, demo_records
 
 pytestmark = pytest.mark.quick
 

@@ -1,25 +1,32 @@
-"""Zone transfer in-process: the snapshot holds exactly the records queries get, spelled
-out; messages stay under their limit; a record with a stray pointer is never sent; and the
-TCP side's access rule, counters and replies (serving/transfer.py) without a socket."""
+"""Zone transfer without a socket: the records of an AXFR and an IXFR (dns/transfer.py,
+dns/versions.py) checked against the responder's own answers, and the TCP side's access
+rule, counters and replies (serving/transfer.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 from collections.abc import Iterator
 
+import dns.flags
 import dns.message
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 import pytest
 
 from dnsside.config import networks
+from dnsside.core.index import Index
 from dnsside.dns import transfer
 from dnsside.dns.responder import Responder
-from dnsside.dns.wire import AT_QUESTION, CLASS_IN, NOERROR, SRV, Answer, rr_head, to_wire
+from dnsside.dns.versions import Untransferable, answer_records
+from dnsside.dns.wire import AT_QUESTION, NOERROR, SRV, Answer, rr_head, to_wire
+from dnsside.model.events import Delete, Kind, Upsert
 from dnsside.serving.transfer import Transfers
+from dnsside.sources.file import load_records
 from dnsside.telemetry import metrics
-from testkit.inprocess import file_responder
+from testkit.inprocess import file_index
 from testkit.rawdns import AXFR, IXFR, SOA, A, parse, query
 from testkit.serve import DEMO
 
@@ -30,8 +37,17 @@ RRTYPES = {"A", "AAAA", "SRV", "TXT", "NS"}
 
 
 @pytest.fixture(scope="module")
-def responder() -> Responder:
-    return file_responder(DEMO, mcs_zones=["clusterset.local"])
+def index() -> Index:
+    """The demo, its zones kept as versions, the first one cut (what serve does once
+    synced); a test that changes it puts it back."""
+    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
+    idx.cut_version(1000)
+    return idx
+
+
+@pytest.fixture(scope="module")
+def responder(index: Index) -> Responder:
+    return index.responder
 
 
 def records(replies: list[bytes]) -> list[tuple[str, str, str]]:
@@ -44,12 +60,20 @@ def records(replies: list[bytes]) -> list[tuple[str, str, str]]:
     return out
 
 
-def axfr(responder: Responder, zone: str, limit: int = 65535, name: str | None = None
+def axfr(index: Index, zone: str, limit: int = 65535, name: str | None = None
          ) -> list[bytes]:
-    req = transfer.request(query(name or zone, AXFR), responder.zone_by_wire)
+    req = transfer.request(query(name or zone, AXFR), index.responder.zone_by_wire)
     assert req is not None
-    snap = transfer.snapshot(req.zone, responder.answers, responder.zone_by_wire)
-    return transfer.messages(req, snap, limit)
+    return transfer.messages(req, transfer.axfr_records(req, index.versions[req.zone.wire]),
+                             limit)
+
+
+def ixfr_query(zone: str, serial: int) -> bytes:
+    """An IXFR query as a secondary sends it: the SOA of its version in the authority."""
+    q = dns.message.make_query(zone, "IXFR")
+    q.authority.append(dns.rrset.from_text(
+        zone, 5, "IN", "SOA", f"{zone} hostmaster.{zone} {serial} 7200 1800 86400 5"))
+    return q.to_wire()
 
 
 def rrsets(rrs: Iterator[tuple[str, str, str]] | list[tuple[str, str, str]]
@@ -61,8 +85,9 @@ def rrsets(rrs: Iterator[tuple[str, str, str]] | list[tuple[str, str, str]]
 
 
 @pytest.mark.parametrize("zone", ZONES)
-def test_the_transfer_holds_what_every_query_gets(responder: Responder, zone: str) -> None:
-    got = records(axfr(responder, zone))
+def test_the_transfer_holds_what_every_query_gets(index: Index, zone: str) -> None:
+    responder = index.responder
+    got = records(axfr(index, zone))
     assert got[0][1] == got[-1][1] == "SOA" and got[0] == got[-1]
     assert sum(1 for r in got if r[1] == "SOA") == 2
     sent = rrsets(got[1:-1])
@@ -83,18 +108,17 @@ def test_the_transfer_holds_what_every_query_gets(responder: Responder, zone: st
     assert sent == asked
 
 
-def test_a_small_limit_makes_several_messages_of_the_same_records(
-        responder: Responder) -> None:
-    whole = axfr(responder, "svc-global")
-    parts = axfr(responder, "svc-global", limit=512)
+def test_a_small_limit_makes_several_messages_of_the_same_records(index: Index) -> None:
+    whole = axfr(index, "svc-global")
+    parts = axfr(index, "svc-global", limit=512)
     assert len(whole) == 1 and len(parts) > 5
     assert all(len(m) <= 512 for m in parts)
     assert records(parts) == records(whole)
 
 
-def test_owners_are_spelled_out_for_a_question_in_another_case(responder: Responder) -> None:
-    lower = records(axfr(responder, "svc-global"))
-    mixed = axfr(responder, "svc-global", name="SvC-GlObAl")
+def test_owners_are_spelled_out_for_a_question_in_another_case(index: Index) -> None:
+    lower = records(axfr(index, "svc-global"))
+    mixed = axfr(index, "svc-global", name="SvC-GlObAl")
     assert records(mixed) == lower
     assert b"\xc0\x0c" not in b"".join(m[12 + 16:] for m in mixed)  # no pointer to it
 
@@ -117,20 +141,17 @@ def test_what_is_not_a_transfer_of_an_apex_is_left_to_the_responder(
     assert parse(responder.respond(query("svc-global", IXFR), False) or b"").rcode() == 5
 
 
-def test_ixfr_over_udp_is_the_current_soa_alone(responder: Responder) -> None:
-    msg = parse(responder.respond(query("svc-global", IXFR), True) or b"")
-    assert msg.rcode() == dns.rcode.NOERROR
+def test_ixfr_over_udp_is_the_soa_when_current_else_tc(responder: Responder) -> None:
     soa = parse(responder.respond(query("svc-global", SOA), True) or b"")
-    assert [r.to_text() for r in msg.answer] == [r.to_text() for r in soa.answer]
-
-
-def planted(responder: Responder, name: str, body: Answer) -> Iterator[None]:
-    key = to_wire(name) + struct.pack("!HH", SRV, CLASS_IN)
-    responder.answers[key] = body
-    try:
-        yield
-    finally:
-        del responder.answers[key]
+    serial = soa.answer[0][0].serial
+    for since in (serial, serial + 5):  # current, or (a replica's) newer: nothing to send
+        msg = parse(responder.respond(ixfr_query("svc-global.", since), True) or b"")
+        assert msg.rcode() == dns.rcode.NOERROR and not msg.flags & dns.flags.TC
+        assert [r.to_text() for r in msg.answer] == [r.to_text() for r in soa.answer]
+    for wire in (ixfr_query("svc-global.", serial - 1), query("svc-global", IXFR)):
+        msg = parse(responder.respond(wire, True) or b"")
+        assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.TC
+        assert not msg.answer
 
 
 def bad_srv(target: bytes) -> Answer:
@@ -139,12 +160,15 @@ def bad_srv(target: bytes) -> Answer:
 
 
 @pytest.mark.parametrize("target", [b"\xc0\x0c", b"\x03abc\xc0\x0c", b"\x03abc"])
-def test_a_record_with_a_name_not_spelled_out_is_never_sent(responder: Responder,
-                                                            target: bytes) -> None:
-    for _ in planted(responder, "_x._tcp.web.default.svc-global", bad_srv(target)):
-        with pytest.raises(transfer.Untransferable):
-            axfr(responder, "svc-global")
-        axfr(responder, "clusterset.local")  # the other zone is unaffected
+def test_a_record_with_a_name_not_spelled_out_is_never_sent(target: bytes) -> None:
+    name = to_wire("_x._tcp.web.default.svc-global")
+    with pytest.raises(Untransferable):
+        list(answer_records(name, bad_srv(target)))
+    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
+    idx.cut_version(1000)
+    idx.versions[to_wire("svc-global")].replace(name, None, bad_srv(target))
+    assert idx.versions[to_wire("svc-global")].broken is not None
+    assert idx.versions[to_wire("clusterset.local")].broken is None  # the other zone is fine
 
 
 def count(kind: str, result: str) -> float:
@@ -153,31 +177,104 @@ def count(kind: str, result: str) -> float:
     return value or 0.0
 
 
-def test_the_tcp_side_refuses_by_default_and_counts(responder: Responder) -> None:
+def test_the_tcp_side_refuses_by_default_and_counts(index: Index) -> None:
+    responder = index.responder
     before = count("axfr", "refused")
-    replies = Transfers(responder).answer(query("svc-global", AXFR), "127.0.0.1")
+    replies = Transfers(responder, versions=index.versions).answer(query("svc-global", AXFR),
+                                                                    "127.0.0.1")
     assert replies is not None and len(replies) == 1
     assert parse(replies[0]).rcode() == dns.rcode.REFUSED
     assert count("axfr", "refused") == before + 1
     assert Transfers(responder).answer(query("web.default.svc-global", AXFR), "::1") is None
+    outside = Transfers(responder, networks(["10.0.0.0/8"], "--allow-transfer"), index.versions)
+    replies = outside.answer(query("svc-global", AXFR), "127.0.0.1")
+    assert replies is not None and parse(replies[0]).rcode() == dns.rcode.REFUSED
+    assert count("axfr", "refused") == before + 2
 
 
 def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
-        responder: Responder, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
-    allowed = Transfers(responder, networks(["127.0.0.0/8"], "--allow-transfer"))
-    before, before_bytes = count("ixfr", "ok"), metrics.REGISTRY.get_sample_value(
-        "dnsside_transfer_bytes_total") or 0.0
-    replies = allowed.answer(query("svc-global", IXFR), "127.0.0.9")
-    assert replies is not None and records(replies) == records(axfr(responder, "svc-global"))
-    assert count("ixfr", "ok") == before + 1
+    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
+    allowed = Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
+                        idx.versions)
+    errors = count("axfr", "error")
+    before_cut = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
+    assert before_cut is not None and parse(before_cut[0]).rcode() == dns.rcode.SERVFAIL
+    assert count("axfr", "error") == errors + 1
+    assert "no version of the zone yet" in caplog.text
+    idx.cut_version(1000)
+    before, full, before_bytes = count("ixfr", "ok"), count("ixfr", "full"), \
+        metrics.REGISTRY.get_sample_value("dnsside_transfer_bytes_total") or 0.0
+    replies = allowed.answer(ixfr_query("svc-global.", 990), "127.0.0.9")
+    assert replies is not None and records(replies) == records(axfr(idx, "svc-global"))
+    assert count("ixfr", "full") == full + 1 and count("ixfr", "ok") == before
     assert metrics.REGISTRY.get_sample_value("dnsside_transfer_bytes_total") == (
         before_bytes + sum(map(len, replies)))
-    assert "transfer: IXFR of svc-global. to 127.0.0.9: serial" in caplog.text
-    errors = count("axfr", "error")
-    for _ in planted(responder, "_x._tcp.web.default.svc-global", bad_srv(b"\xc0\x0c")):
-        failed = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
+    assert ("transfer: IXFR from 990 of svc-global. to 127.0.0.9: serial 1000, whole zone"
+            in caplog.text)
+    current = allowed.answer(ixfr_query("svc-global.", 1000), "127.0.0.9")
+    assert current is not None and [r[1] for r in records(current)] == ["SOA"]
+    assert count("ixfr", "ok") == before + 1
+    idx.versions[to_wire("svc-global")].replace(to_wire("_x._tcp.web.default.svc-global"),
+                                                None, bad_srv(b"\xc0\x0c"))
+    failed = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
     assert failed is not None and len(failed) == 1
     assert parse(failed[0]).rcode() == dns.rcode.SERVFAIL
-    assert count("axfr", "error") == errors + 1
+    assert count("axfr", "error") == errors + 2
     assert "a record cannot be transferred faithfully" in caplog.text
+
+
+def zone_records(index: Index, zone: str) -> set[tuple[str, str, str]]:
+    return set(records(axfr(index, zone))[1:-1])
+
+
+def apply_ixfr(old: set[tuple[str, str, str]], replies: list[bytes]
+               ) -> tuple[set[tuple[str, str, str]], list[int]]:
+    """What a secondary holding ``old`` holds after the IXFR ``replies``, and the serials
+    of the SOAs in them (RFC 1995 §4: current, then old/new per step, then current)."""
+    rrs = records(replies)
+    serials = [int(rd.split()[2]) for _n, t, rd in rrs if t == "SOA"]
+    held, removing = set(old), False  # the first SOA inside opens a removal
+    for rr in rrs[1:-1]:
+        if rr[1] == "SOA":
+            removing = not removing
+            continue
+        if removing:
+            assert rr in held, f"IXFR removes {rr}, which the old version does not hold"
+            held.discard(rr)
+        else:
+            held.add(rr)
+    return held, serials
+
+
+def test_ixfr_sends_the_differences_that_turn_each_old_version_into_the_current_one(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
+    allowed = Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
+                        idx.versions)
+    idx.cut_version(1000)
+    held = {1000: {z: zone_records(idx, z) for z in ("svc-global", "clusterset.local")}}
+    by_name = {r.name: r for r in load_records(DEMO)[0] if r.namespace == "default"}
+    mirror = next(n for n in by_name if n.startswith("nginx-set-2-"))
+    steps = [[Delete(Kind.SERVICE, "default", mirror)],  # a pod's mirror goes
+             [Upsert(by_name[mirror])]]  # and comes back
+    # a mirror moves to another address
+    moved = dataclasses.replace(by_name["nginx-set-0-west"], cluster_ips=("10.43.9.9",))
+    steps.append([Upsert(moved)])
+    for serial, events in zip((1001, 1002, 1003), steps, strict=True):
+        idx.apply(events)
+        assert idx.version_pending
+        idx.cut_version(serial)
+        held[serial] = {z: zone_records(idx, z) for z in held[1000]}
+        assert held[serial] != held[serial - 1]
+    for zone in held[1000]:
+        for since in (1000, 1001, 1002):
+            replies = allowed.answer(ixfr_query(zone + ".", since), "127.0.0.9")
+            assert replies is not None
+            got, serials = apply_ixfr(held[since][zone], replies)
+            assert got == held[1003][zone]
+            assert serials[0] == serials[-1] == 1003
+            assert serials[1:-1] == [s for step in range(since, 1003) for s in (step, step + 1)]
+    assert "differences" in caplog.text

@@ -1,0 +1,240 @@
+"""Versions of a zone for zone transfers: the records a transfer sends, the serial that
+names each version, and the differences an IXFR sends (RFC 1995).
+
+The responder's tables change with every event; a secondary needs versions: a set of
+records under one serial, and the records removed and added from one version to the
+next. :class:`ZoneVersions` keeps, per zone, the records the tables hold now (fed by the
+publisher with every answer it replaces), the net change since the last version, and a
+bounded history of differences. A version is *cut* by whoever owns the clock; until the
+next cut, the current version is the records now less what was added since, plus what
+was removed since, so a transfer always gets a version that was whole at its serial.
+
+The serial is the Unix time, in seconds, of the cut (:func:`next_serial`), and a cut
+waits for the next whole second when one was already made in this one
+(:func:`cut_not_before`): serials go up with the clock, across restarts too, and two
+replicas that see a change within the same second give it the same serial. Should the
+clock step back, the serial counts on from the last one (RFC 1982 arithmetic, 32 bits)
+until the clock catches up.
+
+The history holds at most ``limit`` differences and never more records in them than
+the zone itself holds: past that, a full transfer is cheaper than the differences.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from dnsside.dns.wire import AAAA, AT_QUESTION, NOERROR, NS, SOA, SRV, TXT, A, Answer, to_text
+from dnsside.dns.zone import Zone
+
+Record = tuple[bytes, bytes]  # (owner spelled out, TYPE CLASS TTL RDLENGTH RDATA)
+
+SERIAL_BITS = 32
+_HALF = 1 << (SERIAL_BITS - 1)
+_MASK = (1 << SERIAL_BITS) - 1
+
+
+def serial_newer(a: int, b: int) -> bool:
+    """``a`` is a later serial than ``b`` (RFC 1982 §3.2: at most 2^31 - 1 ahead)."""
+    return a != b and ((a - b) & _MASK) < _HALF
+
+
+def next_serial(last: int, now: float) -> int:
+    """The serial of a version cut at Unix time ``now`` after one numbered ``last``: the
+    second, or one past ``last`` when the clock is not ahead of it."""
+    second = int(now) & _MASK
+    return second if serial_newer(second, last) else (last + 1) & _MASK
+
+
+def cut_not_before(last: int, now: float) -> float:
+    """The earliest Unix time a version after ``last`` may be cut and still be named by
+    its second: ``now``, or the start of the second after ``last``. With the clock
+    behind ``last``, ``now`` (the serial then counts on, see :func:`next_serial`)."""
+    ahead = (last - int(now)) & _MASK
+    if ahead >= _HALF:  # the clock is past last's second
+        return now
+    if ahead > 1:  # the clock stepped back more than a second: do not wait for it
+        return now
+    return float(int(now) + ahead + 1)
+
+
+class Untransferable(ValueError):
+    """A record in the tables that a transfer cannot carry faithfully (a compression
+    pointer where a name must be spelled out, a type whose names are not checked)."""
+
+
+_HEAD = struct.Struct("!HHIH")  # TYPE, CLASS, TTL, RDLENGTH
+
+
+def answer_records(name: bytes, answer: Answer) -> Iterator[Record]:
+    """The answer section of ``answer`` (the reply to a question for ``name``) as
+    records with their owner spelled out: in the pre-encoded bodies an owner is usually
+    a pointer to the question, which a transfer's question is not. Every other name must
+    already be spelled out (the encoders promise so); raises :class:`Untransferable`."""
+    if answer.rcode != NOERROR:
+        return
+    body, count = answer.body, answer.counts[2] << 8 | answer.counts[3]
+    i = 0
+    for _ in range(count):
+        if body[i : i + 2] == AT_QUESTION:
+            owner, i = name, i + 2
+        else:
+            end = _name_end(body, i, "an owner name")
+            owner, i = body[i:end], end
+        rtype, _rclass, _ttl, rdlen = _HEAD.unpack_from(body, i)
+        rd = i + 10
+        _check_rdata(rtype, body, rd, rd + rdlen, owner)
+        yield owner, body[i : rd + rdlen]
+        i = rd + rdlen
+
+
+def _check_rdata(rtype: int, body: bytes, start: int, end: int, owner: bytes) -> None:
+    """RDATA whose names are all spelled out and exactly fill it."""
+    if rtype in (A, AAAA, TXT):
+        return
+    if rtype == SRV:
+        names = [start + 6]
+    elif rtype == NS:
+        names = [start]
+    elif rtype == SOA:
+        names = [start, _name_end(body, start, "a SOA MNAME")]
+    else:
+        raise Untransferable(f"type {rtype} at {to_text(owner)}: its names are not checked")
+    at = start
+    for at in names:
+        at = _name_end(body, at, f"the RDATA of type {rtype} at {to_text(owner)}")
+    if rtype == SOA:
+        at += 20
+    if at != end:
+        raise Untransferable(f"type {rtype} at {to_text(owner)}: RDATA of an unexpected length")
+
+
+def _name_end(body: bytes, i: int, what: str) -> int:
+    """Where the spelled-out name at ``i`` ends; a pointer is :class:`Untransferable`."""
+    while True:
+        if i >= len(body):
+            raise Untransferable(f"{what} runs past the record")
+        n = body[i]
+        if n == 0:
+            return i + 1
+        if n > 63:
+            raise Untransferable(f"{what} is a compression pointer")
+        i += n + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """From version ``old`` to version ``new``: the records removed, then those added."""
+
+    old: int
+    new: int
+    removed: tuple[Record, ...]
+    added: tuple[Record, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.removed) + len(self.added)
+
+
+class ZoneVersions:
+    """The records of one zone as its transfers see them (see the module's docstring)."""
+
+    def __init__(self, zone: Zone, limit: int) -> None:
+        self.zone = zone
+        self.limit = limit  # differences kept (--ixfr-history)
+        self.serial: int | None = None  # of the current version; None before the first cut
+        # Every record the tables hold now, counted: two answers may carry the same one.
+        self.live: Counter[Record] = Counter()
+        self.added: set[Record] = set()  # net change since the current version
+        self.removed: set[Record] = set()
+        self.history: deque[Difference] = deque()
+        self.history_records = 0
+        self.broken: str | None = None  # why the tables hold a record no transfer can carry
+        for key, answer in zone.apex.items():  # NS, glue, the MCS version TXT: fixed
+            if struct.unpack_from("!H", key, len(key) - 4)[0] != SOA:
+                self.replace(key[:-4], None, answer)
+
+    @property
+    def pending(self) -> bool:
+        """Records changed since the current version (or there is none yet)."""
+        return self.serial is None or bool(self.added or self.removed)
+
+    def replace(self, name: bytes, old: Answer | None, new: Answer | None) -> None:
+        """The answer to a question for ``name`` (a name of this zone) went from ``old``
+        to ``new`` (None: there was or is none)."""
+        try:
+            before = list(answer_records(name, old)) if old is not None else []
+            after = list(answer_records(name, new)) if new is not None else []
+        except Untransferable as exc:
+            self.broken = str(exc)
+            return
+        live = self.live
+        for record in before:
+            live[record] -= 1
+            if live[record] <= 0:
+                del live[record]
+                if record in self.added:
+                    self.added.discard(record)
+                else:
+                    self.removed.add(record)
+        for record in after:
+            live[record] += 1
+            if live[record] == 1:
+                if record in self.removed:
+                    self.removed.discard(record)
+                else:
+                    self.added.add(record)
+
+    def cut(self, serial: int) -> Difference | None:
+        """Make the records now the version ``serial``; the difference from the previous
+        version, kept in the history (None for the first version)."""
+        diff = None
+        if self.serial is not None:
+            diff = Difference(self.serial, serial, tuple(sorted(self.removed)),
+                              tuple(sorted(self.added)))
+            self.history.append(diff)
+            self.history_records += diff.size
+            self._trim()
+        self.added.clear()
+        self.removed.clear()
+        self.serial = serial
+        return diff
+
+    def _trim(self) -> None:
+        while self.history and (len(self.history) > self.limit
+                                or self.history_records > len(self.live)):
+            self.history_records -= self.history.popleft().size
+
+    def records(self) -> list[Record]:
+        """The current version's records (not the SOA), in no particular order."""
+        added = self.added
+        out = [r for r in self.live if r not in added] if added else list(self.live)
+        out += self.removed
+        return out
+
+    def differences(self, since: int) -> list[Difference] | None:
+        """The differences from version ``since`` to the current one: [] when ``since`` is
+        current or newer, None when the history does not reach back to it."""
+        if self.serial is None:
+            return None
+        if since == self.serial or serial_newer(since, self.serial):
+            return []
+        out: list[Difference] = []
+        for diff in reversed(self.history):
+            out.append(diff)
+            if diff.old == since:
+                out.reverse()
+                return out
+        return None
+
+    @property
+    def history_versions(self) -> int:
+        return len(self.history)
+
+
+def record_bytes(records: Iterable[Record]) -> int:
+    """What ``records`` take on the wire, owners spelled out."""
+    return sum(len(owner) + len(rest) for owner, rest in records)

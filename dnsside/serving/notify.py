@@ -1,0 +1,131 @@
+"""NOTIFY to the secondaries (``--notify HOST:PORT``): after each new version of the
+zones, one NOTIFY per zone to each secondary, over UDP, sent again until it is answered.
+
+A newer version replaces the NOTIFYs of an older one still being retried: a secondary
+only needs to hear of the latest (it transfers from its version to the current one
+whatever it was told). The waits between tries double from one second to a minute, so
+a secondary that is down costs a datagram a minute until a newer version or its answer;
+each unanswered try is counted, and a secondary that stops or starts answering is
+logged once each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+
+from dnsside.config import parse_hostport
+from dnsside.dns.notify import notify_answer, notify_message
+from dnsside.dns.wire import NOERROR
+from dnsside.dns.zone import Zone
+from dnsside.telemetry import metrics
+
+log = logging.getLogger("dnsside.transfer")
+
+FIRST_WAIT = 1.0  # seconds before the first NOTIFY is sent again
+LONGEST_WAIT = 60.0
+
+# Sign a NOTIFY (returns what to send and a check of the answer), for --tsig-key-file.
+Signer = Callable[[bytes], tuple[bytes, Callable[[bytes], bool]]]
+
+
+class _Answers(asyncio.DatagramProtocol):
+    """The datagrams one NOTIFY's socket receives."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        self.queue.put_nowait(data)
+
+
+class Notifier:
+    """NOTIFYs to ``targets`` (``HOST:PORT`` each) for ``zones``."""
+
+    def __init__(self, targets: Sequence[str], zones: Sequence[Zone],
+                 sign: Signer | None = None) -> None:
+        self.targets = [(t, parse_hostport(t, "--notify")) for t in targets]
+        self.zones = list(zones)
+        self.sign = sign
+        self._tasks: dict[tuple[str, bytes], asyncio.Task[None]] = {}
+        self.failing: set[str] = set()  # targets whose last NOTIFY went unanswered
+        self.answered: dict[str, int] = {}  # target: the last serial it acknowledged
+
+    def notify(self, serial: int) -> None:
+        """Tell every target of version ``serial`` (replacing older NOTIFYs in flight)."""
+        for target, address in self.targets:
+            for zone in self.zones:
+                key = (target, zone.wire)
+                old = self._tasks.get(key)
+                if old is not None:
+                    old.cancel()
+                self._tasks[key] = asyncio.get_running_loop().create_task(
+                    self._notify(target, address, zone, serial),
+                    name=f"notify {target} {zone.origin}")
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _notify(self, target: str, address: tuple[str, int], zone: Zone,
+                      serial: int) -> None:
+        wait = FIRST_WAIT
+        while True:
+            rcode = await self._try(address, zone, serial, wait)
+            if rcode is not None:
+                break
+            metrics.NOTIFIES.labels(result="timeout").inc()
+            if target not in self.failing:
+                self.failing.add(target)
+                log.warning("notify: %s does not answer the NOTIFY of %s serial %d; sending it "
+                            "again, waits doubling to %gs (dnsside_notifies_total{result="
+                            "\"timeout\"})", target, zone.origin, serial, LONGEST_WAIT)
+            wait = min(wait * 2, LONGEST_WAIT)
+        if target in self.failing:
+            self.failing.discard(target)
+            log.info("notify: %s answers again", target)
+        if rcode == NOERROR:
+            metrics.NOTIFIES.labels(result="ok").inc()
+            self.answered[target] = serial
+            log.debug("notify: %s acknowledged %s serial %d", target, zone.origin, serial)
+        else:
+            metrics.NOTIFIES.labels(result="error").inc()
+            log.warning("notify: %s answered the NOTIFY of %s serial %d with rcode %d: is "
+                        "dnsside among its primaries (allow-notify), with the same key?",
+                        target, zone.origin, serial, rcode)
+
+    async def _try(self, address: tuple[str, int], zone: Zone, serial: int, wait: float
+                   ) -> int | None:
+        """One NOTIFY; its answer's RCODE, or None when none came within ``wait``."""
+        message = notify_message(zone, serial, secrets.randbelow(0x10000))
+        check: Callable[[bytes], bool] = lambda reply: True  # noqa: E731
+        sent = message
+        if self.sign is not None:
+            sent, check = self.sign(message)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, answers = await loop.create_datagram_endpoint(
+                _Answers, remote_addr=address)
+        except OSError as exc:  # no route, a name that does not resolve: wait and retry
+            log.debug("notify: %s:%d: %s", *address, exc)
+            await asyncio.sleep(wait)
+            return None
+        try:
+            transport.sendto(sent)
+            async with asyncio.timeout(wait):
+                while True:
+                    reply = await answers.queue.get()
+                    rcode = notify_answer(reply, message)
+                    if rcode is not None and check(reply):
+                        return rcode
+        except TimeoutError:
+            return None
+        finally:
+            transport.close()

@@ -1,0 +1,86 @@
+"""The clock of the zones' versions: when the answers changed, cut a new version, number
+it by the second, and tell the secondaries.
+
+A burst of changes (a rollout, a relist) becomes one version: the cut waits a tenth of
+a second after the first change, and never comes twice in one second, because the
+serial is the second of the cut (:func:`dnsside.dns.versions.next_serial`). A gateway
+that dies is thus in a new version a tenth of a second after the index dropped it, unless
+a version was already cut in that second; then at the start of the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from dnsside.core.index import Index
+from dnsside.dns.versions import cut_not_before, next_serial
+from dnsside.serving.notify import Notifier
+from dnsside.telemetry import metrics
+
+log = logging.getLogger("dnsside.transfer")
+
+COALESCE = 0.1  # seconds a cut waits after the first change, for the rest of a burst
+
+
+class Versioning:
+    """Cuts the index's versions of the zones and notifies."""
+
+    def __init__(self, index: Index, notifier: Notifier | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.index = index
+        self.notifier = notifier
+        self.clock = clock
+        self.last = index.serial  # the second the index was made: no version is numbered by it
+        self.first_cut = False  # a version exists: transfers and NOTIFYs can start
+        self._timer: asyncio.TimerHandle | None = None
+        self._clock_behind = False
+        metrics.ZONE_SERIAL.set(self.last)
+
+    def changed(self) -> None:
+        """The index applied a batch: cut a version soon if the answers changed."""
+        if self._timer is not None or not self.index.version_pending:
+            return
+        now = self.clock()
+        delay = max(COALESCE, cut_not_before(self.last, now) - now)
+        self._timer = asyncio.get_running_loop().call_later(delay, self.cut)
+
+    def cut(self) -> None:
+        self._timer = None
+        if not self.index.version_pending:
+            return
+        now = self.clock()
+        if cut_not_before(self.last, now) > now:  # the clock's second has not moved on yet
+            self._timer = asyncio.get_running_loop().call_later(
+                cut_not_before(self.last, now) - now, self.cut)
+            return
+        serial = next_serial(self.last, now)
+        behind = serial != int(now)
+        if behind != self._clock_behind:
+            self._clock_behind = behind
+            if behind:
+                log.warning("zone serial: the clock (%d) is behind the last serial (%d): "
+                            "counting on by one until it catches up", int(now), self.last)
+            else:
+                log.info("zone serial: the clock caught up; serials are seconds again")
+        self.index.cut_version(serial)
+        self.last = serial
+        metrics.ZONE_SERIAL.set(serial)
+        versions = self.index.versions.values()
+        metrics.ZONE_HISTORY_VERSIONS.set(sum(v.history_versions for v in versions))
+        metrics.ZONE_HISTORY_RECORDS.set(sum(v.history_records for v in versions))
+        if self.first_cut:
+            log.debug("zone version %d cut", serial)
+        else:
+            self.first_cut = True
+            log.info("zone version %d cut: the first of this process; the serial is the "
+                     "second of each new version", serial)
+        if self.notifier is not None:
+            self.notifier.notify(serial)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
