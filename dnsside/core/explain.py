@@ -57,7 +57,29 @@ class Explainer:
         report["authority"] = [str(rr) for rr in reply.auth]
         report["additional"] = [str(rr) for rr in reply.ar]
         report.update(self._why(name))
+        zone_info = self._zone(name)
+        if zone_info:
+            report["zone"] = zone_info
         return report
+
+    def _zone(self, name: str) -> dict[str, Any] | None:
+        """The zone ``name`` is in: its serial and what transfers keep of it."""
+        try:
+            zone = self.index.responder.zone_of(to_wire(name))
+        except ValueError:
+            return None
+        if zone is None:
+            return None
+        out: dict[str, Any] = {"origin": zone.origin, "serial": zone.serial}
+        versions = self.index.versions.get(zone.wire)
+        if versions is None:
+            out["transfers"] = "not transferred (no --allow-transfer or --tsig-key-file)"
+        else:
+            out["transfers"] = (f"{_count(versions.history_versions, 'version')} of differences "
+                                f"kept for IXFR, {_count(versions.history_records, 'record')}")
+            if versions.broken:
+                out["transfers"] += f"; transfers fail: {versions.broken}"
+        return out
 
     def _why(self, name: str) -> dict[str, Any]:
         try:
@@ -214,6 +236,10 @@ def render(report: dict[str, Any]) -> str:
         lines.extend(f"  {' '.join(str(r).split())}" for r in records)
     if "explanation" in report:
         lines.append(f"Explanation:     {report['explanation']}")
+    if "zone" in report:
+        zone = report["zone"]
+        lines.append(f"Zone:            {zone['origin']} serial {zone['serial']}; "
+                     f"{zone['transfers']}")
     if "global_service" in report:
         lines.append(f"Global service:  {report['global_service']}")
     if "naming" in report:

@@ -19,6 +19,7 @@ from dnsside.core.remotes import FlatNetwork
 from dnsside.core.store import LocalStore
 from dnsside.core.tables import Key
 from dnsside.dns.responder import Responder
+from dnsside.dns.versions import ZoneVersions
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import Gateway
 
@@ -63,6 +64,8 @@ class ExplainView(Protocol):
     def gateways(self) -> Mapping[str, tuple[Gateway, str]]: ...
     @property
     def warnings(self) -> Mapping[ConfigWarning, str]: ...
+    @property
+    def versions(self) -> Mapping[bytes, ZoneVersions]: ...
 
     def probe_targets(self) -> dict[str, str]: ...
 

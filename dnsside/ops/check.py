@@ -51,6 +51,8 @@ SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
 CLUSTER_KEY = flag("--cluster-name").env
 FLAT_NETWORK = flag("--flat-network")
+NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
+                                         flag("--tsig-key-file"))
 PAGE = 500  # items per list request
 # What a GET can fail with that a check reports: a status, a body that is not an object.
 API_ERRORS = (ApiError, ValueError)
@@ -439,6 +441,19 @@ async def cluster_name_unique(c: Cluster) -> Findings:
     yield Finding(name not in linked, name=name)
 
 
+@check("transfer-setup", "the --notify secondaries ({notify}) may transfer the zones",
+       "dnsside NOTIFYs them, but no transfer is allowed: their IXFR/AXFR gets REFUSED. Set "
+       + ALLOW_TRANSFER.env + " to their addresses and/or " + TSIG_KEY_FILE.env
+       + " (re-run `dnsside install --allow-transfer CIDR --tsig-key-file FILE`)")
+async def transfer_setup(c: Cluster) -> Findings:
+    """A NOTIFY asks a secondary to transfer: somebody must be let in to."""
+    config = (await c.install()).config
+    notify = NOTIFY.from_env(config.get(NOTIFY.env) or "")
+    if notify:
+        yield Finding(bool(config.get(ALLOW_TRANSFER.env) or config.get(TSIG_KEY_FILE.env)),
+                      notify=", ".join(notify))
+
+
 async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetwork, None]:
     """The flat-network setup, when the ConfigMap turns it on or --flat-network asks."""
     config = (await c.install()).config
@@ -519,7 +534,7 @@ CATEGORIES: tuple[Category[Cluster], ...] = (
     Category(RBAC, (rbac,)),
     Category(LINKERD, (link_crd, links_readable, links_parse, links_present, mirrors_readable,
                        mirror_slices, unsafe_addresses, orphans)),
-    Category(CONFIG, (cluster_name_set, cluster_name_unique)),
+    Category(CONFIG, (cluster_name_set, cluster_name_unique, transfer_setup)),
     Category(FLAT, (ForEach(flat_network, flatcheck.CHECKS),)),
     Category(WORKLOAD, (deployment_ready, pods_readable, sidecar_running)),
     Category(DNS, (ForEach(dns_server, dnscheck.CHECKS),)),

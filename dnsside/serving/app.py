@@ -171,6 +171,10 @@ class App:
         self.notifier = (Notifier(config.notify, self.responder.zones) if config.notify
                          else None)
         self.versioning = Versioning(self.index, self.notifier)
+        if config.notify and not transfers_allowed(config):
+            log.warning("--notify %s: NOTIFYs are sent, but no transfer is allowed, so the "
+                        "secondaries' IXFR/AXFR will be REFUSED: add --allow-transfer with "
+                        "their addresses and/or --tsig-key-file", ", ".join(config.notify))
         self._closers: list[asyncio.AbstractServer] = []
         self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()

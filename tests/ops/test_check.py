@@ -205,6 +205,21 @@ async def test_cluster_name_of_a_linked_cluster(fake_kube: FakeKube) -> None:
     only_failure(results, "cluster name is not a linked cluster's name", "west is also")
 
 
+async def test_notify_without_anybody_allowed_to_transfer(fake_kube: FakeKube) -> None:
+    demo(fake_kube)
+    data = {"DNSSIDE_CLUSTER_NAME": "east", "DNSSIDE_NOTIFY": "10.0.0.53:53,10.0.0.54:53"}
+    fake_kube.apply({**config_map("east"), "data": data})
+    results = await check(fake_kube)
+    only_failure(results, "(10.0.0.53:53, 10.0.0.54:53) may transfer the zones",
+                 "DNSSIDE_ALLOW_TRANSFER", "DNSSIDE_TSIG_KEY_FILE")
+    for allowed in ({"DNSSIDE_ALLOW_TRANSFER": "10.0.0.0/24"},
+                    {"DNSSIDE_TSIG_KEY_FILE": "/etc/dnsside/tsig/key"}):
+        fake_kube.apply({**config_map("east"), "data": {**data, **allowed}})
+        results = await check(fake_kube)
+        assert not failed(results)
+        assert line(results, "may transfer the zones").ok
+
+
 async def test_cluster_name_from_the_flag_when_the_config_has_none(fake_kube: FakeKube) -> None:
     demo(fake_kube)
     fake_kube.apply({**config_map("east"), "data": {}})
