@@ -1,0 +1,156 @@
+"""NOTIFY to a secondary (serving/notify.py), against a UDP socket this test answers from:
+the message a secondary gets (read by dnspython), a NOTIFY sent again until it is
+answered, an error answer counted, and a newer version replacing one still in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import dns.message
+import dns.opcode
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+from dnsside.dns.zone import Zone, ZoneOptions
+from dnsside.serving import notify
+from dnsside.serving.notify import Notifier
+from dnsside.telemetry import metrics
+
+pytestmark = pytest.mark.quick
+
+ZONES = [Zone("svc-global.", ZoneOptions(ttl=5)), Zone("clusterset.local.", ZoneOptions(ttl=5))]
+
+
+def count(result: str) -> float:
+    return metrics.REGISTRY.get_sample_value("dnsside_notifies_total", {"result": result}) or 0.0
+
+
+class Secondary(asyncio.DatagramProtocol):
+    """Receives NOTIFYs; ``answer`` decides the reply to each (None: stay silent)."""
+
+    def __init__(self, answer: Callable[[dns.message.Message], dns.message.Message | None]
+                 ) -> None:
+        self.answer = answer
+        self.received: list[dns.message.Message] = []
+        self.got = asyncio.Event()
+        self.transport: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # a datagram transport: it has sendto
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        msg = dns.message.from_wire(data)
+        self.received.append(msg)
+        self.got.set()
+        reply = self.answer(msg)
+        if reply is not None and self.transport is not None:
+            self.transport.sendto(reply.to_wire(), addr)
+
+    async def wait(self, n: int) -> None:
+        async with asyncio.timeout(10):
+            while len(self.received) < n:
+                self.got.clear()
+                await self.got.wait()
+
+
+@contextlib.asynccontextmanager
+async def secondary(answer: Callable[[dns.message.Message], dns.message.Message | None]
+                    ) -> AsyncIterator[tuple[Secondary, str]]:
+    loop = asyncio.get_running_loop()
+    transport, proto = await loop.create_datagram_endpoint(
+        lambda: Secondary(answer), local_addr=("127.0.0.1", 0))
+    port = transport.get_extra_info("sockname")[1]
+    try:
+        yield proto, f"127.0.0.1:{port}"
+    finally:
+        transport.close()
+
+
+def acknowledge(msg: dns.message.Message) -> dns.message.Message:
+    return dns.message.make_response(msg)
+
+
+async def wait_until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def test_a_notify_per_zone_names_the_new_serial_and_is_acknowledged() -> None:
+    ok = count("ok")
+    async with secondary(acknowledge) as (sec, target):
+        notifier = Notifier([target], ZONES)
+        notifier.notify(1795720001)
+        await sec.wait(2)
+        await wait_until(lambda: notifier.answered.get(target) == 1795720001
+                         and count("ok") == ok + 2)
+        await notifier.close()
+    for msg, zone in zip(sorted(sec.received, key=lambda m: m.question[0].name.to_text()),
+                         ("clusterset.local.", "svc-global."), strict=True):
+        assert msg.opcode() == dns.opcode.NOTIFY and msg.flags & 0x0400  # AA
+        assert msg.question[0].name.to_text() == zone
+        assert msg.question[0].rdtype == dns.rdatatype.SOA
+        assert msg.answer[0][0].serial == 1795720001
+
+
+async def test_an_unanswered_notify_is_sent_again_and_logged_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.05)
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    timeouts = count("timeout")
+    silent = 2
+
+    def answer_the_third(msg: dns.message.Message) -> dns.message.Message | None:
+        return acknowledge(msg) if len(sec.received) > silent else None
+
+    async with secondary(answer_the_third) as (sec, target):
+        notifier = Notifier([target], ZONES[:1])
+        notifier.notify(7)
+        await wait_until(lambda: notifier.answered.get(target) == 7)
+        await notifier.close()
+    assert len(sec.received) == 3 and count("timeout") == timeouts + 2
+    assert len({m.id for m in sec.received}) == 3  # each try its own ID
+    assert caplog.text.count("does not answer the NOTIFY") == 1
+    assert f"notify: {target} answers again" in caplog.text
+
+
+async def test_an_error_answer_is_counted_and_not_retried(
+        caplog: pytest.LogCaptureFixture) -> None:
+    errors = count("error")
+
+    def refuse(msg: dns.message.Message) -> dns.message.Message:
+        reply = dns.message.make_response(msg)
+        reply.set_rcode(dns.rcode.REFUSED)
+        return reply
+
+    async with secondary(refuse) as (sec, target):
+        notifier = Notifier([target], ZONES[:1])
+        notifier.notify(9)
+        await wait_until(lambda: count("error") == errors + 1)
+        await notifier.close()
+    assert len(sec.received) == 1 and target not in notifier.answered
+    assert "with rcode 5: is dnsside among its primaries" in caplog.text
+
+
+async def test_a_newer_version_replaces_the_notify_still_retried(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.05)
+
+    def answer_only_11(msg: dns.message.Message) -> dns.message.Message | None:
+        return acknowledge(msg) if msg.answer[0][0].serial == 11 else None
+
+    async with secondary(answer_only_11) as (sec, target):
+        notifier = Notifier([target], ZONES[:1])
+        notifier.notify(10)
+        await sec.wait(2)  # 10, unanswered, sent again
+        notifier.notify(11)
+        await wait_until(lambda: notifier.answered.get(target) == 11)
+        sent = len(sec.received)
+        await notifier.close()
+    assert all(m.answer[0][0].serial == 11 for m in sec.received[sent - 1:])
+    assert {m.answer[0][0].serial for m in sec.received} == {10, 11}
