@@ -15,7 +15,12 @@ import http.server
 import socket
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from testkit.serve import DEMO
 
 
 class FakeGateway:
@@ -71,6 +76,15 @@ def point_probes(items: list[dict[str, Any]], gateways: dict[str, FakeGateway],
             gateway = gateways[name.removeprefix(prefix)]
             obj["spec"]["clusterIP"], obj["spec"]["clusterIPs"] = "127.0.0.1", ["127.0.0.1"]
             obj["spec"]["ports"][0]["port"] = gateway.port
+
+
+def probed_demo(tmp: Path, gateways: dict[str, FakeGateway]) -> Path:
+    """The demo, with each link's probe Service pointing at its loopback gateway."""
+    doc = yaml.safe_load(DEMO.read_text())
+    point_probes(doc["items"], gateways, "probe-")
+    path = tmp / "demo-probed.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 class AsyncGateway:

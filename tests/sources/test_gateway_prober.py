@@ -20,7 +20,7 @@ import yaml
 from dnsside.model.events import Gateway
 from dnsside.sources.gateways import GatewayProber, GatewayTracker
 from dnsside.telemetry import metrics
-from testkit.gateways import FakeGateway, point_probes
+from testkit.gateways import FakeGateway, probed_demo
 from testkit.serve import DEMO, Dnsside, answers, wait_for
 from testkit.threadedkube import ThreadedKube
 
@@ -144,15 +144,6 @@ def gateways() -> Iterator[dict[str, FakeGateway]]:
         gw.stop()
 
 
-def topology(tmp: Path, gateways: dict[str, FakeGateway]) -> Path:
-    """The demo, with each link's probe Service pointing at its loopback gateway."""
-    doc = yaml.safe_load(DEMO.read_text())
-    point_probes(doc["items"], gateways, "probe-")
-    path = tmp / "demo-probed.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 def dig(srv: Dnsside, name: str, rdtype: str = "A") -> list[str]:
     out = subprocess.run(["dig", f"@{srv.host}", "-p", str(srv.port), name, rdtype, "+short",
                           "+tries=1", "+time=2"], capture_output=True, text=True, timeout=10)
@@ -173,7 +164,7 @@ def state(srv: Dnsside, cluster: str, value: str) -> bool:
 
 
 def probed(tmp: Path, gateways: dict[str, FakeGateway], *flags: str) -> Dnsside:
-    return Dnsside("--source", str(topology(tmp, gateways)), "--cluster-name", "east",
+    return Dnsside("--source", str(probed_demo(tmp, gateways)), "--cluster-name", "east",
                    "--gateway-probe", "on", *flags)
 
 
@@ -261,7 +252,7 @@ def test_probe_off_by_default_for_a_file(tmp_path: Path, gateways: dict[str, Fak
     """A dump is usually served far from its cluster: its ClusterIPs are not probed unless
     --gateway-probe on says so."""
     gateways["west"].start()
-    with Dnsside("--source", str(topology(tmp_path, gateways)), "--cluster-name", "east",
+    with Dnsside("--source", str(probed_demo(tmp_path, gateways)), "--cluster-name", "east",
                  "--gateway-probe", "auto") as srv:
         srv.wait_log("gateway probe off")
         assert WEST <= set(answers(srv.query(NGINX)))
