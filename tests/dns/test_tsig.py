@@ -483,3 +483,4 @@ def test_dig_k_with_a_tsig_keygen_file(tmp_path: Path,
     wrong = our_key(name="dig-key.", algorithm="hmac-sha512", secret=b"w" * 64)
     v, _ = _dig_against(sock, port, ["-k", str(path)], wrong)
     assert v.status == "badsig"
+
