@@ -167,6 +167,8 @@ def parse_key_file(text: str, where: str) -> TsigKey:
             stmt, sline, _ = take(what="algorithm or secret")
             value, vline, _ = take(what=f"the value of {stmt}")
             take(";", f"after {stmt}")
+            if (stmt == "algorithm" and algorithm) or (stmt == "secret" and secret):
+                raise KeyFileError(f"{where}:{sline}: key {name!r} has a second {stmt}")
             if stmt == "algorithm":
                 algorithm = (value, vline)
             elif stmt == "secret":

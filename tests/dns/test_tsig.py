@@ -177,6 +177,33 @@ def test_a_truncated_mac_is_not_accepted() -> None:
     assert tsig.verify_request(cut(8), key, now).status == "formerr"
 
 
+def test_no_damage_to_a_signed_request_crashes_anything() -> None:
+    """Every byte changed and every truncation: a verdict and an error reply, never an
+    exception, and never "ok" for a changed byte covered by the MAC."""
+    key = our_key()
+    q = dns.message.make_query("svc-global.", "AXFR")
+    q.use_tsig(their_key(name="svc-global."))  # the owner compressed: pointers to damage
+    wire = q.to_wire()
+    now = int(time.time())
+    cases = [wire[:n] for n in range(len(wire))]
+    cases += [wire[:i] + bytes([wire[i] ^ x]) + wire[i + 1:] for i in range(len(wire))
+              for x in (0x01, 0x40, 0xC0, 0xFF)]
+    for damaged in cases:
+        v = tsig.verify_request(damaged, our_key(name="svc-global."), now)
+        if v.status != "unsigned":
+            tsig.error_reply(damaged, v)
+        assert not tsig.verify_response(damaged, key, b"", now)
+    # Not covered: the header's ID (Original ID is) and the TSIG record's TTL (the MAC
+    # covers a TTL of 0 whatever the record says).
+    ttl = wire.index(b"\xc0\x0c\x00\xfa\x00\xff") + 6
+    uncovered = {0, 1, ttl, ttl + 1, ttl + 2, ttl + 3}
+    oks = [i for i in range(len(wire)) if i not in uncovered
+           for x in (0x01, 0x40, 0xC0, 0xFF)
+           if tsig.verify_request(wire[:i] + bytes([wire[i] ^ x]) + wire[i + 1:],
+                                  our_key(name="svc-global."), now).status == "ok"]
+    assert oks == []
+
+
 # --------------------------------------------------------------------------- replies
 
 
@@ -392,6 +419,8 @@ def test_comments_and_whitespace_anywhere() -> None:
     ('options { };', "f:1: expected `key \"NAME\" { ... };`, found 'options'"),
     (f'key "a" {{\n algorithm hmac-sha256;\n secret "{B64}";\n server 1.2.3.4;\n}};\n',
      "f:4: unknown statement 'server' in key 'a': a key has algorithm and secret"),
+    (f'key "a" {{\n algorithm hmac-sha256;\n secret "{B64}";\n algorithm hmac-sha512;\n}};',
+     "f:4: key 'a' has a second algorithm"),
     (f'key "a..b" {{ algorithm hmac-sha256; secret "{B64}"; }};',
      "f:1: key name 'a..b': the label '' has 0 octets; a label has 1 to 63"),
 ])
