@@ -307,7 +307,7 @@ def _find_tsig(data: bytes) -> _Signed | None:
             if i > len(data):
                 raise _Malformed
             if rtype == TSIG:
-                if found is not None or n != total - 1 or i != len(data):
+                if n != total - 1 or i != len(data):  # not last, or one of two
                     raise _Malformed
                 found = _tsig_rdata(data, start, rd, i)
     except ValueError:

@@ -5,6 +5,7 @@ BIND's tsig-keygen writes the key files, and dig signs a query and checks our re
 from __future__ import annotations
 
 import base64
+import re
 import socket
 import struct
 import subprocess
@@ -513,3 +514,69 @@ def test_dig_k_with_a_tsig_keygen_file(tmp_path: Path,
     v, _ = _dig_against(sock, port, ["-k", str(path)], wrong)
     assert v.status == "badsig"
 
+
+
+@pytest.fixture
+def tcp_peer() -> Iterator[tuple[socket.socket, int]]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    sock.settimeout(10)
+    yield sock, sock.getsockname()[1]
+    sock.close()
+
+
+def _read_exactly(conn: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = conn.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+@pytest.mark.parametrize("client,spoil", [
+    ("dig", None), ("dig", 0), ("dig", 2),
+    # kdig checks the first message's TSIG only (Knot's secondary checks them all).
+    ("kdig", None), ("kdig", 0)])
+def test_bind_and_knot_accept_a_transfer_we_sign(tcp_peer: tuple[socket.socket, int],
+                                                 client: str, spoil: int | None) -> None:
+    """dig (BIND) and kdig (Knot) take an AXFR of three messages, each signed, and check
+    its MACs; one byte changed in the MAC of message ``spoil`` fails them."""
+    sock, port = tcp_peer
+    key = our_key()
+    got: list[tsig.Verdict] = []
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            size = struct.unpack("!H", _read_exactly(conn, 2))[0]
+            query = _read_exactly(conn, size)
+            v = tsig.verify_request(query, key, int(time.time()))
+            got.append(v)
+            signer = ReplySigner(key, v.mac, v.now)
+            signed = [signer.sign(r) for r in _transfer_replies(v.message, 10, 4)]
+            if spoil is not None:
+                changed = bytearray(signed[spoil])
+                changed[-10] ^= 1  # inside the MAC (before Original ID, error, other length)
+                signed[spoil] = bytes(changed)
+            conn.sendall(b"".join(struct.pack("!H", len(m)) + m for m in signed))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    tries = ["+time=3", "+tries=1"] if client == "dig" else ["+timeout=3", "+retry=0"]
+    out = subprocess.run([client, *tries, "-p", str(port), "-y",
+                          f"hmac-sha256:xfr-key:{B64}", "@127.0.0.1", "svc-global.", "AXFR"],
+                         capture_output=True, text=True, timeout=30)
+    thread.join(timeout=15)
+    text = out.stdout + out.stderr
+    assert got and got[0].status == "ok", text
+    records = [line for line in out.stdout.splitlines()
+               if line and not line.startswith(";") and "\tTSIG\t" not in line]
+    if spoil is None:
+        assert len(records) == 12, text
+        assert not re.search(r"fail|BADSIG|verify", text, re.I), text
+    else:
+        assert re.search(r"tsig verify failure|failed.*TSIG|TSIG.*fail|BADSIG", text,
+                         re.I), text
