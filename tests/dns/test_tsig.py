@@ -382,6 +382,7 @@ def test_tsig_keygen_files_parse(tmp_path: Path, algorithm: str, size: int) -> N
     assert len(key.secret) == size and key.digest == algorithm[5:]
     assert base64.b64encode(key.secret).decode() in text
     assert base64.b64encode(key.secret).decode() not in repr(key)
+    assert repr(key.secret) not in repr(key) and repr(key.secret) not in f"{key}"
 
 
 def test_comments_and_whitespace_anywhere() -> None:
