@@ -25,6 +25,7 @@ from dnslib import QTYPE
 
 from dnsside import __version__
 from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
+from dnsside.dns.tsig import TsigKey, load_key_file
 from dnsside.dns.wire import to_wire
 from dnsside.serving.app import App, explain_index, make_source
 
@@ -118,6 +119,17 @@ def setup_logging(fmt: str, level: str) -> None:
     root.setLevel(level.upper())
 
 
+def tsig_key(config: Config) -> TsigKey | None:
+    """The key of ``--tsig-key-file``, read before anything starts: a file that does not
+    parse is one line and exit status 2, not a server that refuses every transfer."""
+    if config.tsig_key_file is None:
+        return None
+    try:
+        return load_key_file(config.tsig_key_file)
+    except ValueError as exc:
+        raise ValueError(f"--tsig-key-file: {exc}") from None
+
+
 async def _serve(config: Config) -> int:
     app = App(config, make_source(config))
     return await app.run()
@@ -186,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = Config.from_flags(args.command, vars(args), os.environ.get("POD_IP"))
         config.check()
+        tsig_key(config)
         if args.command == "explain":
             name, qtype = explain_question(args.name, args.type)
             return asyncio.run(_explain(config, name, qtype, args.output))

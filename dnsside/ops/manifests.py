@@ -17,6 +17,11 @@ Role and RoleBinding granting get, list and watch on Secrets in the Links' names
 only, where each Link's credentials Secret lives; without it dnsside can read no Secret
 anywhere.
 
+With ``--tsig-key-file`` the key goes into a Secret (``dnsside-tsig``), never into the
+ConfigMap, which anyone who may read the namespace's ConfigMaps can read: the Secret is
+mounted read-only into the dnsside container alone and the ConfigMap holds only its path.
+dnsside reads it as a file, so RBAC grants nothing more.
+
 The ConfigMap is where care goes: every ``serve`` setting the layout does not fix is
 baked into it as ``DNSSIDE_<FLAG>`` (:mod:`dnsside.config`), the container reads it
 whole with ``envFrom``, and the pod template carries a hash of it, so re-running
@@ -27,6 +32,7 @@ whole with ``envFrom``, and the pod template carries a hash of it, so re-running
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -53,6 +59,10 @@ SIDECAR_HTTP_PORT = 9154  # CoreDNS owns 9153 in its pod
 TCP_CLOSE_GRACE = 3  # seconds App.shutdown gives open TCP connections after the lame duck
 COREDNS_DEFAULT_GRACE = 30  # a pod's terminationGracePeriodSeconds when it sets none
 CONFIG_HASH = "dnsside/config-hash"  # pod template annotation: a ConfigMap change rolls pods
+TSIG_HASH = "dnsside/tsig-key-hash"  # the same for the key, which dnsside reads at start only
+TSIG_SECRET = "dnsside-tsig"  # the Secret, its volume in the pod, its file "key"
+TSIG_DIR = "/etc/dnsside/tsig"
+TSIG_KEY_PATH = f"{TSIG_DIR}/key"  # what the ConfigMap sets --tsig-key-file to
 
 # What dnsside reads, and nothing else: get/list/watch on these.
 RBAC_RULES: tuple[tuple[str, str], ...] = (
@@ -94,6 +104,9 @@ class InstallOptions:
     dns_port: int | None = None
     # --links-namespace: where the Secrets Role goes (--flat-network only); None = default.
     links_namespace: str | None = None
+    # --tsig-key-file: the key file's text, checked by the caller (it is a secret: only the
+    # Secret holds it). The ConfigMap then sets DNSSIDE_TSIG_KEY_FILE to TSIG_KEY_PATH.
+    tsig_key: str | None = None
 
     @property
     def port(self) -> int:
@@ -112,6 +125,13 @@ class InstallOptions:
     def flat_network(self) -> bool:
         """Whether the ConfigMap turns on --flat-network (then dnsside needs Secrets)."""
         return self.settings.get(flag("--flat-network").env) == "true"
+
+    @property
+    def baked(self) -> dict[str, str]:
+        """What the ConfigMap holds beyond the cluster name."""
+        if self.tsig_key is None:
+            return dict(self.settings)
+        return {**self.settings, flag("--tsig-key-file").env: TSIG_KEY_PATH}
 
     @property
     def secrets_namespace(self) -> str:
@@ -149,6 +169,9 @@ class InstallOptions:
         if not is_dns_label(self.secrets_namespace):
             raise InstallError(f"--links-namespace {self.secrets_namespace!r} is not a valid "
                                "namespace name")
+        if flag("--tsig-key-file").env in self.settings:
+            raise InstallError("--tsig-key-file: the key goes into a Secret (tsig_key), "
+                               "never into the ConfigMap")
         if self.replicas < 1:
             raise InstallError(f"--replicas {self.replicas}: at least 1")
         if not re.fullmatch(r"\d+(Ki|Mi|Gi)", self.memory_limit):
@@ -216,9 +239,35 @@ def _secrets_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[st
 
 
 def _config_map(opts: InstallOptions) -> dict[str, Any]:
-    data = {flag("--cluster-name").env: opts.cluster_name, **dict(sorted(opts.settings.items()))}
+    data = {flag("--cluster-name").env: opts.cluster_name, **dict(sorted(opts.baked.items()))}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(NAME, opts.ns),
             "data": data}
+
+
+def _tsig_secret(opts: InstallOptions) -> list[dict[str, Any]]:
+    if opts.tsig_key is None:
+        return []
+    return [{"apiVersion": "v1", "kind": "Secret", "metadata": meta(TSIG_SECRET, opts.ns),
+             "type": "Opaque",
+             "data": {"key": base64.b64encode(opts.tsig_key.encode()).decode()}}]
+
+
+def _tsig_volume(opts: InstallOptions) -> list[dict[str, Any]]:
+    # 0444: the pod runs as 65532 and the kubelet writes the file as root; only the dnsside
+    # container mounts it (in sidecar mode CoreDNS's containers do not see it).
+    if opts.tsig_key is None:
+        return []
+    return [{"name": TSIG_SECRET, "secret": {"secretName": TSIG_SECRET, "defaultMode": 0o444}}]
+
+
+def pod_annotations(opts: InstallOptions, cm: Mapping[str, Any]) -> dict[str, str]:
+    """The hashes that roll the pods when what dnsside reads at start changes. The key's
+    is a SHA-256 of the key file cut to 64 bits: it tells versions apart and, of a 256-bit
+    random secret, gives nothing away."""
+    out = {CONFIG_HASH: config_hash(cm)}
+    if opts.tsig_key is not None:
+        out[TSIG_HASH] = hashlib.sha256(opts.tsig_key.encode()).hexdigest()[:16]
+    return out
 
 
 def config_hash(config_map: Mapping[str, Any]) -> str:
@@ -283,6 +332,9 @@ def _container(opts: InstallOptions, listen: str, http_listen: str, http_port: i
     }
     container["securityContext"] = dict(_SECURITY)
     container["volumeMounts"] = [{"name": tmp_volume, "mountPath": "/tmp"}]
+    if opts.tsig_key is not None:
+        container["volumeMounts"].append({"name": TSIG_SECRET, "mountPath": TSIG_DIR,
+                                          "readOnly": True})
     return container
 
 
@@ -312,6 +364,7 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
         _cluster_role(NAME),
         _binding(NAME, ns, NAME),
         *_secrets_rbac(opts, NAME, NAME),
+        *_tsig_secret(opts),
         cm,
     ]
     spread = [
@@ -342,7 +395,7 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
         ]}},
         "containers": [_container(opts, f"[::]:{opts.port}", f"[::]:{HTTP_PORT}", HTTP_PORT,
                                   "metrics", "tmp")],
-        "volumes": [_tmp_volume("tmp")],
+        "volumes": [_tmp_volume("tmp"), *_tsig_volume(opts)],
     }
     objs.append({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -358,7 +411,7 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
                 "metadata": {
                     "labels": pod_labels,
                     "annotations": {
-                        CONFIG_HASH: config_hash(cm),
+                        **pod_annotations(opts, cm),
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(HTTP_PORT),
                         "prometheus.io/path": "/metrics",
@@ -407,7 +460,7 @@ def _sidecar(opts: InstallOptions) -> list[dict[str, Any]]:
         "containers": [_container(opts, f"127.0.0.1:{SIDECAR_DNS_PORT}",
                                   f"[::]:{SIDECAR_HTTP_PORT}", SIDECAR_HTTP_PORT,
                                   "dnsside-http", "dnsside-tmp")],
-        "volumes": [_tmp_volume("dnsside-tmp")],
+        "volumes": [_tmp_volume("dnsside-tmp"), *_tsig_volume(opts)],
     }
     grace = termination_grace(opts.lameduck)
     if grace > COREDNS_DEFAULT_GRACE:  # never shorten what CoreDNS has
@@ -420,12 +473,13 @@ def _sidecar(opts: InstallOptions) -> list[dict[str, Any]]:
             # immutable, so a different one makes the apply fail instead of doing harm.
             "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
             "template": {
-                "metadata": {"annotations": {CONFIG_HASH: config_hash(cm)}},
+                "metadata": {"annotations": pod_annotations(opts, cm)},
                 "spec": pod_spec,
             },
         },
     }
     return [
+        *_tsig_secret(opts),
         cm,
         _cluster_role(role),
         _binding(role, ns, opts.coredns_service_account),

@@ -276,7 +276,8 @@ def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
     return [option, texts[0]], convert(texts[0])
 
 
-def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
     """Generic over `dnsside serve`'s parser: a flag added there works here unchanged."""
     from dnsside.cli import build_parser, serve_parser
 
@@ -284,9 +285,14 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
     serve_actions = {s: a for a in serve_parser()._actions for s in a.option_strings}
     assert {f.serve_flag for f in flags} >= {"--ttl", "--zone", "--namespace", "--lameduck",
                                              "--publish-not-ready", "--srv-priority"}
+    key_file = tmp_path / "tsig.key"
+    key_file.write_text(subprocess.run(["tsig-keygen", "xfr"], check=True, capture_output=True,
+                                       text=True).stdout)
     for f in flags:
         action = serve_actions[f.serve_flag]
         words, expected = _sample(f.option, action)
+        if f.serve_flag == "--tsig-key-file":  # a file read at install; the pod reads a copy
+            words, expected = [f.option, str(key_file)], manifests.TSIG_KEY_PATH
         # What a linked cluster's connection takes means something only with --flat-network.
         needs = (["--flat-network"] if f.serve_flag.startswith(("--flat-network-",
                                                                  "--insecure-remote-"))
