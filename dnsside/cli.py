@@ -130,8 +130,8 @@ def tsig_key(config: Config) -> TsigKey | None:
         raise ValueError(f"--tsig-key-file: {exc}") from None
 
 
-async def _serve(config: Config) -> int:
-    app = App(config, make_source(config))
+async def _serve(config: Config, key: TsigKey | None) -> int:
+    app = App(config, make_source(config), key)
     return await app.run()
 
 
@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = Config.from_flags(args.command, vars(args), os.environ.get("POD_IP"))
         config.check()
-        tsig_key(config)
+        key = tsig_key(config)
         if args.command == "explain":
             name, qtype = explain_question(args.name, args.type)
             return asyncio.run(_explain(config, name, qtype, args.output))
@@ -206,10 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 import uvloop
 
-                return int(uvloop.run(_serve(config)))
+                return int(uvloop.run(_serve(config, key)))
             except ImportError:
                 pass
-        return asyncio.run(_serve(config))
+        return asyncio.run(_serve(config, key))
     except (FileSourceError, KubeConfigError, ValueError, OSError) as exc:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2

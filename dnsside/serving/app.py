@@ -26,9 +26,10 @@ from dnsside.config import Config, networks, parse_hostport
 from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
 from dnsside.core.index import Index, IndexOptions, Observer
 from dnsside.core.publishing import make_responder
+from dnsside.dns.tsig import TsigKey
 from dnsside.dns.zone import ZoneOptions
 from dnsside.serving.http import HttpServer
-from dnsside.serving.notify import Notifier
+from dnsside.serving.notify import Notifier, notify_signer
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.serving.transfer import Transfers
@@ -154,7 +155,7 @@ def make_source(config: Config) -> Source:
 
 
 class App:
-    def __init__(self, config: Config, source: Source) -> None:
+    def __init__(self, config: Config, source: Source, tsig: TsigKey | None = None) -> None:
         self.config = config
         self.source = source
         self.index = make_index(config, IndexReporter())
@@ -166,10 +167,10 @@ class App:
         self.tcp = TcpConnections(
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log,
             Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer"),
-                      self.index.versions),
+                      self.index.versions, tsig),
         )
-        self.notifier = (Notifier(config.notify, self.responder.zones) if config.notify
-                         else None)
+        self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig))
+                         if config.notify else None)
         self.versioning = Versioning(self.index, self.notifier)
         if config.notify and not transfers_allowed(config):
             log.warning("--notify %s: NOTIFYs are sent, but no transfer is allowed, so the "

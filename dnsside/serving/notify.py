@@ -15,10 +15,12 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 
 from dnsside.config import parse_hostport
 from dnsside.dns.notify import notify_answer, notify_message
+from dnsside.dns.tsig import TsigKey, sign_query, verify_response
 from dnsside.dns.wire import NOERROR
 from dnsside.dns.zone import Zone
 from dnsside.telemetry import metrics
@@ -30,6 +32,20 @@ LONGEST_WAIT = 60.0
 
 # Sign a NOTIFY (returns what to send and a check of the answer), for --tsig-key-file.
 Signer = Callable[[bytes], tuple[bytes, Callable[[bytes], bool]]]
+
+
+def notify_signer(key: TsigKey | None) -> Signer | None:
+    """With ``--tsig-key-file``, each NOTIFY is signed and only an answer signed with the
+    same key counts as one (RFC 8945 §5.3)."""
+    if key is None:
+        return None
+    signing_key = key
+
+    def sign(message: bytes) -> tuple[bytes, Callable[[bytes], bool]]:
+        signed, mac = sign_query(message, signing_key, int(time.time()))
+        return signed, lambda reply: verify_response(reply, signing_key, mac, int(time.time()))
+
+    return sign
 
 
 class _Answers(asyncio.DatagramProtocol):

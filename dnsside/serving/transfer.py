@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from dnsside.config import IPNetwork, allowed_peer
 from dnsside.dns import transfer
 from dnsside.dns.responder import Responder
+from dnsside.dns.tsig import ReplySigner, TsigKey, Verdict, error_reply, overhead, verify_request
 from dnsside.dns.versions import ZoneVersions, record_bytes
-from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT
+from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.transfer")
 
-_LOGGED_PEERS = 256  # refused peers named in the log, one line each; then only counted
+_LOGGED_PEERS = 256  # refusals named in the log, one line a client and reason; then counted
 
 
 class Transfers:
@@ -38,32 +39,45 @@ class Transfers:
     (``--allow-transfer``; empty and no key: nobody)."""
 
     def __init__(self, responder: Responder, allow: Sequence[IPNetwork] = (),
-                 versions: Mapping[bytes, ZoneVersions] | None = None) -> None:
+                 versions: Mapping[bytes, ZoneVersions] | None = None,
+                 tsig: TsigKey | None = None) -> None:
         self.responder = responder
         self.allow = tuple(allow)
         self.versions: Mapping[bytes, ZoneVersions] = versions or {}
-        self._refused_logged: set[str] = set()
+        self.tsig = tsig
+        self._refused_logged: set[tuple[str, str]] = set()  # (client, why) already logged
 
     @property
     def enabled(self) -> bool:
-        return bool(self.allow)
+        return bool(self.allow) or self.tsig is not None
 
     def answer(self, message: bytes, peer: str) -> list[bytes] | None:
         """The replies to ``message`` from ``peer`` when it asks for a transfer of one of
-        our zones (one REFUSED or SERVFAIL reply when it gets none), else None."""
+        our zones (one REFUSED, NOTAUTH or SERVFAIL reply when it gets none), else None."""
         req = transfer.request(message, self.responder.zone_by_wire)
         if req is None:
             return None
-        if not self.enabled or not allowed_peer(peer, self.allow):
-            return self._refused(req, message, peer, "not in --allow-transfer"
-                                 if self.enabled else "no --allow-transfer")
+        if not self.enabled:
+            return self._refused(req, peer, "no --allow-transfer or --tsig-key-file")
+        if self.allow and not allowed_peer(peer, self.allow):
+            return self._refused(req, peer, "not in --allow-transfer")
+        sign: Callable[[bytes], bytes] = _unsigned
+        if self.tsig is not None:
+            verdict = verify_request(message, self.tsig, int(time.time()))
+            if verdict.status == "unsigned":
+                return self._refused(req, peer, "no TSIG, and --tsig-key-file asks "
+                                     "every transfer for one", "badtsig")
+            if verdict.status != "ok":
+                return self._bad_tsig(req, message, peer, verdict)
+            req = transfer.request(verdict.message, self.responder.zone_by_wire) or req
+            sign = ReplySigner(self.tsig, verdict.mac, verdict.now).sign
         versions = self.versions.get(req.zone.wire)
         if versions is None or versions.serial is None or not self.responder.ready:
             return self._failed(req, peer, "no version of the zone yet (the first sync is "
-                                "not done)")
+                                "not done)", sign)
         if versions.broken is not None:
             return self._failed(req, peer, "a record cannot be transferred faithfully: "
-                                + versions.broken)
+                                + versions.broken, sign)
         started = time.perf_counter()
         result = "ok"
         records = transfer.ixfr_records(req, versions) if req.qtype == IXFR else None
@@ -71,7 +85,8 @@ class Transfers:
             records = transfer.axfr_records(req, versions)
             if req.qtype == IXFR:
                 result = "full"
-        replies = transfer.messages(req, records, TCP_LIMIT)
+        limit = TCP_LIMIT - (overhead(self.tsig) if self.tsig is not None else 0)
+        replies = [sign(m) for m in transfer.messages(req, records, limit)]
         size = sum(len(m) for m in replies)
         metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
         metrics.TRANSFER_BYTES.inc(size)
@@ -85,20 +100,47 @@ class Transfers:
                  time.perf_counter() - started)
         return replies
 
-    def _refused(self, req: transfer.Request, message: bytes, peer: str, why: str
+    def _refused(self, req: transfer.Request, peer: str, why: str, result: str = "refused"
                  ) -> list[bytes]:
-        metrics.TRANSFERS.labels(type=req.kind, result="refused").inc()
-        if peer not in self._refused_logged and len(self._refused_logged) < _LOGGED_PEERS:
-            self._refused_logged.add(peer)
-            log.warning("transfer: %s of %s refused to %s, %s (counted in "
-                        "dnsside_transfers_total; logged once a client)",
-                        req.kind.upper(), req.zone.origin, peer, why)
-        reply = self.responder.respond(message, udp=False)  # REFUSED, as for any client
-        return [reply] if reply is not None else []
+        metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
+        self._log_once((peer, why), "transfer: %s of %s refused to %s, %s (counted in "
+                       "dnsside_transfers_total; logged once a client and reason)",
+                       req.kind.upper(), req.zone.origin, peer, why)
+        return [transfer.refused(req)]
 
-    def _failed(self, req: transfer.Request, peer: str, why: str) -> list[bytes]:
+    def _bad_tsig(self, req: transfer.Request, message: bytes, peer: str, verdict: Verdict
+                  ) -> list[bytes]:
+        """A TSIG that does not verify: the error RFC 8945 §5.2 says (NOTAUTH with BADKEY,
+        BADSIG, BADTIME or BADTRUNC; FORMERR for a malformed one), counted and logged."""
+        metrics.TRANSFERS.labels(type=req.kind, result="badtsig").inc()
+        self._log_once((peer, verdict.status), "transfer: %s of %s refused to %s: its TSIG "
+                       "is %s (key %s; --tsig-key-file has %s; counted in dnsside_transfers_total "
+                       "{result=\"badtsig\"}; logged once a client and reason)", req.kind.upper(),
+                       req.zone.origin, peer, _TSIG_ERRORS.get(verdict.status, verdict.status),
+                       to_text(verdict.key_name) if verdict.key_name else "?",
+                       self.tsig.name if self.tsig is not None else "none")
+        return [error_reply(message, verdict)]
+
+    def _log_once(self, key: tuple[str, str], text: str, *args: object) -> None:
+        if key not in self._refused_logged and len(self._refused_logged) < _LOGGED_PEERS:
+            self._refused_logged.add(key)
+            log.warning(text, *args)
+
+    def _failed(self, req: transfer.Request, peer: str, why: str,
+                sign: Callable[[bytes], bytes] | None = None) -> list[bytes]:
         metrics.TRANSFERS.labels(type=req.kind, result="error").inc()
         self.responder.tcp_counts[(req.qtype, SERVFAIL)] += 1
         log.error("transfer: %s of %s to %s: SERVFAIL, %s", req.kind.upper(), req.zone.origin,
                   peer, why)
-        return [transfer.failed(req)]
+        return [(sign or _unsigned)(transfer.failed(req))]
+
+
+_TSIG_ERRORS = {"badkey": "signed with a key we do not have (BADKEY)",
+                "badsig": "signed with another secret (BADSIG)",
+                "badtime": "signed too far from our clock (BADTIME; is NTP running?)",
+                "badtrunc": "a truncated MAC (BADTRUNC)",
+                "formerr": "malformed (FORMERR)"}
+
+
+def _unsigned(reply: bytes) -> bytes:
+    return reply

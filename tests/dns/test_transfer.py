@@ -14,11 +14,13 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import dns.rrset
+import dns.tsig
 import pytest
 
 from dnsside.config import networks
 from dnsside.core.index import Index
 from dnsside.dns import transfer
+from dnsside.dns.tsig import make_key
 from dnsside.dns.responder import Responder
 from dnsside.dns.versions import Untransferable, answer_records
 from dnsside.dns.wire import AT_QUESTION, NOERROR, SRV, Answer, rr_head, to_wire
@@ -278,3 +280,51 @@ def test_ixfr_sends_the_differences_that_turn_each_old_version_into_the_current_
             assert serials[0] == serials[-1] == 1003
             assert serials[1:-1] == [s for step in range(since, 1003) for s in (step, step + 1)]
     assert "differences" in caplog.text
+
+
+KEY = dns.tsig.Key("xfr-key.", "c2VjcmV0IHNlY3JldCBzZWNyZXQgc2VjcmV0IDMyIGJ5dGVz", "hmac-sha256")
+OTHER = dns.tsig.Key("xfr-key.", "YW5vdGhlciBzZWNyZXQgb2YgMzIgYnl0ZXMgZm9yIHRlc3Q=", "hmac-sha256")
+
+
+def signed_axfr(key: dns.tsig.Key | None) -> dns.message.Message:
+    q = dns.message.make_query("svc-global.", "AXFR")
+    if key is not None:
+        q.use_tsig(key)
+    return q
+
+
+def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
+        index: Index, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    key = make_key("xfr-key.", "hmac-sha256", KEY.secret)
+    signed = Transfers(index.responder, versions=index.versions, tsig=key)  # any address
+    q = signed_axfr(KEY)
+    replies = signed.answer(q.to_wire(), "192.0.2.7")
+    assert replies is not None
+    # dnspython reads them as dns.query.xfr does: each message's MAC chained to the last.
+    ctx, got = None, []
+    for wire in replies:
+        msg = dns.message.from_wire(wire, keyring={KEY.name: KEY}, request_mac=q.mac,
+                                    xfr=True, tsig_ctx=ctx, multi=True,
+                                    one_rr_per_rrset=True)
+        ctx = msg.tsig_ctx
+        assert msg.had_tsig and msg.rcode() == dns.rcode.NOERROR
+        got += [(rrset.name.to_text().lower(), dns.rdatatype.to_text(rrset.rdtype),
+                 rd.to_text().lower()) for rrset in msg.answer for rd in rrset]
+    assert got == records(axfr(index, "svc-global"))
+    badtsig = count("axfr", "badtsig")
+    unsigned = signed.answer(signed_axfr(None).to_wire(), "192.0.2.7")
+    assert unsigned is not None and parse(unsigned[0]).rcode() == dns.rcode.REFUSED
+    wrong_q = signed_axfr(OTHER)
+    wrong = signed.answer(wrong_q.to_wire(), "192.0.2.7")
+    assert wrong is not None
+    with pytest.raises(dns.tsig.PeerBadSignature):
+        dns.message.from_wire(wrong[0], keyring={OTHER.name: OTHER}, request_mac=wrong_q.mac)
+    assert count("axfr", "badtsig") == badtsig + 2
+    assert "no TSIG, and --tsig-key-file asks every transfer for one" in caplog.text
+    assert "its TSIG is signed with another secret (BADSIG) (key xfr-key." in caplog.text
+    # With --allow-transfer too, both must hold: the key does not open another address.
+    both = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
+                     index.versions, key)
+    outside = both.answer(signed_axfr(KEY).to_wire(), "192.0.2.7")
+    assert outside is not None and parse(outside[0]).rcode() == dns.rcode.REFUSED

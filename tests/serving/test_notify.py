@@ -14,11 +14,13 @@ import dns.message
 import dns.opcode
 import dns.rcode
 import dns.rdatatype
+import dns.tsig
 import pytest
 
+from dnsside.dns.tsig import make_key
 from dnsside.dns.zone import Zone, ZoneOptions
 from dnsside.serving import notify
-from dnsside.serving.notify import Notifier
+from dnsside.serving.notify import Notifier, notify_signer
 from dnsside.telemetry import metrics
 
 pytestmark = pytest.mark.quick
@@ -33,9 +35,11 @@ def count(result: str) -> float:
 class Secondary(asyncio.DatagramProtocol):
     """Receives NOTIFYs; ``answer`` decides the reply to each (None: stay silent)."""
 
-    def __init__(self, answer: Callable[[dns.message.Message], dns.message.Message | None]
+    def __init__(self, answer: Callable[[dns.message.Message], dns.message.Message | None],
+                 parse: Callable[[bytes], dns.message.Message] = dns.message.from_wire
                  ) -> None:
         self.answer = answer
+        self.parse = parse
         self.received: list[dns.message.Message] = []
         self.got = asyncio.Event()
         self.transport: Any = None
@@ -44,7 +48,7 @@ class Secondary(asyncio.DatagramProtocol):
         self.transport = transport  # a datagram transport: it has sendto
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        msg = dns.message.from_wire(data)
+        msg = self.parse(data)
         self.received.append(msg)
         self.got.set()
         reply = self.answer(msg)
@@ -59,11 +63,12 @@ class Secondary(asyncio.DatagramProtocol):
 
 
 @contextlib.asynccontextmanager
-async def secondary(answer: Callable[[dns.message.Message], dns.message.Message | None]
+async def secondary(answer: Callable[[dns.message.Message], dns.message.Message | None],
+                    parse: Callable[[bytes], dns.message.Message] = dns.message.from_wire
                     ) -> AsyncIterator[tuple[Secondary, str]]:
     loop = asyncio.get_running_loop()
     transport, proto = await loop.create_datagram_endpoint(
-        lambda: Secondary(answer), local_addr=("127.0.0.1", 0))
+        lambda: Secondary(answer, parse), local_addr=("127.0.0.1", 0))
     port = transport.get_extra_info("sockname")[1]
     try:
         yield proto, f"127.0.0.1:{port}"
@@ -154,3 +159,30 @@ async def test_a_newer_version_replaces_the_notify_still_retried(
         await notifier.close()
     assert all(m.answer[0][0].serial == 11 for m in sec.received[sent - 1:])
     assert {m.answer[0][0].serial for m in sec.received} == {10, 11}
+
+
+async def test_with_a_key_notifies_are_signed_and_only_a_signed_answer_counts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.05)
+    key = dns.tsig.Key("xfr-key.", "c2VjcmV0IHNlY3JldCBzZWNyZXQgc2VjcmV0IDMyIGJ5dGVz",
+                       "hmac-sha256")
+    keyring = {key.name: key}
+    verified: list[bool] = []
+
+    def answer(msg: dns.message.Message) -> dns.message.Message:
+        verified.append(msg.had_tsig)
+        reply = dns.message.make_response(msg)  # signed like the query, by dnspython
+        if len(verified) == 1:  # the first answer unsigned: not an answer from a keyholder
+            reply.tsig = None
+        return reply
+
+    def parse(wire: bytes) -> dns.message.Message:
+        return dns.message.from_wire(wire, keyring=keyring)
+
+    async with secondary(answer, parse) as (sec, target):
+        signer = notify_signer(make_key("xfr-key.", "hmac-sha256", key.secret))
+        notifier = Notifier([target], ZONES[:1], signer)
+        notifier.notify(12)
+        await wait_until(lambda: notifier.answered.get(target) == 12)
+        await notifier.close()
+    assert verified[:2] == [True, True]  # dnspython checked each NOTIFY's MAC
