@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 import struct
+import time
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 
 from dnsside.dns.names import find_zone
 from dnsside.dns.transfer import authority_serial
+from dnsside.dns.tsig import NOTAUTH, ReplySigner, TsigKey, Verdict, error_reply, verify_request
 from dnsside.dns.versions import serial_newer
 from dnsside.dns.wire import (
     AAAA,
@@ -119,6 +121,9 @@ class Responder:
         self.udp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
         self.tcp_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
         self.dropped = 0
+        # --tsig-key-file: a signed query (a secondary's SOA check, an IXFR over UDP) is
+        # answered signed with it; one signed with another key gets the TSIG error.
+        self.tsig: TsigKey | None = None
         for z in self.zones:
             self.names.update(dict.fromkeys(z.fixed_names, z))
 
@@ -197,12 +202,30 @@ class Responder:
         return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
+        if len(data) >= 12 and data[10:12] != b"\x00\x00" and not data[2] & 0x80:
+            verdict = verify_request(data, self.tsig, int(time.time()))
+            if verdict.status not in ("unsigned", "formerr"):
+                return self._respond_signed(data, udp, verdict)
         reply, stat = self._slow(data, udp)
         if reply is None:
             self.dropped += 1
             return None
         (self.udp_counts if udp else self.tcp_counts)[stat] += 1
         return reply
+
+    def _respond_signed(self, data: bytes, udp: bool, verdict: Verdict) -> bytes | None:
+        """A query with a TSIG: the usual answer to it without the TSIG, signed (RFC 8945
+        §5.3); the TSIG error when it does not verify (§5.2), counted as NOTAUTH."""
+        counts = self.udp_counts if udp else self.tcp_counts
+        if verdict.status != "ok" or verdict.key is None:
+            counts[(0, NOTAUTH)] += 1
+            return error_reply(data, verdict)
+        reply, stat = self._slow(verdict.message, udp)
+        if reply is None:
+            self.dropped += 1
+            return None
+        counts[stat] += 1
+        return ReplySigner(verdict.key, verdict.mac, verdict.now).sign(reply)
 
     def _slow(self, data: bytes, udp: bool) -> tuple[bytes | None, tuple[int, int]]:
         """Every query the fast path did not take: the protocol rules (docs/protocol.md),

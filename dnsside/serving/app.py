@@ -160,6 +160,7 @@ class App:
         self.source = source
         self.index = make_index(config, IndexReporter())
         self.responder = self.index.responder
+        self.responder.tsig = tsig  # signed queries (a secondary's SOA check) answered signed
         metrics.watch_responder(self.responder)
         for transport in ("udp", "tcp"):  # export the series before the first sample
             metrics.ANSWER_SECONDS.labels(transport=transport)

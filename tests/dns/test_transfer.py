@@ -328,3 +328,26 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
                      index.versions, key)
     outside = both.answer(signed_axfr(KEY).to_wire(), "192.0.2.7")
     assert outside is not None and parse(outside[0]).rcode() == dns.rcode.REFUSED
+
+
+def test_a_signed_query_is_answered_signed_and_a_wrong_key_gets_notauth() -> None:
+    """A secondary signs its SOA checks (and an IXFR over UDP): the answer must be signed,
+    or it throws it away."""
+    responder = file_index(DEMO).responder
+    responder.tsig = make_key("xfr-key.", "hmac-sha256", KEY.secret)
+    for transport in (True, False):
+        q = dns.message.make_query("svc-global.", "SOA")
+        q.use_tsig(KEY)
+        reply = dns.message.from_wire(responder.respond(q.to_wire(), transport) or b"",
+                                      keyring={KEY.name: KEY}, request_mac=q.mac)
+        assert reply.had_tsig and reply.rcode() == dns.rcode.NOERROR
+        assert reply.answer[0].rdtype == dns.rdatatype.SOA
+    wrong = dns.message.make_query("svc-global.", "SOA")
+    wrong.use_tsig(OTHER)
+    with pytest.raises(dns.tsig.PeerBadSignature):
+        dns.message.from_wire(responder.respond(wrong.to_wire(), True) or b"",
+                              keyring={OTHER.name: OTHER}, request_mac=wrong.mac)
+    responder.tsig = None  # no key at all: a signed query is BADKEY
+    with pytest.raises(dns.tsig.PeerBadKey):
+        dns.message.from_wire(responder.respond(wrong.to_wire(), True) or b"",
+                              keyring={OTHER.name: OTHER}, request_mac=wrong.mac)
