@@ -1,4 +1,4 @@
-"""Zone transfer to the secondaries people run: NSD and BIND pull dnsside's zones and then
+"""Zone transfer to the secondaries people run: NSD, BIND and Knot pull dnsside's zones and then
 answer every name as dnsside does, and pick up a change by their next SOA poll; dig and
 kdig transfer from an allowed address and are refused from another; a zone too big for
 one message arrives whole."""
@@ -21,11 +21,12 @@ import yaml
 
 from bench import topology
 from testkit.rawdns import IXFR, bulk_objects, parse, query, udp
-from testkit.secondaries import BindSecondary, NsdSecondary, Secondary
+from testkit.secondaries import BindSecondary, KnotSecondary, NsdSecondary, Secondary
 from testkit.serve import DEMO, Dnsside, answers, demo_server, wait_for
 
 ZONES = ["svc-global", "clusterset.local"]
 ALLOW = ("--allow-transfer", "127.0.0.1/32")
+SECONDARIES = [NsdSecondary, BindSecondary, KnotSecondary]
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def test_axfr_soa_first_and_last_apex_ns_and_glue(primary: Dnsside) -> None:
     assert ("dns-version.clusterset.local.", "TXT", '"1.0.0"') in mcs
 
 
-@pytest.mark.parametrize("kind", [NsdSecondary, BindSecondary])
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
 def test_secondary_answers_every_name_as_dnsside(primary: Dnsside, tmp_path: Path,
                                                  kind: type[Secondary]) -> None:
     secondary = kind(tmp_path, primary, ZONES)
@@ -203,7 +204,7 @@ def test_a_zone_of_several_messages_arrives_whole(tmp_path: Path) -> None:
         print(line)
 
 
-@pytest.mark.parametrize("kind", [NsdSecondary, BindSecondary])
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
 def test_a_change_reaches_the_secondary_by_its_next_poll(tmp_path: Path,
                                                          kind: type[Secondary]) -> None:
     """No NOTIFY yet: the secondary polls the SOA every 5 s (min/max-refresh-time), sees
