@@ -13,26 +13,30 @@ when it answers the SOA of every zone with the serial dnsside serves.
 The configs here are the ones docs/zone-transfer.md gives, with test paths and ports.
 A secondary keeps its files in its ``tmp``: :meth:`Secondary.stop` then
 :meth:`Secondary.start` (or :meth:`Secondary.restart` with a new primary) brings it back
-on the same storage and the same port, holding the serial it had.
+on the same storage and the same port, serving the serial it held until it polls.
 """
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Literal
 
 import dns.exception
 import dns.flags
 import dns.message
+import dns.opcode
 import dns.query
 import dns.rcode
 import dns.rdatatype
+import dns.tsigkeyring
 
-from testkit.resolvers import PeerProcess, free_port
+from testkit.resolvers import PeerProcess
 from testkit.serve import Dnsside, wait_for
 
 Tsig = tuple[str, str, str]
 """(key name, algorithm such as "hmac-sha256", base64 secret)."""
+Until = Literal["current", "held", "listening"]
 
 
 def serial(port: int, zone: str) -> int | None:
@@ -69,20 +73,27 @@ class Secondary(PeerProcess):
     def configure(self) -> list[str]:
         raise NotImplementedError
 
-    def start(self, timeout: float = 60.0, caught_up: bool = True) -> None:
-        """Start; wait until every zone is served at dnsside's current serial, or with
-        ``caught_up=False`` until every zone is served at all (a restart on storage that
-        holds the zones: at the serial it held, before any poll)."""
+    def zone_file(self, zone: str) -> Path:
+        """Where it keeps ``zone`` across a restart."""
+        raise NotImplementedError
+
+    def start(self, timeout: float = 60.0, until: Until = "current") -> None:
+        """Start, and wait ``until`` every zone is served at dnsside's current serial
+        ("current"), or served at all ("held": a restart on storage that holds the zones,
+        at the serial it held), or only until the server answers ("listening": it has not
+        transferred, e.g. its primary refuses it)."""
 
         def ready() -> bool:
             self.exited()
+            if until == "listening":
+                return self.answers()
             held = [self.serial(z) for z in self.zones]
-            if not caught_up:
+            if until == "held":
                 return None not in held
             return all(s is not None and s == serial(self.primary.port, z)
-                       for s, z in zip(held, self.zones))
+                       for s, z in zip(held, self.zones, strict=True))
 
-        what = f"{self.kind} to {'transfer' if caught_up else 'serve'} {', '.join(self.zones)}"
+        what = f"{self.kind} to be {until} on {', '.join(self.zones)}"
         if not self.port:
             self.start_on_a_free_port(self.configure, ready, timeout, what)
             return
@@ -94,17 +105,39 @@ class Secondary(PeerProcess):
             raise AssertionError(f"{self.kind} did not start on port {self.port}:\n"
                                  f"{self.log_text()}") from None
 
-    def restart(self, primary: Dnsside | None = None, caught_up: bool = True) -> None:
+    def restart(self, primary: Dnsside | None = None, until: Until = "current") -> None:
         """Stop, then start on the same files and port; from ``primary`` if given (a
         restarted dnsside on another port)."""
         self.stop()
         if primary is not None:
             self.primary = primary
-        self.start(caught_up=caught_up)
+        self.start(until=until)
 
     def serial(self, zone: str) -> int | None:
         """The serial this secondary serves for ``zone`` (None: not served)."""
         return serial(self.port, zone.rstrip("."))
+
+    def answers(self) -> bool:
+        """Whether it answers a query at all (any rcode)."""
+        try:
+            dns.query.udp(dns.message.make_query(self.zones[0], "SOA"), "127.0.0.1",
+                          port=self.port, timeout=0.5)
+        except (dns.exception.Timeout, OSError):
+            return False
+        return True
+
+    def send_notify(self, zone: str, source: str = "127.0.0.1", tsig: Tsig | None = None
+               ) -> dns.message.Message:
+        """Send the NOTIFY for ``zone`` a primary sends (from ``source``, an ephemeral
+        port, signed with ``tsig`` if given); the reply (signed replies are checked)."""
+        msg = dns.message.make_query(zone, "SOA")
+        msg.flags = dns.flags.AA  # before the opcode: assigning flags clears it
+        msg.set_opcode(dns.opcode.NOTIFY)
+        if tsig:
+            name, algorithm, secret = tsig
+            msg.use_tsig(dns.tsigkeyring.from_text({name: (algorithm, secret)}),
+                         keyname=name)
+        return dns.query.udp(msg, "127.0.0.1", port=self.port, source=source, timeout=5.0)
 
     def query(self, name: str, rdtype: str) -> dns.message.Message:
         q = dns.message.make_query(name, rdtype, use_edns=0, payload=1232)
@@ -129,6 +162,9 @@ class NsdSecondary(Secondary):
     kind = "nsd"
     asks_ixfr = True
 
+    def zone_file(self, zone: str) -> Path:
+        return self.tmp / f"{zone.rstrip('.')}.zone"
+
     def configure(self) -> list[str]:
         conf = self.tmp / "nsd.conf"
         key = "NOKEY"
@@ -150,6 +186,8 @@ zone:
     provide-xfr: 127.0.0.0/8 NOKEY
     min-refresh-time: {self.refresh}
     max-refresh-time: {self.refresh}
+    min-retry-time: {self.refresh}
+    max-retry-time: {self.refresh}
 """ for z in self.zones)
         conf.write_text(f"""\
 server:
@@ -164,6 +202,9 @@ server:
     xfrdfile: "{self.tmp}/xfrd.state"
     zonelistfile: "{self.tmp}/zone.list"
     database: ""
+    # NSD keeps a zone in memory and writes it out only this often: a restart before
+    # then starts without it
+    zonefiles-write: 10
     verbosity: 2
     rrl-ratelimit: 0
     rrl-whitelist-ratelimit: 0
@@ -178,12 +219,17 @@ class BindSecondary(Secondary):
     """named in the foreground (`-g`), authoritative only.
 
     Holding a version, it asks IXFR (`request-ixfr yes`, the default, said anyway) and
-    takes an AXFR-form answer. It takes NOTIFY from its primaries' addresses by default
-    (whatever the port), so ``notify`` adds `allow-notify { 127.0.0.1; }` only to say
-    so; with ``tsig`` the primary is named with the key, and the ACL asks for the key."""
+    takes an AXFR-form answer. It takes NOTIFY from its primaries' addresses (whatever
+    the port) by default, and with ``tsig`` still takes an unsigned one from there: BIND
+    checks no key on a primary's NOTIFY, which only makes it poll, and the poll is
+    signed. ``notify`` adds `allow-notify`: 127.0.0.1, or with ``tsig`` the key (a
+    NOTIFY signed with it is then taken from any address)."""
 
     kind = "bind"
     asks_ixfr = True
+
+    def zone_file(self, zone: str) -> Path:
+        return self.tmp / f"{zone.rstrip('.')}.db"
 
     def configure(self) -> list[str]:
         conf = self.tmp / "named.conf"
@@ -220,6 +266,8 @@ options {{
     max-records-per-type 0;
     min-refresh-time {self.refresh};
     max-refresh-time {self.refresh};
+    min-retry-time {self.refresh};
+    max-retry-time {self.refresh};
 }};
 controls {{ }};
 {zones}
@@ -238,6 +286,9 @@ class KnotSecondary(Secondary):
 
     kind = "knot"
     asks_ixfr = True
+
+    def zone_file(self, zone: str) -> Path:
+        return self.tmp / "knot" / f"{zone.rstrip('.')}.zone"
 
     def configure(self) -> list[str]:
         home = self.tmp / "knot"
@@ -275,7 +326,7 @@ server:
 control:
     listen: knot.sock
 log:
-  - target: stdout
+  - target: stderr
     any: info
 database:
     storage: "{home}"
@@ -288,6 +339,8 @@ database:
     file: "%s.zone"
     refresh-min-interval: {max(self.refresh, 2)}
     refresh-max-interval: {max(self.refresh, 2)}
+    retry-min-interval: {max(self.refresh, 2)}
+    retry-max-interval: {max(self.refresh, 2)}
 zone:{zones}""")
         check(["knotc", "-c", str(conf), "conf-check"])
         return ["knotd", "-c", str(conf)]
