@@ -203,7 +203,7 @@ server:
     zonelistfile: "{self.tmp}/zone.list"
     database: ""
     # NSD keeps a zone in memory and writes it out only this often: a restart before
-    # then starts without it
+    # then starts without it (after database:, which sets its default)
     zonefiles-write: 10
     verbosity: 2
     rrl-ratelimit: 0
