@@ -13,15 +13,16 @@ if [ "${1:-}" = "--quick" ]; then
   exec .venv/bin/pytest -q -m quick -n 2 "$@"
 fi
 
-# Real peers the tests start: dig/kdig, unbound, nsd, dnsperf (bench), shellcheck (deploy/demo);
+# Real peers the tests start: dig/kdig, unbound, dnsperf (bench), shellcheck (deploy/demo);
 # application resolvers and peers in a network namespace (`ip netns`): dnsmasq on port 53,
 # Go (golang-go), Java JNDI (`java File.java` needs the JDK), etcd + etcdctl, openssl;
 # promtool from prometheus (the alert rules; its service is not started in a container);
 # the resolver matrix: BIND (named, named-checkzone), knot-resolver, PowerDNS Recursor, dnsmasq;
+# the zone-transfer secondaries: NSD, BIND and Knot (knotd, knotc);
 # sysctl (procps) and setpriv (util-linux): the manifest's pod on port 53 as non-root.
 packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck prometheus
           iproute2 dnsmasq-base golang-go openjdk-17-jdk-headless etcd-server etcd-client openssl
-          bind9 knot-resolver pdns-recursor procps util-linux)
+          bind9 knot knot-resolver pdns-recursor procps util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,12 +1,14 @@
-"""Zone transfer to the secondaries people run: NSD and BIND pull dnsside's zones and then
-answer every name as dnsside does, and pick up a change by their next SOA poll; dig and
-kdig transfer from an allowed address and are refused from another; a zone too big for
-one message arrives whole."""
+"""Zone transfer to the secondaries people run: NSD, BIND and Knot pull dnsside's zones and then
+answer every name as dnsside does, pick up a change by their next SOA poll or at once on
+a NOTIFY, take a NOTIFY only from the primary's address (and signed, with a key), and
+serve what they held after a restart; dig and kdig transfer from an allowed address and
+are refused from another; a zone too big for one message arrives whole."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,17 +17,22 @@ import dns.name
 import dns.query
 import dns.rcode
 import dns.rdatatype
+import dns.tsig
 import dns.xfr
 import pytest
 import yaml
 
 from bench import topology
 from testkit.rawdns import IXFR, bulk_objects, parse, query, udp
-from testkit.secondaries import BindSecondary, NsdSecondary, Secondary
+from testkit.secondaries import BindSecondary, KnotSecondary, NsdSecondary, Secondary, Tsig
 from testkit.serve import DEMO, Dnsside, answers, demo_server, wait_for
 
 ZONES = ["svc-global", "clusterset.local"]
 ALLOW = ("--allow-transfer", "127.0.0.1/32")
+SECONDARIES = [NsdSecondary, BindSecondary, KnotSecondary]
+# `tsig-keygen -a hmac-sha256 xfr-key`, and the same key with another secret
+KEY: Tsig = ("xfr-key", "hmac-sha256", "cTaeNLkiyNPuYPuAmMvWRxrqIubyQ0EQavBnSShpBDU=")
+WRONG: Tsig = ("xfr-key", "hmac-sha256", "qG0NP1r0jWTGNBJdSf3Dgxz3WqRNGDCsy8mFezNEFnI=")
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +100,7 @@ def test_axfr_soa_first_and_last_apex_ns_and_glue(primary: Dnsside) -> None:
     assert ("dns-version.clusterset.local.", "TXT", '"1.0.0"') in mcs
 
 
-@pytest.mark.parametrize("kind", [NsdSecondary, BindSecondary])
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
 def test_secondary_answers_every_name_as_dnsside(primary: Dnsside, tmp_path: Path,
                                                  kind: type[Secondary]) -> None:
     secondary = kind(tmp_path, primary, ZONES)
@@ -203,14 +210,20 @@ def test_a_zone_of_several_messages_arrives_whole(tmp_path: Path) -> None:
         print(line)
 
 
-@pytest.mark.parametrize("kind", [NsdSecondary, BindSecondary])
-def test_a_change_reaches_the_secondary_by_its_next_poll(tmp_path: Path,
-                                                         kind: type[Secondary]) -> None:
-    """No NOTIFY yet: the secondary polls the SOA every 5 s (min/max-refresh-time), sees
-    the new serial and transfers the new zone."""
+def editable_demo(tmp_path: Path) -> tuple[dict[str, list[dict[str, object]]], Path]:
+    """The demo source as a file a test changes, and its path."""
     demo = yaml.safe_load(DEMO.read_text())
     path = tmp_path / "zone.yaml"
     path.write_text(yaml.safe_dump(demo))
+    return demo, path
+
+
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
+def test_a_change_reaches_the_secondary_by_its_next_poll(tmp_path: Path,
+                                                         kind: type[Secondary]) -> None:
+    """Without NOTIFY: the secondary polls the SOA every 2 s (its refresh capped), sees
+    the new serial and transfers the new zone."""
+    demo, path = editable_demo(tmp_path)
     with Dnsside("--source", str(path), "--cluster-name", "east", "--reload-interval", "0.2",
                  *ALLOW) as srv:
         secondary = kind(tmp_path, srv, ["svc-global"], refresh=2)
@@ -229,3 +242,96 @@ def test_a_change_reaches_the_secondary_by_its_next_poll(tmp_path: Path,
             srv.wait_log("transfer: IXFR of svc-global. to 127.0.0.1: serial")
         finally:
             secondary.stop()
+
+
+
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
+def test_a_notify_from_the_primary_address_brings_a_change_before_the_poll(
+        tmp_path: Path, kind: type[Secondary]) -> None:
+    """With ``notify``, a NOTIFY from 127.0.0.1 (sent here by the test, from an ephemeral
+    port as dnsside's --notify does) makes the secondary poll at once, where its refresh is
+    an hour; one from 127.0.0.2 is refused (REFUSED from NSD and BIND, NOTAUTH from Knot)."""
+    demo, path = editable_demo(tmp_path)
+    with Dnsside("--source", str(path), "--cluster-name", "east", "--reload-interval", "0.2",
+                 *ALLOW) as srv:
+        secondary = kind(tmp_path, srv, ["svc-global"], refresh=3600, notify=True)
+        try:
+            secondary.start()
+            name = "fresh.bulk.svc-global"
+            assert secondary.query(name, "A").rcode() == dns.rcode.NXDOMAIN
+            demo["items"] += bulk_objects("fresh", "bulk", 3, 97)
+            path.write_text(yaml.safe_dump(demo))
+            wait_for(lambda: answers(srv.query(name, "A")), 10, "dnsside to reload")
+            stranger = secondary.send_notify("svc-global.", source="127.0.0.2")
+            assert stranger.rcode() in (dns.rcode.REFUSED, dns.rcode.NOTAUTH), stranger
+            assert secondary.send_notify("svc-global.").rcode() == dns.rcode.NOERROR
+            got = wait_for(lambda: answers(secondary.query(name, "A")), 30,
+                           f"{kind.kind} to transfer on the NOTIFY")
+            assert got == ["10.97.0.1", "10.97.0.2", "10.97.0.3"]
+        finally:
+            secondary.stop()
+
+
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
+def test_with_tsig_a_secondary_takes_a_notify_signed_with_its_key(
+        primary: Dnsside, tmp_path: Path, kind: type[Secondary]) -> None:
+    """With ``tsig`` and ``notify``: the secondary loads the key and takes a NOTIFY signed
+    with it (its reply signed too, which dnspython checks); a wrong secret fails the
+    signature check; an unsigned NOTIFY is refused by NSD and Knot, and taken by BIND,
+    which checks no key on a NOTIFY from its primary's address. The secondary signs its
+    own requests, which this dnsside (no key) does not answer signed: it never transfers
+    here, so the test waits only until it answers."""
+    secondary = kind(tmp_path, primary, ["svc-global"], refresh=3600, tsig=KEY, notify=True)
+    try:
+        secondary.start(until="listening")
+        signed = secondary.send_notify("svc-global.", tsig=KEY)
+        assert signed.rcode() == dns.rcode.NOERROR and signed.had_tsig
+        with pytest.raises(dns.tsig.PeerBadSignature):
+            secondary.send_notify("svc-global.", tsig=WRONG)
+        unsigned = secondary.send_notify("svc-global.").rcode()
+        if kind is BindSecondary:
+            assert unsigned == dns.rcode.NOERROR
+        else:
+            assert unsigned in (dns.rcode.REFUSED, dns.rcode.NOTAUTH)
+        assert secondary.serial("svc-global") is None
+    finally:
+        secondary.stop()
+
+
+@pytest.mark.parametrize("kind", SECONDARIES, ids=lambda k: k.kind)
+def test_a_restarted_secondary_serves_what_it_held_then_catches_up(
+        tmp_path: Path, kind: type[Secondary]) -> None:
+    """Stopped, then started on its own files while dnsside is down, the secondary serves
+    the zone at the serial it held; pointed at a new dnsside with more in the zone, it
+    transfers that at its next try (the retry time is capped like the refresh: the
+    SOA's 1,800 s would hold it back after the failed tries while dnsside was down)."""
+    demo, path = editable_demo(tmp_path)
+    name = "fresh.bulk.svc-global"
+    with Dnsside("--source", str(path), "--cluster-name", "east", *ALLOW) as first:
+        owner = next(o for o, t, _r in transfer(first, "svc-global")
+                     if t == "A" and o != "svc-global.")
+        secondary = kind(tmp_path, first, ["svc-global"], refresh=2)
+        secondary.start()
+        held = secondary.serial("svc-global")
+        assert held is not None
+        before = answers(secondary.query(owner, "A"))
+        assert before == answers(first.query(owner, "A"))
+        # NSD writes a transferred zone out every zonefiles-write seconds, not at once
+        wait_for(secondary.zone_file("svc-global").exists, 30, "the zone file")
+    try:
+        secondary.restart(until="held")
+        assert secondary.serial("svc-global") == held
+        assert answers(secondary.query(owner, "A")) == before
+        assert secondary.query(name, "A").rcode() == dns.rcode.NXDOMAIN
+        demo["items"] += bulk_objects("fresh", "bulk", 3, 97)
+        path.write_text(yaml.safe_dump(demo))
+        # dnsside's serial starts from the clock: a new one serves a higher serial once
+        # the clock has passed the old serial.
+        wait_for(lambda: time.time() > held + 1, 30, "the clock to pass the held serial")
+        with Dnsside("--source", str(path), "--cluster-name", "east", *ALLOW) as second:
+            secondary.restart(second)
+            assert (secondary.serial("svc-global") or 0) > held
+            assert answers(secondary.query(name, "A")) == ["10.97.0.1", "10.97.0.2",
+                                                           "10.97.0.3"]
+    finally:
+        secondary.stop()
