@@ -81,6 +81,9 @@ class Dnsside:
         self.http_port = int(h.group(1))
         if wait_synced:
             self.wait_log("initial sync done", timeout)
+            if any(a.startswith(("--allow-transfer", "--tsig-key-file")) for a in args):
+                # Transfers start with the first version, cut within a second of the sync.
+                self.wait_log("zone version", timeout)
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
