@@ -16,8 +16,10 @@ replicas that see a change within the same second give it the same serial. Shoul
 clock step back, the serial counts on from the last one (RFC 1982 arithmetic, 32 bits)
 until the clock catches up.
 
-The history holds at most ``limit`` differences and never more records in them than
-the zone itself holds: past that, a full transfer is cheaper than the differences.
+The history holds at most ``limit`` differences and, beyond the newest one, no more
+records in them than the zone itself holds: past that, a full transfer is cheaper than
+the differences. The newest one stays whatever its size, so a secondary one version
+behind, the usual case with NOTIFY, always gets differences.
 """
 
 from __future__ import annotations
@@ -204,9 +206,14 @@ class ZoneVersions:
         return diff
 
     def _trim(self) -> None:
-        while self.history and (len(self.history) > self.limit
-                                or self.history_records > len(self.live)):
-            self.history_records -= self.history.popleft().size
+        """Keep ``limit`` differences, and beyond the newest one no more records than the
+        zone holds: a secondary one version behind (the usual case, told by NOTIFY) always
+        gets the differences, however large; one further behind gets the whole zone when
+        that is smaller."""
+        history = self.history
+        while history and (len(history) > self.limit or (
+                len(history) > 1 and self.history_records > len(self.live))):
+            self.history_records -= history.popleft().size
 
     def records(self) -> list[Record]:
         """The current version's records (not the SOA), in no particular order."""

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from dnsside.dns.responder import Responder
 
 _RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
-           16: "BADVERS"}
+           9: "NOTAUTH", 16: "BADVERS"}
 _QTYPES = {0: "none", 1: "A", 2: "NS", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA",
            33: "SRV", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY"}
 

@@ -99,8 +99,10 @@ def test_the_history_keeps_at_most_limit_versions_and_no_more_records_than_the_z
         v.cut(serial)
     assert v.history_versions == 3 and v.history_records == 6
     assert v.differences(serial - 3) is not None and v.differences(serial - 4) is None
-    # One version that replaces more records than the zone holds empties the history.
+    # One version that changes more records than the zone holds leaves only itself: a
+    # secondary one version behind still gets differences, one further behind the zone.
     for i in range(5, 20):
         v.replace(names[i][0], names[i][1], None)
     v.cut(serial + 1)
-    assert v.history_versions == 0 and v.differences(serial) is None
+    assert v.history_versions == 1 and v.history_records == 15
+    assert v.differences(serial) is not None and v.differences(serial - 1) is None
