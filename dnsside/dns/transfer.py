@@ -17,7 +17,7 @@ the tables (the event loop) gets one version, with the serial that goes with it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from dnsside.dns.versions import Record, ZoneVersions
@@ -156,8 +156,15 @@ def _soa(zone: Zone, serial: int) -> Record:
 
 
 def messages(req: Request, records: list[Record], limit: int = TCP_LIMIT) -> list[bytes]:
-    """``records`` packed into as few messages of at most ``limit``
-    bytes as they fit in (RFC 5936 §2.2).
+    """All of :func:`iter_messages` at once."""
+    return list(iter_messages(req, records, limit))
+
+
+def iter_messages(req: Request, records: list[Record], limit: int = TCP_LIMIT
+                  ) -> Iterator[bytes]:
+    """``records`` packed into as few messages of at most ``limit`` bytes as they fit in
+    (RFC 5936 §2.2), each made when it is asked for: a large zone is sent while the rest
+    is still to be packed, and the caller may let queries in between.
 
     Each message copies the question; owners are compressed against it (the labels below
     the apex, then a pointer to offset 12), which the question makes sound when the client
@@ -166,16 +173,8 @@ def messages(req: Request, records: list[Record], limit: int = TCP_LIMIT) -> lis
     apex = req.zone.wire
     compress = req.question[:-4] == apex
     head_size = 12 + len(req.question)
-    out: list[bytes] = []
     chunk: list[bytes] = []
     size = head_size
-
-    def flush() -> None:
-        nonlocal chunk, size
-        out.append(b"".join((req.header, struct.pack("!4H", 1, len(chunk), 0, 0), req.question,
-                             *chunk)))
-        chunk, size = [], head_size
-
     cut = len(apex)
     for owner, rest in records:
         if compress and owner.endswith(apex):  # always, for a record of this zone
@@ -183,8 +182,13 @@ def messages(req: Request, records: list[Record], limit: int = TCP_LIMIT) -> lis
         else:
             rr = owner + rest
         if size + len(rr) > limit and chunk:
-            flush()
+            yield _message(req, chunk)
+            chunk, size = [], head_size
         chunk.append(rr)
         size += len(rr)
-    flush()
-    return out
+    yield _message(req, chunk)
+
+
+def _message(req: Request, records: list[bytes]) -> bytes:
+    return b"".join((req.header, struct.pack("!4H", 1, len(records), 0, 0), req.question,
+                     *records))

@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import cast
 
 from dnsside.dns.responder import Responder
@@ -230,6 +231,10 @@ _COLLECTOR = UdpCollector(UDP_IO_MODES)  # every UdpServer adds itself while it 
 _TCP_LATENCY = metrics.ANSWER_SECONDS.labels(transport="tcp")
 
 
+# Bytes of a zone transfer written in one go before other queries get their turn.
+TRANSFER_SLICE = 256 * 1024
+
+
 class TcpConnections:
     """Shared state of all TCP connections: the cap, the idle timeout, the open set."""
 
@@ -267,6 +272,9 @@ class TcpConnection(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.peer: tuple[str | int, ...] = ()
         self.paused = False  # the client is not reading its answers
+        # A zone transfer being sent: its messages, made as they go (queries behind it
+        # wait their turn, as they would behind any answer).
+        self.sending: Iterator[bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -295,7 +303,7 @@ class TcpConnection(asyncio.Protocol):
     def _answer_buffered(self) -> None:
         buf = self.buffer
         answered = False
-        while len(buf) >= 2 and not self.paused:
+        while len(buf) >= 2 and not self.paused and self.sending is None:
             size = buf[0] << 8 | buf[1]
             if len(buf) < 2 + size:
                 break
@@ -309,13 +317,38 @@ class TcpConnection(asyncio.Protocol):
                 reply = self.shared.responder.respond(message, udp=False)
                 replies = [reply] if reply is not None else []
             answered = True
-            if self.shared.log_queries:
-                _log_query("tcp", self.peer, message, replies[0] if replies else None)
-            if replies and self.transport is not None:
-                self.transport.writelines([len(r).to_bytes(2, "big") + r for r in replies])
-            _TCP_LATENCY.observe(time.perf_counter() - started)
+            if isinstance(replies, list):
+                if self.shared.log_queries:
+                    _log_query("tcp", self.peer, message, replies[0] if replies else None)
+                if replies and self.transport is not None:
+                    self.transport.writelines([len(r).to_bytes(2, "big") + r for r in replies])
+                _TCP_LATENCY.observe(time.perf_counter() - started)
+            else:
+                self.sending = replies
+                self._send_some()
         if answered:
             self._arm()
+
+    def _send_some(self) -> None:
+        """Write the transfer's next messages, about ``TRANSFER_SLICE`` bytes, then let the
+        event loop answer other queries before the next slice; stop while the client is
+        not reading (:meth:`resume_writing` goes on). Each slice it takes re-arms the idle
+        timer: a client slowly reading a large zone is not idle."""
+        sending, transport = self.sending, self.transport
+        if sending is None or transport is None or self.paused:
+            return
+        written = 0
+        for reply in sending:
+            transport.write(len(reply).to_bytes(2, "big") + reply)
+            written += len(reply)
+            if written >= TRANSFER_SLICE or self.paused:
+                self._arm()
+                if not self.paused:
+                    asyncio.get_running_loop().call_soon(self._send_some)
+                return
+        self.sending = None
+        self._arm()
+        self._answer_buffered()  # queries that came in behind the transfer
 
     # Flow control: a client that pipelines queries but does not read its answers would
     # make us buffer replies without bound. When the transport's write buffer is full,
@@ -332,7 +365,10 @@ class TcpConnection(asyncio.Protocol):
         self.paused = False
         if self.transport is not None:
             self.transport.resume_reading()
-        self._answer_buffered()
+        if self.sending is not None:
+            self._send_some()
+        else:
+            self._answer_buffered()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -345,6 +381,11 @@ class TcpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        if self.sending is not None:
+            close = getattr(self.sending, "close", None)  # a generator: its log line
+            self.sending = None
+            if close is not None:
+                close()
         self.shared.open.discard(self)
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from dnsside.config import IPNetwork, allowed_peer
 from dnsside.dns import transfer
 from dnsside.dns.responder import Responder
 from dnsside.dns.tsig import ReplySigner, TsigKey, Verdict, error_reply, overhead, verify_request
-from dnsside.dns.versions import ZoneVersions, record_bytes
+from dnsside.dns.versions import ZoneVersions
 from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
 from dnsside.telemetry import metrics
 
@@ -51,9 +51,13 @@ class Transfers:
     def enabled(self) -> bool:
         return bool(self.allow) or self.tsig is not None
 
-    def answer(self, message: bytes, peer: str) -> list[bytes] | None:
+    def answer(self, message: bytes, peer: str) -> Iterator[bytes] | list[bytes] | None:
         """The replies to ``message`` from ``peer`` when it asks for a transfer of one of
-        our zones (one REFUSED, NOTAUTH or SERVFAIL reply when it gets none), else None."""
+        our zones (one REFUSED, NOTAUTH or SERVFAIL reply when it gets none), else None.
+
+        A transfer's records are taken now, one version whole; its messages are an
+        iterator, packed and signed as the connection asks for them, so that a large zone
+        does not hold the event loop while it is packed (see :mod:`serving.server`)."""
         req = transfer.request(message, self.responder.zone_by_wire)
         if req is None:
             return None
@@ -85,20 +89,16 @@ class Transfers:
             records = transfer.axfr_records(req, versions)
             if req.qtype == IXFR:
                 result = "full"
-        limit = TCP_LIMIT - (overhead(self.tsig) if self.tsig is not None else 0)
-        replies = [sign(m) for m in transfer.messages(req, records, limit)]
-        size = sum(len(m) for m in replies)
         metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
-        metrics.TRANSFER_BYTES.inc(size)
         self.responder.tcp_counts[(req.qtype, NOERROR)] += 1
         what = {"ok": "differences" if req.qtype == IXFR else "zone",
                 "full": "whole zone, the history does not reach its serial"}[result]
         since = f" from {req.client_serial}" if req.client_serial is not None else ""
-        log.info("transfer: %s%s of %s to %s: serial %d, %s, %d records (%d bytes) in %d "
-                 "messages, %.3f s", req.kind.upper(), since, req.zone.origin, peer,
-                 versions.serial, what, len(records), record_bytes(records), len(replies),
-                 time.perf_counter() - started)
-        return replies
+        head = (f"transfer: {req.kind.upper()}{since} of {req.zone.origin} to {peer}: serial "
+                f"{versions.serial}, {what}, {len(records)} records")
+        limit = TCP_LIMIT - (overhead(self.tsig) if self.tsig is not None else 0)
+        return _sent(head, started, (sign(m) for m in transfer.iter_messages(req, records,
+                                                                             limit)))
 
     def _refused(self, req: transfer.Request, peer: str, why: str, result: str = "refused"
                  ) -> list[bytes]:
@@ -144,3 +144,24 @@ _TSIG_ERRORS = {"badkey": "signed with a key we do not have (BADKEY)",
 
 def _unsigned(reply: bytes) -> bytes:
     return reply
+
+
+def _sent(head: str, started: float, replies: Iterator[bytes]) -> Iterator[bytes]:
+    """``replies`` as they are sent, counted; one line when the last has gone (or the
+    client went first)."""
+    size = count = 0
+    done = False
+    try:
+        for reply in replies:
+            size += len(reply)
+            count += 1
+            metrics.TRANSFER_BYTES.inc(len(reply))
+            yield reply
+        done = True
+    finally:
+        took = time.perf_counter() - started
+        if done:
+            log.info("%s, %d bytes in %d messages, %.3f s", head, size, count, took)
+        else:
+            log.warning("%s: cut short after %d bytes in %d messages, %.3f s (the client "
+                        "closed the connection)", head, size, count, took)

@@ -70,6 +70,12 @@ def axfr(index: Index, zone: str, limit: int = 65535, name: str | None = None
                              limit)
 
 
+def sent(transfers: Transfers, wire: bytes, peer: str) -> list[bytes] | None:
+    """Every reply ``transfers`` sends to ``wire`` from ``peer`` (None: not a transfer)."""
+    replies = transfers.answer(wire, peer)
+    return None if replies is None else list(replies)
+
+
 def ixfr_query(zone: str, serial: int) -> bytes:
     """An IXFR query as a secondary sends it: the SOA of its version in the authority."""
     q = dns.message.make_query(zone, "IXFR")
@@ -182,14 +188,14 @@ def count(kind: str, result: str) -> float:
 def test_the_tcp_side_refuses_by_default_and_counts(index: Index) -> None:
     responder = index.responder
     before = count("axfr", "refused")
-    replies = Transfers(responder, versions=index.versions).answer(query("svc-global", AXFR),
+    replies = sent(Transfers(responder, versions=index.versions), query("svc-global", AXFR),
                                                                     "127.0.0.1")
     assert replies is not None and len(replies) == 1
     assert parse(replies[0]).rcode() == dns.rcode.REFUSED
     assert count("axfr", "refused") == before + 1
     assert Transfers(responder).answer(query("web.default.svc-global", AXFR), "::1") is None
     outside = Transfers(responder, networks(["10.0.0.0/8"], "--allow-transfer"), index.versions)
-    replies = outside.answer(query("svc-global", AXFR), "127.0.0.1")
+    replies = sent(outside, query("svc-global", AXFR), "127.0.0.1")
     assert replies is not None and parse(replies[0]).rcode() == dns.rcode.REFUSED
     assert count("axfr", "refused") == before + 2
 
@@ -201,26 +207,26 @@ def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
     allowed = Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
                         idx.versions)
     errors = count("axfr", "error")
-    before_cut = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
+    before_cut = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
     assert before_cut is not None and parse(before_cut[0]).rcode() == dns.rcode.SERVFAIL
     assert count("axfr", "error") == errors + 1
     assert "no version of the zone yet" in caplog.text
     idx.cut_version(1000)
     before, full, before_bytes = count("ixfr", "ok"), count("ixfr", "full"), \
         metrics.REGISTRY.get_sample_value("dnsside_transfer_bytes_total") or 0.0
-    replies = allowed.answer(ixfr_query("svc-global.", 990), "127.0.0.9")
+    replies = sent(allowed, ixfr_query("svc-global.", 990), "127.0.0.9")
     assert replies is not None and records(replies) == records(axfr(idx, "svc-global"))
     assert count("ixfr", "full") == full + 1 and count("ixfr", "ok") == before
     assert metrics.REGISTRY.get_sample_value("dnsside_transfer_bytes_total") == (
         before_bytes + sum(map(len, replies)))
     assert ("transfer: IXFR from 990 of svc-global. to 127.0.0.9: serial 1000, whole zone"
             in caplog.text)
-    current = allowed.answer(ixfr_query("svc-global.", 1000), "127.0.0.9")
+    current = sent(allowed, ixfr_query("svc-global.", 1000), "127.0.0.9")
     assert current is not None and [r[1] for r in records(current)] == ["SOA"]
     assert count("ixfr", "ok") == before + 1
     idx.versions[to_wire("svc-global")].replace(to_wire("_x._tcp.web.default.svc-global"),
                                                 None, bad_srv(b"\xc0\x0c"))
-    failed = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
+    failed = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
     assert failed is not None and len(failed) == 1
     assert parse(failed[0]).rcode() == dns.rcode.SERVFAIL
     assert count("axfr", "error") == errors + 2
@@ -273,7 +279,7 @@ def test_ixfr_sends_the_differences_that_turn_each_old_version_into_the_current_
         assert held[serial] != held[serial - 1]
     for zone in held[1000]:
         for since in (1000, 1001, 1002):
-            replies = allowed.answer(ixfr_query(zone + ".", since), "127.0.0.9")
+            replies = sent(allowed, ixfr_query(zone + ".", since), "127.0.0.9")
             assert replies is not None
             got, serials = apply_ixfr(held[since][zone], replies)
             assert got == held[1003][zone]
@@ -299,7 +305,7 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
     key = make_key("xfr-key.", "hmac-sha256", KEY.secret)
     signed = Transfers(index.responder, versions=index.versions, tsig=key)  # any address
     q = signed_axfr(KEY)
-    replies = signed.answer(q.to_wire(), "192.0.2.7")
+    replies = sent(signed, q.to_wire(), "192.0.2.7")
     assert replies is not None
     # dnspython reads them as dns.query.xfr does: each message's MAC chained to the last.
     ctx, got = None, []
@@ -313,10 +319,10 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
                  rd.to_text().lower()) for rrset in msg.answer for rd in rrset]
     assert got == records(axfr(index, "svc-global"))
     badtsig = count("axfr", "badtsig")
-    unsigned = signed.answer(signed_axfr(None).to_wire(), "192.0.2.7")
+    unsigned = sent(signed, signed_axfr(None).to_wire(), "192.0.2.7")
     assert unsigned is not None and parse(unsigned[0]).rcode() == dns.rcode.REFUSED
     wrong_q = signed_axfr(OTHER)
-    wrong = signed.answer(wrong_q.to_wire(), "192.0.2.7")
+    wrong = sent(signed, wrong_q.to_wire(), "192.0.2.7")
     assert wrong is not None
     with pytest.raises(dns.tsig.PeerBadSignature):
         dns.message.from_wire(wrong[0], keyring={OTHER.name: OTHER}, request_mac=wrong_q.mac)
@@ -326,7 +332,7 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
     # With --allow-transfer too, both must hold: the key does not open another address.
     both = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
                      index.versions, key)
-    outside = both.answer(signed_axfr(KEY).to_wire(), "192.0.2.7")
+    outside = sent(both, signed_axfr(KEY).to_wire(), "192.0.2.7")
     assert outside is not None and parse(outside[0]).rcode() == dns.rcode.REFUSED
 
 

@@ -7,6 +7,8 @@ are refused from another; a zone too big for one message arrives whole."""
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ import pytest
 import yaml
 
 from bench import topology
-from testkit.rawdns import IXFR, bulk_objects, parse, query, udp
+from testkit.rawdns import AXFR, IXFR, bulk_objects, parse, query, udp
 from testkit.secondaries import (
     BindSecondary,
     KnotSecondary,
@@ -223,6 +225,46 @@ def test_a_zone_of_several_messages_arrives_whole(tmp_path: Path) -> None:
         assert sorted(got) == sorted(sent)
         line = srv.wait_log("transfer: AXFR of svc-global. to 127.0.0.1")
         print(line)
+
+
+def test_a_slow_reader_gets_the_whole_zone_and_other_queries_are_answered_meanwhile(
+        tmp_path: Path) -> None:
+    """A transfer is packed as it is sent, a slice at a time: a client that reads one
+    message and then waits holds no query of anyone else back, and gets the rest when it
+    reads on; one that hangs up mid-way is logged as cut short."""
+    path = tmp_path / "topo.json"
+    topology.write(3000, path, n_queries=10)
+    with Dnsside("--source", str(path), "--cluster-name", "east", *ALLOW,
+                 timeout=60) as srv:
+        whole = transfer(srv, "svc-global")
+        with socket.create_connection((srv.host, srv.port), timeout=10) as slow:
+            wire = query("svc-global", AXFR)
+            slow.sendall(len(wire).to_bytes(2, "big") + wire)
+            first = read_message(slow)
+            assert parse(first).answer  # the transfer has begun, and the client pauses
+            for _ in range(20):  # others are answered while it does not read
+                assert answers(srv.query("svc-global", "SOA"), "SOA")
+            got = [rr for rrset in parse(first).answer for rr in rrset]
+            while sum(1 for rr in got if rr.rdtype == dns.rdatatype.SOA) < 2:
+                got += [rr for rrset in parse(read_message(slow)).answer for rr in rrset]
+        assert len(got) == len(whole)
+        with socket.create_connection((srv.host, srv.port), timeout=10) as gone:
+            gone.sendall(len(wire).to_bytes(2, "big") + wire)
+            read_message(gone)
+            gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        srv.wait_log("cut short after")
+
+
+def read_message(sock: socket.socket) -> bytes:
+    """One length-prefixed DNS message from a TCP stream."""
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "the server closed the connection"
+            data += chunk
+        return data
+    return exactly(int.from_bytes(exactly(2), "big"))
 
 
 def editable_demo(tmp_path: Path) -> tuple[dict[str, list[dict[str, object]]], Path]:
