@@ -70,6 +70,14 @@ def axfr(index: Index, zone: str, limit: int = 65535, name: str | None = None
                              limit)
 
 
+def transferring() -> tuple[Index, Transfers]:
+    """A demo index of its own that keeps versions (none cut yet), and its TCP side for
+    127.0.0.0/8."""
+    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
+    return idx, Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
+                          idx.versions)
+
+
 def sent(transfers: Transfers, wire: bytes, peer: str) -> list[bytes] | None:
     """Every reply ``transfers`` sends to ``wire`` from ``peer`` (None: not a transfer)."""
     replies = transfers.answer(wire, peer)
@@ -203,9 +211,7 @@ def test_the_tcp_side_refuses_by_default_and_counts(index: Index) -> None:
 def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
-    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
-    allowed = Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                        idx.versions)
+    idx, allowed = transferring()
     errors = count("axfr", "error")
     before_cut = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
     assert before_cut is not None and parse(before_cut[0]).rcode() == dns.rcode.SERVFAIL
@@ -259,9 +265,7 @@ def apply_ixfr(old: set[tuple[str, str, str]], replies: list[bytes]
 def test_ixfr_sends_the_differences_that_turn_each_old_version_into_the_current_one(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
-    idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
-    allowed = Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                        idx.versions)
+    idx, allowed = transferring()
     idx.cut_version(1000)
     held = {1000: {z: zone_records(idx, z) for z in ("svc-global", "clusterset.local")}}
     by_name = {r.name: r for r in load_records(DEMO)[0] if r.namespace == "default"}

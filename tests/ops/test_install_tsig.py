@@ -5,7 +5,6 @@ that does not parse, in one line."""
 from __future__ import annotations
 
 import base64
-import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import yaml
 from dnsside.dns import tsig
 from dnsside.ops import manifests
 from testkit.serve import DEMO, demo_server, run_cli
-from tests.ops.test_install import BIN, K8S_VERSIONS, cli, container, install, one
+from tests.ops.test_install import cli, container, install, one, validate_strict
 
 CONTAINER_KEY = "/etc/dnsside/tsig/key"
 
@@ -111,16 +110,8 @@ def test_a_key_file_that_does_not_parse_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", manifests.MODES)
 def test_output_with_a_key_passes_kubernetes_validate(tmp_path: Path, mode: str) -> None:
-    objs = install("--cluster-name", "east", "--mode", mode, "--tsig-key-file",
-                   str(keygen(tmp_path)))
-    path = tmp_path / "out.yaml"
-    path.write_text(yaml.safe_dump_all(objs))
-    proc = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", "-k",
-                           K8S_VERSIONS[-1], str(path)], capture_output=True, text=True,
-                          timeout=60)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert len(re.findall(r"passed for resource (\S+)", out)) == len(objs), out
+    out = validate_strict(install("--cluster-name", "east", "--mode", mode,
+                                  "--tsig-key-file", str(keygen(tmp_path))), tmp_path)
     assert "passed for resource secret/dnsside-tsig" in out
 
 
