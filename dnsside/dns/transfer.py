@@ -20,7 +20,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from dnsside.dns.versions import Record, ZoneVersions
+from dnsside.dns.versions import Record, ZoneVersions, spelled_out
 from dnsside.dns.wire import (
     AT_QUESTION,
     AXFR,
@@ -152,7 +152,7 @@ def _current(versions: ZoneVersions) -> int:
 
 
 def _soa(zone: Zone, serial: int) -> Record:
-    return zone.wire, zone.soa_record(serial)[len(zone.wire):]
+    return AT_QUESTION + zone.soa_record(serial)[len(zone.wire):]
 
 
 def messages(req: Request, records: list[Record], limit: int = TCP_LIMIT) -> list[bytes]:
@@ -175,12 +175,9 @@ def iter_messages(req: Request, records: list[Record], limit: int = TCP_LIMIT
     head_size = 12 + len(req.question)
     chunk: list[bytes] = []
     size = head_size
-    cut = len(apex)
-    for owner, rest in records:
-        if compress and owner.endswith(apex):  # always, for a record of this zone
-            rr = owner[: len(owner) - cut] + AT_QUESTION + rest
-        else:
-            rr = owner + rest
+    for rr in records:
+        if not compress:
+            rr = spelled_out(rr, apex)
         if size + len(rr) > limit and chunk:
             yield _message(req, chunk)
             chunk, size = [], head_size

@@ -12,6 +12,7 @@ from dnsside.dns.versions import (
     cut_not_before,
     next_serial,
     serial_newer,
+    spelled_out,
 )
 from dnsside.dns.wire import A, Answer, resource_record, to_wire
 from dnsside.dns.zone import Zone, ZoneOptions
@@ -49,8 +50,18 @@ def a(name: str, ip: str) -> tuple[bytes, Answer]:
 
 
 def owners(versions: ZoneVersions) -> set[tuple[bytes, bytes]]:
-    return {(o, r[-4:]) for o, r in versions.records()
-            if struct.unpack_from("!H", r)[0] == A and o != versions.zone.wire}
+    """(owner, IPv4 address) of every A record below the apex."""
+    apex = versions.zone.wire
+    out = set()
+    for record in versions.records():
+        i = 0
+        while record[i] < 0xC0:  # the labels below the apex, then the pointer to it
+            i += record[i] + 1
+        owner, rest = record[:i] + apex, record[i + 2 :]
+        assert spelled_out(record, apex) == owner + rest
+        if struct.unpack_from("!H", rest)[0] == A and owner != apex:
+            out.add((owner, rest[-4:]))
+    return out
 
 
 def test_the_current_version_stays_whole_while_changes_are_pending() -> None:
