@@ -42,8 +42,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -261,6 +262,34 @@ def a_records(port: int, name: str) -> list[str] | None:
                   for rd in rrset)
 
 
+def answer_gaps(port: int, name: str, action: Callable[[], object], pad: float = 0.3
+                ) -> dict[str, float]:
+    """Ask ``name`` over UDP back to back, from a thread, while ``action`` runs in this one
+    (and ``pad`` seconds before and after): the slowest reply and the median, in ms. A
+    transfer is built on dnsside's event loop in one step, so queries wait meanwhile."""
+    stop = threading.Event()
+    times: list[float] = []
+    q = dns.message.make_query(name, "A").to_wire()
+
+    def poll() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(10)
+            while not stop.is_set():
+                t = time.perf_counter()
+                s.sendto(q, ("127.0.0.1", port))
+                s.recv(65535)
+                times.append(time.perf_counter() - t)
+
+    th = threading.Thread(target=poll, daemon=True)
+    th.start()
+    time.sleep(pad)
+    action()
+    time.sleep(pad)
+    stop.set()
+    th.join(15)
+    return {"max_ms": max(times) * 1000, "p50_ms": median(times) * 1000, "n": len(times)}
+
+
 class Changes:
     """One-pod changes at the fake API server: per-pod mirror Services of different global
     services, each given a ClusterIP never used before, or deleted."""
@@ -364,11 +393,17 @@ def measure(members: int, quick: bool, changes_n: int, history: int, repeats: in
                 mark = len(srv.lines)
                 x = xfr(dport, "AXFR")
                 axfrs.append({**{k: v for k, v in asdict(x).items() if k != "wire"},
-                              "log": summary(transfer_line(srv, mark, s0))})
+                              "log": summary(transfer_line(srv, mark, s0)),
+                              **rss_mb(srv.proc.pid)})
                 log(f"  AXFR: {x.records:,} records, {x.bytes:,} bytes, {x.messages} messages, "
                     f"{x.seconds * 1000:.0f} ms (dnsside: {axfrs[-1]['log'].get('server_s')} s "
                     "to build)")
             res["axfr"] = axfrs
+            name = run.first_name(queries)
+            res["gaps_idle"] = answer_gaps(dport, name, lambda: time.sleep(1))
+            res["gaps_axfr"] = answer_gaps(dport, name, lambda: xfr(dport, "AXFR"))
+            log(f"  UDP answers while idle: max {res['gaps_idle']['max_ms']:.1f} ms; during an "
+                f"AXFR: max {res['gaps_axfr']['max_ms']:.0f} ms")
             cpu_settled(srv.proc.pid)
             res["with_after_axfr"] = rss_mb(srv.proc.pid)
 
@@ -536,13 +571,18 @@ def report(r: dict[str, Any]) -> str:
         "ms |",
         f"| AXFR size | {axfr[0]['records']:,} records, {axfr[0]['bytes']:,} bytes "
         f"({axfr[0]['bytes'] / 2**20:.1f} MiB), {axfr[0]['messages']} messages |",
+        f"| the slowest UDP answer while an AXFR is sent (queries back to back from one "
+        f"client; idle: {r['gaps_idle']['max_ms']:.1f} ms) | "
+        f"**{r['gaps_axfr']['max_ms']:.0f} ms** |",
         f"| initial sync without / with `--allow-transfer` | {w['sync_s']:.1f} s / "
         f"{a['sync_s']:.1f} s |",
         f"| RSS after the sync, without `--allow-transfer` | **{w['rss_mb']:.0f} MB** |",
         f"| RSS after the sync and the first version, with `--allow-transfer` | "
         f"**{a['rss_mb']:.0f} MB** ({a['rss_mb'] - w['rss_mb']:+.0f} MB, "
         f"{(a['rss_mb'] / w['rss_mb'] - 1) * 100:+.0f} %) |",
-        f"| RSS after {len(axfr)} AXFRs (their peak, VmHWM) | {ah['rss_mb']:.0f} MB "
+        f"| RSS after each of the {len(axfr)} AXFRs | "
+        + ", ".join(f"{x['rss_mb']:.0f}" for x in axfr) + " MB |",
+        f"| RSS after the AXFRs, settled (the peak, VmHWM) | {ah['rss_mb']:.0f} MB "
         f"(peak {ah['hwm_mb']:.0f} MB) |",
         f"| RSS with the history full: {fmt(h['versions'], '.0f')} versions of one-pod "
         f"changes, {fmt(h['records'], ',.0f')} records in it | **{h['rss_mb']:.0f} MB** "
@@ -564,12 +604,13 @@ def report(r: dict[str, Any]) -> str:
     for kind, x in r["ixfr"].items():
         rows = x["runs"]
         t = [y["seconds"] * 1000 for y in rows]
-        built = median([y["log"].get("server_s", 0) * 1000 for y in rows])
+        ixfr_ms = median([y["log"].get("server_s", 0) * 1000 for y in rows])
+        ixfr_built = f"{ixfr_ms:.0f} ms" if ixfr_ms else "< 1 ms (the log's 0.000 s)"
         c = rows[0]["content"]
         lines.append(
             f"| {kind} | {rows[0]['records']} ({c['soa']}, {c['deleted']}, {c['added']}) | "
             f"{rows[0]['bytes']} | {rows[0]['messages']} | {median(t):.2f} ms "
-            f"({min(t):.2f}-{max(t):.2f}) | {built:.1f} ms | "
+            f"({min(t):.2f}-{max(t):.2f}) | {ixfr_built} | "
             f"{rows[0]['log'].get('what')} |")
     conv = r["convergence"]
     nsd = [c["nsd_s"] * 1000 for c in conv if c["nsd_s"] is not None]
