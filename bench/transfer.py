@@ -2,7 +2,7 @@
 fast an NSD secondary told by NOTIFY follows a change, and how its answers compare with
 dnsside's own.
 
-    .venv/bin/python -m bench.transfer [--members 100000]   # ~8 min at 100k
+    .venv/bin/python -m bench.transfer [--members 100000]   # ~6 min at 100k
     .venv/bin/python -m bench.transfer --quick               # 10k members, fewer of everything
 
 The topology is `bench/topology.py`'s (the one `bench/run.py` and `bench/kube_scale.py` use),
@@ -79,11 +79,11 @@ def log(message: str) -> None:
 
 @dataclass
 class Xfr:
+    wire: list[bytes]  # the messages (first: "bytes" below shadows the type in this body)
     seconds: float
     messages: int
     records: int
     bytes: int  # DNS messages, without TCP's two-octet length prefixes
-    wire: list[bytes]
 
 
 def skip_name(msg: bytes, p: int) -> int:
@@ -151,8 +151,8 @@ def xfr(port: int, qtype: str, since: int | None = None, timeout: float = 120.0)
             elif msg.endswith(tail):
                 break
         seconds = time.perf_counter() - started
-    return Xfr(seconds, len(messages), sum(int.from_bytes(m[6:8], "big") for m in messages),
-               sum(len(m) for m in messages), messages)
+    return Xfr(messages, seconds, len(messages),
+               sum(int.from_bytes(m[6:8], "big") for m in messages), sum(len(m) for m in messages))
 
 
 def ixfr_content(x: Xfr) -> dict[str, int]:
@@ -530,13 +530,13 @@ def dnsperf_turns(servers: list[Served], queries: Path, rates: list[int], second
             | {"lost_max": max(x["lost"] for x in v), "rcodes": v[0]["rcodes"]}
             for k, v in raw.items()}
     ratios = {}
-    for rate in [*map(str, rates), "max"]:
-        a, b = raw.get(f"nsd-secondary@{rate}"), raw.get(f"dnsside@{rate}")
+    for key in [*map(str, rates), "max"]:
+        a, b = raw.get(f"nsd-secondary@{key}"), raw.get(f"dnsside@{key}")
         if a and b:
-            ratios[f"cpu@{rate}"] = run.med([x["us_per_query"] / y["us_per_query"]
-                                            for x, y in zip(a, b, strict=True)])
-            ratios[f"qps@{rate}"] = run.med([x["qps"] / y["qps"]
-                                            for x, y in zip(a, b, strict=True)])
+            ratios[f"cpu@{key}"] = run.med([x["us_per_query"] / y["us_per_query"]
+                                           for x, y in zip(a, b, strict=True)])
+            ratios[f"qps@{key}"] = run.med([x["qps"] / y["qps"]
+                                           for x, y in zip(a, b, strict=True)])
     return {"rates": rates, "seconds": seconds, "repeats": repeats, "summary": summ,
             "ratios": ratios, "raw": raw}
 
