@@ -25,7 +25,7 @@ from dnsside.config import IPNetwork, allowed_peer
 from dnsside.dns import transfer
 from dnsside.dns.responder import Responder
 from dnsside.dns.tsig import ReplySigner, TsigKey, Verdict, error_reply, overhead, verify_request
-from dnsside.dns.versions import ZoneVersions
+from dnsside.dns.versions import ZoneVersions, serial_newer
 from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
 from dnsside.telemetry import metrics
 
@@ -93,6 +93,16 @@ class Transfers:
         self.responder.tcp_counts[(req.qtype, NOERROR)] += 1
         what = {"ok": "differences" if req.qtype == IXFR else "zone",
                 "full": "whole zone, the history does not reach its serial"}[result]
+        if req.qtype == IXFR and len(records) == 1:  # nothing to send but the SOA
+            since_serial = req.client_serial or 0
+            if serial_newer(since_serial, versions.serial):
+                what = "the SOA alone, the client's serial is AHEAD of ours"
+                self._log_once((peer, "ahead"), "transfer: %s holds %s at serial %d, ahead of "
+                               "ours (%d): it keeps its version until ours passes it (a "
+                               "clock set back, or another primary numbering versions)",
+                               peer, req.zone.origin, since_serial, versions.serial)
+            else:
+                what = "the SOA alone, the client is current"
         since = f" from {req.client_serial}" if req.client_serial is not None else ""
         head = (f"transfer: {req.kind.upper()}{since} of {req.zone.origin} to {peer}: serial "
                 f"{versions.serial}, {what}, {len(records)} records")

@@ -230,6 +230,10 @@ def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
     current = sent(allowed, ixfr_query("svc-global.", 1000), "127.0.0.9")
     assert current is not None and [r[1] for r in records(current)] == ["SOA"]
     assert count("ixfr", "ok") == before + 1
+    assert "serial 1000, the SOA alone, the client is current" in caplog.text
+    ahead = sent(allowed, ixfr_query("svc-global.", 1500), "127.0.0.9")
+    assert ahead is not None and [r[1] for r in records(ahead)] == ["SOA"]
+    assert "holds svc-global. at serial 1500, ahead of ours (1000)" in caplog.text
     idx.versions[to_wire("svc-global")].replace(to_wire("_x._tcp.web.default.svc-global"),
                                                 None, bad_srv(b"\xc0\x0c"))
     failed = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
