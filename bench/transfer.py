@@ -338,7 +338,7 @@ def transfer_line(srv: Dnsside, start: int, new: int, timeout: float = 5.0) -> s
 
 def summary(line: str) -> dict[str, Any]:
     m = re.search(r"transfer: (\w+)(?: from (\d+))? of \S+ to \S+: serial (\d+), (.*?), "
-                  r"(\d+) records \((\d+) bytes\) in (\d+) messages, ([\d.]+) s", line)
+                  r"(\d+) records, (\d+) bytes in (\d+) messages, ([\d.]+) s", line)
     if not m:
         return {"line": line}
     return {"type": m.group(1), "from": m.group(2), "serial": int(m.group(3)),
@@ -579,7 +579,8 @@ def report(r: dict[str, Any]) -> str:
         "|---|---|",
         f"| AXFR, request → last octet of the last message, median of {len(ms)} (min-max) | "
         f"**{median(ms):.0f} ms** ({min(ms):.0f}-{max(ms):.0f}) |",
-        f"| of which dnsside builds the messages (its log line), median | {median(built):.0f} "
+        f"| dnsside's own time, request to its last message written (its log line; the "
+        f"messages are packed as they are sent), median | {median(built):.0f} "
         "ms |",
         f"| AXFR size | {axfr[0]['records']:,} records, {axfr[0]['bytes']:,} bytes "
         f"({axfr[0]['bytes'] / 2**20:.1f} MiB), {axfr[0]['messages']} messages |",
@@ -613,7 +614,7 @@ def report(r: dict[str, Any]) -> str:
         "of 5; the records by role are parsed after the timing.",
         "",
         "| change | records (SOAs, deleted, added) | bytes | messages | time, median "
-        "(min-max) | dnsside built it in | what dnsside logged |",
+        "(min-max) | dnsside's own time | what dnsside logged |",
         "|---|---|---|---|---|---|---|",
     ]
     for kind, x in r["ixfr"].items():

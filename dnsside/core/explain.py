@@ -70,7 +70,7 @@ class Explainer:
             return None
         if zone is None:
             return None
-        out: dict[str, Any] = {"origin": zone.origin, "serial": zone.serial}
+        out: dict[str, Any] = {"origin": zone.origin, "serial": self.index.version_serial}
         versions = self.index.versions.get(zone.wire)
         if versions is None:
             out["transfers"] = "not transferred (no --allow-transfer or --tsig-key-file)"
@@ -238,8 +238,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"Explanation:     {report['explanation']}")
     if "zone" in report:
         zone = report["zone"]
-        lines.append(f"Zone:            {zone['origin']} serial {zone['serial']}; "
-                     f"{zone['transfers']}")
+        serial = (f"serial {zone['serial']}" if zone["serial"] is not None else
+                  "no version yet (the serving process numbers them)")
+        lines.append(f"Zone:            {zone['origin']} {serial}; {zone['transfers']}")
     if "global_service" in report:
         lines.append(f"Global service:  {report['global_service']}")
     if "naming" in report:

@@ -160,6 +160,12 @@ class Index:
         return self.responder.zones[0].serial
 
     @property
+    def version_serial(self) -> int | None:
+        """The serial of the last version cut; None when none was (``dnsside explain``,
+        which serves nothing, never cuts one)."""
+        return self._publisher.cut_serial
+
+    @property
     def version_pending(self) -> bool:
         """The answers differ from the last version cut (or none was cut yet)."""
         return self.synced and self._publisher.pending

@@ -55,6 +55,7 @@ class Publisher:
         self.versions: dict[bytes, ZoneVersions] = (
             {} if history is None else {z.wire: ZoneVersions(z, history) for z in responder.zones})
         self.changed = False  # answers changed since the zones' serial last did
+        self.cut_serial: int | None = None  # the last version cut, None before the first
         # What each service put into the responder's tables, to take it out again.
         # Tuples of the keys, not the dicts: the responder already holds the answers.
         self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
@@ -88,6 +89,7 @@ class Publisher:
         for versions in self.versions.values():
             versions.cut(serial)
         self.changed = False
+        self.cut_serial = serial
         self.set_serial(serial)
 
     def zone_octets(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import yaml
@@ -9,8 +10,10 @@ import yaml
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.publishing import make_responder
-from dnsside.model.events import Kind, Replace, Synced
+from dnsside.model.events import Kind, Replace, Synced, Upsert
 from dnsside.model.linkerd import parse_object
+from dnsside.sources.file import load_records
+from testkit.inprocess import file_index
 from testkit.serve import DEMO
 
 
@@ -119,3 +122,19 @@ def test_an_unexported_local_service_is_explained_out_of_the_clusterset_only() -
     mcs = explain("nginx-svc.default.svc.clusterset.local")
     assert "10.42.1.10" not in " ".join(mcs["answer"])
     assert "10.42.1.10" in " ".join(explain("nginx-svc.default.svc-global")["answer"])
+
+
+def test_each_name_says_its_zone_serial_and_what_transfers_keep() -> None:
+    plain = render(explainer().explain("nginx-svc.default.svc-global"))
+    assert "not transferred (no --allow-transfer or --tsig-key-file)" in plain
+    idx = file_index(DEMO, allow_transfer=["127.0.0.1"])
+    idx.cut_version(1000)
+    by_pod = dataclasses.replace(
+        next(r for r in load_records(DEMO)[0] if r.name == "nginx-set-0-west"),
+        cluster_ips=("10.43.9.9",))
+    idx.apply([Upsert(by_pod)])
+    idx.cut_version(1001)
+    line = next(x for x in render(Explainer(idx).explain("nginx-svc.default.svc-global"))
+                .splitlines() if x.startswith("Zone:"))
+    assert line == ("Zone:            svc-global. serial 1001; 1 version of differences kept "
+                    "for IXFR, 6 records")

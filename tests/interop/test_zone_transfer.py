@@ -6,6 +6,7 @@ are refused from another; a zone too big for one message arrives whole."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import struct
@@ -198,6 +199,8 @@ def test_ixfr_over_udp_is_the_soa_when_current_else_tc(primary: Dnsside) -> None
                              capture_output=True, text=True, timeout=30).stdout
     soa = re.findall(r"^svc-global\.\s+5\s+IN\s+SOA\s.* (\d+) 7200", current, re.M)
     assert soa == [held] and "(UDP)" in current, current
+    status, body = primary.http("/debug/explain?name=nginx-svc.default.svc-global")
+    assert status == 200 and json.loads(body)["zone"]["serial"] == int(held)  # explain says it
     reply = udp(primary.host, primary.port, query("svc-global", IXFR))  # names no version
     assert reply is not None
     msg = parse(reply)
