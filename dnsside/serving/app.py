@@ -194,9 +194,6 @@ class App:
         if not self.index.synced:
             return (f"initial sync not done: the source ({self.config.source}) has not "
                     "delivered its first complete list yet; the log says why")
-        if not self.versioning.first_cut:
-            return ("initial sync done; the zones' first version is cut within a second "
-                    "(its serial must be a later second than the process's start)")
         return None
 
     async def start(self) -> None:

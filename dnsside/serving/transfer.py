@@ -62,23 +62,27 @@ class Transfers:
         if req is None:
             return None
         if not self.enabled:
-            return self._refused(req, peer, "no --allow-transfer or --tsig-key-file")
+            return self._refused(req, message, peer, "no --allow-transfer or --tsig-key-file")
         if self.allow and not allowed_peer(peer, self.allow):
-            return self._refused(req, peer, "not in --allow-transfer")
+            return self._refused(req, message, peer, "not in --allow-transfer")
         sign: Callable[[bytes], bytes] = _unsigned
         if self.tsig is not None:
             verdict = verify_request(message, self.tsig, int(time.time()))
             if verdict.status == "unsigned":
-                return self._refused(req, peer, "no TSIG, and --tsig-key-file asks "
+                return self._refused(req, message, peer, "no TSIG, and --tsig-key-file asks "
                                      "every transfer for one", "badtsig")
             if verdict.status != "ok":
                 return self._bad_tsig(req, message, peer, verdict)
             req = transfer.request(verdict.message, self.responder.zone_by_wire) or req
             sign = ReplySigner(self.tsig, verdict.mac, verdict.now).sign
+        if not self.responder.ready:  # SERVFAIL with the EDE, as every query of the zone
+            metrics.TRANSFERS.labels(type=req.kind, result="error").inc()
+            reply = self.responder.respond(message, udp=False)
+            return [reply] if reply is not None else []
         versions = self.versions.get(req.zone.wire)
-        if versions is None or versions.serial is None or not self.responder.ready:
-            return self._failed(req, peer, "no version of the zone yet (the first sync is "
-                                "not done)", sign)
+        if versions is None or versions.serial is None:
+            return self._failed(req, peer, "no version of the zone yet (one is cut within a "
+                                "second of the first sync)", sign)
         if versions.broken is not None:
             return self._failed(req, peer, "a record cannot be transferred faithfully: "
                                 + versions.broken, sign)
@@ -110,13 +114,16 @@ class Transfers:
         return _sent(head, started, (sign(m) for m in transfer.iter_messages(req, records,
                                                                              limit)))
 
-    def _refused(self, req: transfer.Request, peer: str, why: str, result: str = "refused"
-                 ) -> list[bytes]:
+    def _refused(self, req: transfer.Request, message: bytes, peer: str, why: str,
+                 result: str = "refused") -> list[bytes]:
         metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
         self._log_once((peer, why), "transfer: %s of %s refused to %s, %s (counted in "
                        "dnsside_transfers_total; logged once a client and reason)",
                        req.kind.upper(), req.zone.origin, peer, why)
-        return [transfer.refused(req)]
+        # The responder's REFUSED, as any client gets it (with OPT, signed for a signed
+        # query), else a bare one.
+        reply = self.responder.respond(message, udp=False)
+        return [reply if reply is not None else transfer.refused(req)]
 
     def _bad_tsig(self, req: transfer.Request, message: bytes, peer: str, verdict: Verdict
                   ) -> list[bytes]:

@@ -338,10 +338,18 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
     assert "no TSIG, and --tsig-key-file asks every transfer for one" in caplog.text
     assert "its TSIG is signed with another secret (BADSIG) (key xfr-key." in caplog.text
     # With --allow-transfer too, both must hold: the key does not open another address.
+    # Its REFUSED is signed, as serve's responder signs every answer to a signed query.
     both = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
                      index.versions, key)
-    outside = sent(both, signed_axfr(KEY).to_wire(), "192.0.2.7")
-    assert outside is not None and parse(outside[0]).rcode() == dns.rcode.REFUSED
+    index.responder.tsig = key
+    try:
+        q = signed_axfr(KEY)
+        outside = sent(both, q.to_wire(), "192.0.2.7")
+    finally:
+        index.responder.tsig = None
+    assert outside is not None
+    refused = dns.message.from_wire(outside[0], keyring={KEY.name: KEY}, request_mac=q.mac)
+    assert refused.rcode() == dns.rcode.REFUSED and refused.had_tsig
 
 
 def test_a_signed_query_is_answered_signed_and_a_wrong_key_gets_notauth() -> None:
