@@ -140,9 +140,18 @@ class Secondary(PeerProcess):
         return dns.query.udp(msg, "127.0.0.1", port=self.port, source=source, timeout=5.0)
 
     def query(self, name: str, rdtype: str) -> dns.message.Message:
+        """Ask over TCP. A server that just took a new version of the zone may drop the
+        connection under the query (NSD hands its socket to a new server process and the
+        old one exits): that question is asked again, on a new connection, up to 5 times."""
         q = dns.message.make_query(name, rdtype, use_edns=0, payload=1232)
         q.flags &= ~dns.flags.RD
-        return dns.query.tcp(q, "127.0.0.1", port=self.port, timeout=5.0)
+        for attempt in range(5):
+            try:
+                return dns.query.tcp(q, "127.0.0.1", port=self.port, timeout=5.0)
+            except (ConnectionResetError, EOFError):
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
 
 
 def check(argv: list[str]) -> None:

@@ -373,3 +373,21 @@ def test_a_signed_query_is_answered_signed_and_a_wrong_key_gets_notauth() -> Non
     with pytest.raises(dns.tsig.PeerBadKey):
         dns.message.from_wire(responder.respond(wrong.to_wire(), True) or b"",
                               keyring={OTHER.name: OTHER}, request_mac=wrong.mac)
+
+
+def test_a_transfer_is_packed_as_it_is_sent_and_one_cut_short_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The messages are made as the connection asks for them: what a closed connection
+    leaves unsent is never packed, and the log line says the client went first."""
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    idx, allowed = transferring()
+    idx.cut_version(1000)
+    whole = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
+    assert whole is not None and len(whole) == 1
+    caplog.clear()
+    replies = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
+    assert replies is not None and not isinstance(replies, list)
+    assert "transfer: AXFR" not in caplog.text  # nothing sent yet, nothing logged
+    assert next(iter(replies)) == whole[0]
+    replies.close()  # type: ignore[union-attr]  # the connection is lost
+    assert f"records: cut short after {len(whole[0])} bytes in 1 messages" in caplog.text

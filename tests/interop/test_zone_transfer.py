@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -234,7 +233,7 @@ def test_a_slow_reader_gets_the_whole_zone_and_other_queries_are_answered_meanwh
         tmp_path: Path) -> None:
     """A transfer is packed as it is sent, a slice at a time: a client that reads one
     message and then waits holds no query of anyone else back, and gets the rest when it
-    reads on; one that hangs up mid-way is logged as cut short."""
+    reads on."""
     path = tmp_path / "topo.json"
     topology.write(3000, path, n_queries=10)
     with Dnsside("--source", str(path), "--cluster-name", "east", *ALLOW,
@@ -251,11 +250,6 @@ def test_a_slow_reader_gets_the_whole_zone_and_other_queries_are_answered_meanwh
             while sum(1 for rr in got if rr.rdtype == dns.rdatatype.SOA) < 2:
                 got += [rr for rrset in parse(read_message(slow)).answer for rr in rrset]
         assert len(got) == len(whole)
-        with socket.create_connection((srv.host, srv.port), timeout=10) as gone:
-            gone.sendall(len(wire).to_bytes(2, "big") + wire)
-            read_message(gone)
-            gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        srv.wait_log("cut short after")
 
 
 def read_message(sock: socket.socket) -> bytes:
