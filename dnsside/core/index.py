@@ -219,7 +219,6 @@ class Index:
         changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
         if became_synced:
             self._publisher.set_ready()
-        if became_synced:
             self._told.append(Told(Notice.SYNCED, (
                 f"initial sync done: {len(self.global_services)} global services, "
                 f"{self.counts.members()} members, clusters "

@@ -27,7 +27,6 @@ from dnsside.dns.wire import (
     CLASS_IN,
     IXFR,
     QR_AA,
-    REFUSED,
     SERVFAIL,
     SOA,
     TCP_LIMIT,
@@ -101,13 +100,6 @@ def authority_serial(data: bytes, qend: int) -> int | None:
     if rtype != SOA or rdlen < 22 or end > len(data):
         return None
     return int(struct.unpack_from("!I", data, end - 20)[0])
-
-
-def refused(req: Request) -> bytes:
-    """REFUSED for a transfer nobody lets this client have, with the question."""
-    flags = (req.header[2] << 8 | req.header[3]) & ~0x0400 | REFUSED  # not authoritative
-    return (req.header[:2] + flags.to_bytes(2, "big") + struct.pack("!4H", 1, 0, 0, 0)
-            + req.question)
 
 
 def failed(req: Request) -> bytes:

@@ -17,13 +17,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import cast
 
 from dnsside.dns.responder import Responder
 from dnsside.dns.transfer import looks_like_transfer
 from dnsside.serving import mmsg
-from dnsside.serving.transfer import Transfers
+from dnsside.serving.transfer import Transfer, Transfers
 from dnsside.telemetry import metrics
 from dnsside.telemetry.udp import UdpCollector
 
@@ -274,7 +273,7 @@ class TcpConnection(asyncio.Protocol):
         self.paused = False  # the client is not reading its answers
         # A zone transfer being sent: its messages, made as they go (queries behind it
         # wait their turn, as they would behind any answer).
-        self.sending: Iterator[bytes] | None = None
+        self.sending: Transfer | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -382,10 +381,8 @@ class TcpConnection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         if self.sending is not None:
-            close = getattr(self.sending, "close", None)  # a generator: its log line
-            self.sending = None
-            if close is not None:
-                close()
+            sending, self.sending = self.sending, None
+            sending.close()  # the transfer's log line says it was cut short
         self.shared.open.discard(self)
 
 

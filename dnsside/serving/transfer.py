@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 
 from dnsside.config import IPNetwork, allowed_peer
 from dnsside.dns import transfer
@@ -30,6 +30,10 @@ from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.transfer")
+
+# A transfer's messages, made as the connection asks for them; closing it (the client
+# went) says so in the log.
+Transfer = Generator[bytes, None, None]
 
 _LOGGED_PEERS = 256  # refusals named in the log, one line a client and reason; then counted
 
@@ -51,7 +55,7 @@ class Transfers:
     def enabled(self) -> bool:
         return bool(self.allow) or self.tsig is not None
 
-    def answer(self, message: bytes, peer: str) -> Iterator[bytes] | list[bytes] | None:
+    def answer(self, message: bytes, peer: str) -> Transfer | list[bytes] | None:
         """The replies to ``message`` from ``peer`` when it asks for a transfer of one of
         our zones (one REFUSED, NOTAUTH or SERVFAIL reply when it gets none), else None.
 
@@ -95,18 +99,7 @@ class Transfers:
                 result = "full"
         metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
         self.responder.tcp_counts[(req.qtype, NOERROR)] += 1
-        what = {"ok": "differences" if req.qtype == IXFR else "zone",
-                "full": "whole zone, the history does not reach its serial"}[result]
-        if req.qtype == IXFR and len(records) == 1:  # nothing to send but the SOA
-            since_serial = req.client_serial or 0
-            if serial_newer(since_serial, versions.serial):
-                what = "the SOA alone, the client's serial is AHEAD of ours"
-                self._log_once((peer, "ahead"), "transfer: %s holds %s at serial %d, ahead of "
-                               "ours (%d): it keeps its version until ours passes it (a "
-                               "clock set back, or another primary numbering versions)",
-                               peer, req.zone.origin, since_serial, versions.serial)
-            else:
-                what = "the SOA alone, the client is current"
+        what = self._what(req, versions.serial, result, len(records), peer)
         since = f" from {req.client_serial}" if req.client_serial is not None else ""
         head = (f"transfer: {req.kind.upper()}{since} of {req.zone.origin} to {peer}: serial "
                 f"{versions.serial}, {what}, {len(records)} records")
@@ -114,16 +107,34 @@ class Transfers:
         return _sent(head, started, (sign(m) for m in transfer.iter_messages(req, records,
                                                                              limit)))
 
+    def _what(self, req: transfer.Request, serial: int, result: str, records: int, peer: str
+              ) -> str:
+        """What a transfer sends, in its log line; a client whose serial is ahead of ours
+        (it will not take our zone until ours passes it) is warned about once."""
+        if result == "full":
+            return "whole zone, the history does not reach its serial"
+        if req.qtype != IXFR:
+            return "zone"
+        if records > 1:
+            return "differences"
+        since = req.client_serial or 0
+        if not serial_newer(since, serial):
+            return "the SOA alone, the client is current"
+        self._log_once((peer, "ahead"), "transfer: %s holds %s at serial %d, ahead of ours "
+                       "(%d): it keeps its version until ours passes it (a clock set back, "
+                       "or another primary numbering versions)", peer, req.zone.origin, since,
+                       serial)
+        return "the SOA alone, the client's serial is AHEAD of ours"
+
     def _refused(self, req: transfer.Request, message: bytes, peer: str, why: str,
                  result: str = "refused") -> list[bytes]:
         metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
         self._log_once((peer, why), "transfer: %s of %s refused to %s, %s (counted in "
                        "dnsside_transfers_total; logged once a client and reason)",
                        req.kind.upper(), req.zone.origin, peer, why)
-        # The responder's REFUSED, as any client gets it (with OPT, signed for a signed
-        # query), else a bare one.
+        # The responder's REFUSED, as any client gets it (with OPT, signed for a signed query).
         reply = self.responder.respond(message, udp=False)
-        return [reply if reply is not None else transfer.refused(req)]
+        return [reply] if reply is not None else []
 
     def _bad_tsig(self, req: transfer.Request, message: bytes, peer: str, verdict: Verdict
                   ) -> list[bytes]:
@@ -163,7 +174,7 @@ def _unsigned(reply: bytes) -> bytes:
     return reply
 
 
-def _sent(head: str, started: float, replies: Iterator[bytes]) -> Iterator[bytes]:
+def _sent(head: str, started: float, replies: Iterator[bytes]) -> Transfer:
     """``replies`` as they are sent, counted; one line when the last has gone (or the
     client went first)."""
     size = count = 0

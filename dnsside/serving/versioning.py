@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 from dnsside.core.index import Index
 from dnsside.dns.versions import cut_not_before, next_serial
@@ -28,11 +27,9 @@ COALESCE = 0.1  # seconds a cut waits after the first change, for the rest of a 
 class Versioning:
     """Cuts the index's versions of the zones and notifies."""
 
-    def __init__(self, index: Index, notifier: Notifier | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, index: Index, notifier: Notifier | None = None) -> None:
         self.index = index
         self.notifier = notifier
-        self.clock = clock
         self.last = index.serial  # the second the index was made: no version is numbered by it
         self.first_cut = False  # a version exists: transfers and NOTIFYs can start
         self._timer: asyncio.TimerHandle | None = None
@@ -43,7 +40,7 @@ class Versioning:
         """The index applied a batch: cut a version soon if the answers changed."""
         if self._timer is not None or not self.index.version_pending:
             return
-        now = self.clock()
+        now = time.time()
         delay = max(COALESCE, cut_not_before(self.last, now) - now)
         self._timer = asyncio.get_running_loop().call_later(delay, self.cut)
 
@@ -51,7 +48,7 @@ class Versioning:
         self._timer = None
         if not self.index.version_pending:
             return
-        now = self.clock()
+        now = time.time()
         if cut_not_before(self.last, now) > now:  # the clock's second has not moved on yet
             self._timer = asyncio.get_running_loop().call_later(
                 cut_not_before(self.last, now) - now, self.cut)
