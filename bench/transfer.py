@@ -59,7 +59,7 @@ import dns.rrset
 from bench import run
 from bench.kube_scale import cpu_settled, flippable, proc_stat
 from bench.topology import cached
-from testkit.secondaries import serial
+from testkit.secondaries import nsd_conf, serial
 from testkit.serve import Dnsside, wait_for
 from testkit.threadedkube import ThreadedKube
 
@@ -188,31 +188,7 @@ class NsdSecondary(run.Server):
         self.tmp = tmp
         self.port = port
         self.conf = tmp / "nsd.conf"
-        self.conf.write_text(f"""\
-server:
-    server-count: 1
-    ip-address: 127.0.0.1
-    port: {port}
-    do-ip6: no
-    username: ""
-    chroot: ""
-    zonesdir: "{tmp}"
-    xfrdir: "{tmp}"
-    pidfile: "{tmp}/nsd.pid"
-    xfrdfile: "{tmp}/xfrd.state"
-    zonelistfile: "{tmp}/zone.list"
-    database: ""
-    verbosity: 2
-    rrl-ratelimit: 0
-    rrl-whitelist-ratelimit: 0
-remote-control:
-    control-enable: no
-zone:
-    name: "{ZONE}"
-    zonefile: "svc-global.zone"
-    request-xfr: 127.0.0.1@{primary_port} NOKEY
-    allow-notify: 127.0.0.1 NOKEY
-""")
+        self.conf.write_text(nsd_conf(tmp, port, primary_port, [ZONE], notify=True))
         subprocess.run(["nsd-checkconf", str(self.conf)], check=True, capture_output=True)
 
     def command(self) -> list[str]:

@@ -176,52 +176,64 @@ class NsdSecondary(Secondary):
 
     def configure(self) -> list[str]:
         conf = self.tmp / "nsd.conf"
-        key = "NOKEY"
-        keys = ""
-        if self.tsig:
-            key, algorithm, secret = self.tsig
-            keys = f"""key:
+        conf.write_text(nsd_conf(self.tmp, self.port, self.primary.port, self.zones,
+                                 refresh=self.refresh, tsig=self.tsig, notify=self.notify,
+                                 write_every=10))
+        check(["nsd-checkconf", str(conf)])
+        return ["nsd", "-d", "-c", str(conf)]
+
+
+def nsd_conf(tmp: Path, port: int, primary_port: int, zones: list[str], *,
+             refresh: int | None = None, tsig: Tsig | None = None, notify: bool = False,
+             write_every: int | None = None) -> str:
+    """An nsd.conf for a secondary of the dnsside on 127.0.0.1:``primary_port``, its files
+    in ``tmp``, listening on 127.0.0.1:``port``: ``refresh`` caps its SOA polls and
+    retries (None: the SOA's); ``write_every`` seconds it writes transferred zones out
+    (None: NSD's default, an hour, with no database)."""
+    key = "NOKEY"
+    keys = ""
+    if tsig:
+        key, algorithm, secret = tsig
+        keys = f"""key:
     name: "{key}"
     algorithm: {algorithm}
     secret: "{secret}"
 """
-        notify = f"\n    allow-notify: 127.0.0.1 {key}" if self.notify else ""
-        zones = "".join(f"""
+    notify_line = f"\n    allow-notify: 127.0.0.1 {key}" if notify else ""
+    timers = "".join(f"\n    {t}: {refresh}" for t in ("min-refresh-time", "max-refresh-time",
+                                                        "min-retry-time", "max-retry-time")
+                     ) if refresh is not None else ""
+    zone_blocks = "".join(f"""
 zone:
-    name: "{z}."
-    zonefile: "{z}.zone"
-    request-xfr: 127.0.0.1@{self.primary.port} {key}
-    allow-axfr-fallback: yes{notify}
-    provide-xfr: 127.0.0.0/8 NOKEY
-    min-refresh-time: {self.refresh}
-    max-refresh-time: {self.refresh}
-    min-retry-time: {self.refresh}
-    max-retry-time: {self.refresh}
-""" for z in self.zones)
-        conf.write_text(f"""\
+    name: "{z.rstrip('.')}."
+    zonefile: "{z.rstrip('.')}.zone"
+    request-xfr: 127.0.0.1@{primary_port} {key}
+    allow-axfr-fallback: yes{notify_line}
+    provide-xfr: 127.0.0.0/8 NOKEY{timers}
+""" for z in zones)
+    # NSD keeps a zone in memory and writes it out only this often: a restart before then
+    # starts without it (after database:, which sets its default)
+    writes = f"\n    zonefiles-write: {write_every}" if write_every is not None else ""
+    return f"""\
 server:
     server-count: 1
     ip-address: 127.0.0.1
-    port: {self.port}
+    port: {port}
     do-ip6: no
     username: ""
     chroot: ""
-    zonesdir: "{self.tmp}"
-    pidfile: "{self.tmp}/nsd.pid"
-    xfrdfile: "{self.tmp}/xfrd.state"
-    zonelistfile: "{self.tmp}/zone.list"
-    database: ""
-    # NSD keeps a zone in memory and writes it out only this often: a restart before
-    # then starts without it (after database:, which sets its default)
-    zonefiles-write: 10
+    zonesdir: "{tmp}"
+    xfrdir: "{tmp}"
+    pidfile: "{tmp}/nsd.pid"
+    xfrdfile: "{tmp}/xfrd.state"
+    zonelistfile: "{tmp}/zone.list"
+    database: ""{writes}
     verbosity: 2
     rrl-ratelimit: 0
     rrl-whitelist-ratelimit: 0
 remote-control:
     control-enable: no
-{keys}{zones}""")
-        check(["nsd-checkconf", str(conf)])
-        return ["nsd", "-d", "-c", str(conf)]
+{keys}{zone_blocks}"""
 
 
 class BindSecondary(Secondary):
