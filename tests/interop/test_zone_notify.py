@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from testkit.gateways import FakeGateway, probed_demo
 from testkit.resolvers import free_port
@@ -25,7 +27,7 @@ from testkit.secondaries import (
     Tsig,
     serial,
 )
-from testkit.serve import Dnsside, answers, wait_for
+from testkit.serve import DEMO, Dnsside, answers, wait_for
 
 NGINX = "nginx-svc.default.svc-global"
 WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
@@ -112,6 +114,46 @@ def test_a_dead_gateway_leaves_every_secondary_within_3s_by_notify_and_ixfr(
         line = srv.wait_log("differences, ")
         assert "IXFR from " in line
         assert max(gone.values()) <= 3.0, gone
+
+
+def test_a_pod_gone_and_a_link_deleted_reach_every_secondary_by_ixfr(tmp_path: Path) -> None:
+    """The other changes the service mirror makes: a pod's mirror deleted, then a whole
+    Link (its mirrors stay behind, orphaned, and leave the answers). dnsside reads the
+    demo from a file it re-reads every 0.2 s; each change is in all three secondaries'
+    answers within 3 s of the file's write, carried by IXFR."""
+    demo = yaml.safe_load(DEMO.read_text())
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(demo))
+    ports = [free_port() for _ in KINDS]
+    notify = [a for p in ports for a in ("--notify", f"127.0.0.1:{p}")]
+    with Dnsside("--source", str(path), "--cluster-name", "east", "--reload-interval", "0.2",
+                 "--allow-transfer", "127.0.0.1", "--tsig-key-file", str(key_file(tmp_path)),
+                 *notify) as srv, secondaries(tmp_path, srv, ports) as secs:
+        for sec in secs:
+            assert set(answers(sec.query(NGINX, "A"))) >= WEST
+        ixfr_before = srv.metric("dnsside_transfers_total", result="ok", type="ixfr") or 0
+        changes: list[tuple[str, Callable[[dict[str, Any]], bool], set[str]]] = [
+            ("a pod's mirror deleted", lambda o: o["metadata"]["name"].startswith(
+                "nginx-set-2-west"), WEST - {"10.43.245.244"}),
+            ("Link west deleted", lambda o: o["kind"] == "Link"
+             and o["metadata"]["name"] == "west", set()),
+        ]
+        for what, gone, west_left in changes:
+            demo["items"] = [o for o in demo["items"] if not gone(o)]
+            path.write_text(yaml.safe_dump(demo))
+            written = time.monotonic()
+            took = {}
+            for sec in secs:
+                wait_for(lambda sec=sec: WEST & set(answers(sec.query(NGINX, "A")))
+                         == west_left, 15, f"{sec.kind} to show: {what}")
+                took[sec.kind] = time.monotonic() - written
+            print(f"\n{what}: in the secondaries after "
+                  + ", ".join(f"{k} {s:.2f}s" for k, s in took.items()))
+            assert WEST & set(answers(srv.query(NGINX, "A"))) == west_left
+            assert max(took.values()) <= 3.0, (what, took)
+        wait_for(lambda: (srv.metric("dnsside_transfers_total", result="ok", type="ixfr")
+                          or 0) >= ixfr_before + 2 * len(secs), 10, "an IXFR per change each")
+        assert srv.metric("dnsside_transfers_total", result="full", type="ixfr") == 0
 
 
 def test_secondaries_outlive_dnsside_and_catch_up_with_a_new_one(
