@@ -123,6 +123,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--no-local", bool, False, "leave this cluster's endpoints out", _SOURCE),
     Flag("--srv-priority", str, "equal", "SRV priority: all 0, or local members 0 and remote "
          "10", _SOURCE, choices=("equal", "local-first")),
+    Flag("--locality", str, "all", "which clusters a global service's own name (A, AAAA, SRV; "
+         "also its --mcs-zone name) answers: every cluster's ready members, or only this "
+         "cluster's while it has a ready one (every cluster once none is); the local "
+         "Service's dnsside.io/locality annotation overrides it", _SOURCE,
+         choices=("all", "local-first")),
     Flag("--namespace", str, (), "watch only this namespace, repeatable "
          "(Links are always read cluster-wide)", _SOURCE, repeatable=True,
          metavar="NAMESPACE", default_text="all"),
@@ -409,6 +414,7 @@ class Config:
     publish_not_ready: bool = default("--publish-not-ready")
     no_local: bool = default("--no-local")
     srv_priority: str = default("--srv-priority")
+    locality: str = default("--locality")
     namespaces: Sequence[str] = default("--namespace")
     tcp_idle_timeout: float = default("--tcp-idle-timeout")
     tcp_max_connections: int = default("--tcp-max-connections")
@@ -470,6 +476,11 @@ class Config:
     def check(self) -> None:
         """Raise ValueError, naming the flag, for a value dnsside cannot run with."""
         check_cluster_name(self.cluster_name, "--cluster-name")
+        for f in FLAGS:  # argparse checks a choice on the command line, not from DNSSIDE_*
+            value = getattr(self, f.dest, None)
+            if f.choices and value is not None and value not in f.choices:
+                raise ValueError(f"{f.name} (or {f.env}) {value!r}: expected one of "
+                                 f"{', '.join(f.choices)}")
         for zone in self.mcs_zones:
             if zone == ".":
                 raise ValueError("--mcs-zone . would claim every name; give a zone such as "
@@ -486,6 +497,9 @@ class Config:
         if self.insecure_remote_tls and not self.flat_network:
             raise ValueError("--insecure-remote-tls weakens TLS to the linked clusters "
                              "--flat-network watches: it needs --flat-network")
+        if self.locality == "local-first" and self.no_local:
+            raise ValueError("--locality local-first prefers this cluster's members, which "
+                             "--no-local leaves out: choose one")
         for ns in self.flat_network_namespaces:
             if not is_dns_label(ns):
                 raise ValueError(f"--flat-network-namespaces {ns!r} is not a namespace name")

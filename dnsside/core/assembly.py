@@ -39,6 +39,7 @@ from dnsside.model.linkerd import (
     SliceRecord,
     Via,
 )
+from dnsside.model.locality import Locality, LocalityAnnotation
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,13 @@ class GlobalService:
     # The local Service carries mirror.linkerd.io/exported: only then do its members belong
     # to the clusterset service of an --mcs-zone (the svc-global zone always has them).
     local_exported: bool = False
+    # Which clusters the service's own name answers (dnsside.core.locality says what that
+    # makes of the members), and where that came from: "flag" (--locality), "annotation"
+    # (the local Service's dnsside.io/locality) or "--no-local" (nothing local to prefer).
+    locality: Locality = Locality.ALL
+    locality_from: str = "flag"
+    locality_annotation: LocalityAnnotation | None = None  # as the local Service has it
+    has_local: bool = False  # the local Service exists (with or without endpoints)
 
 
 def dashed_ip(address: str) -> str:
@@ -332,6 +340,7 @@ class ClusterView:
     failing_gateways: frozenset[str] = frozenset()
     flat: FlatServices = field(default_factory=_NoFlatNetwork)
     zone_octets: int = DEFAULT_ZONE_OCTETS  # what the longest served zone adds to a name
+    locality: Locality = Locality.ALL  # --locality: a local Service's annotation overrides it
 
 
 def assemble(
@@ -375,6 +384,7 @@ def assemble(
     exported = local is not None and local.exported
     if not live and not exported and not orphans and not flat:
         return None
+    locality = _locality(local, view)
     headless = headless or bool(flat)
     flat_clusters = {svc.cluster for svc, _ in flat}
     excluded = [
@@ -384,7 +394,7 @@ def assemble(
         if svc.role is not Role.HEADLESS_ROOT and svc.cluster_ips
     ]
     if not live and not exported and not flat:
-        return GlobalService(namespace, name, (), tuple(excluded), headless)
+        return GlobalService(namespace, name, (), tuple(excluded), headless, False, *locality)
     screen = Screen(namespace, name, view.zone_octets)
     members: list[Member] = []
     if view.include_local and local is not None and local.role is Role.LOCAL:
@@ -414,7 +424,23 @@ def assemble(
         taken.add((member.cluster, member.hostname))
         members.append(member)
     excluded.extend(screen.excluded)
-    return GlobalService(namespace, name, tuple(members), tuple(excluded), headless, exported)
+    return GlobalService(namespace, name, tuple(members), tuple(excluded), headless, exported,
+                         *locality)
+
+
+def _locality(local: ServiceRecord | None, view: ClusterView
+              ) -> tuple[Locality, str, LocalityAnnotation | None, bool]:
+    """The locality in force for a service and where it comes from: the local Service's
+    annotation when it holds a known value, else the flag; with --no-local there is nothing
+    local to prefer, so every cluster answers whatever either says."""
+    if local is None or local.role is not Role.LOCAL:
+        return view.locality, "flag", None, False
+    annotation = local.locality
+    if not view.include_local:
+        return Locality.ALL, "--no-local", annotation, True
+    if annotation is not None and annotation.value is not None:
+        return annotation.value, "annotation", annotation, True
+    return view.locality, "flag", annotation, True
 
 
 def _excluded(member: Member, why: Exclusion, text: str = "") -> Member:

@@ -19,6 +19,7 @@ from typing import Any
 from dnsside.core import diagnosis
 from dnsside.core.assembly import GlobalService
 from dnsside.core.diagnosis import Exclusion, Notice, Told
+from dnsside.core.locality import Spill, spill
 from dnsside.model.addresses import Unsafe, unsafe_address
 
 # A global service's contribution to the member, orphan and clash counts, flat:
@@ -27,10 +28,19 @@ Tally = tuple[Any, ...]
 _READY, _NOT_READY, _ORPHAN, _CLASH = "ready", "not-ready", "orphan", "clash"
 _INVALID = "invalid-name"
 _UNSAFE = {reason: "unsafe:" + reason for reason in Unsafe}  # an unsafe address, by reason
+# A local-first service answering beyond the local cluster, by why (cluster "": the service's).
+_SPILL = {reason: "spill:" + reason.value for reason in Spill}
+_SPILL_OF = {tag: reason for reason, tag in _SPILL.items()}
+_UNKNOWN_LOCALITY = "locality:unknown"  # dnsside.io/locality holds no value dnsside knows
 
 
-def tally(gs: GlobalService) -> Tally:
+def tally(gs: GlobalService, publish_not_ready: bool = False) -> Tally:
     counts: Counter[tuple[str, str]] = Counter()
+    beyond = spill(gs, publish_not_ready)
+    if beyond is not None:
+        counts[(_SPILL[beyond], "")] = 1
+    if gs.locality_annotation is not None and gs.locality_annotation.value is None:
+        counts[(_UNKNOWN_LOCALITY, "")] = 1
     for m in gs.members:
         counts[(_READY if m.ready else _NOT_READY, m.cluster)] += 1
     for m in gs.excluded:
@@ -46,6 +56,12 @@ def tally(gs: GlobalService) -> Tally:
     return tuple(x for (tag, cluster), n in sorted(counts.items()) for x in (tag, cluster, n))
 
 
+def spilled(tallied: Tally | None) -> Spill | None:
+    """Why the service of ``tallied`` answers beyond the local cluster (None: it does not)."""
+    tags = tallied[::3] if tallied is not None else ()
+    return next((_SPILL_OF[tag] for tag in tags if tag in _SPILL_OF), None)
+
+
 class Counts:
     """Members and what is left out, by cluster, over every published global service."""
 
@@ -55,6 +71,8 @@ class Counts:
         self._clashes: Counter[str] = Counter()  # members lost to a name clash
         self._unsafe: Counter[tuple[str, str]] = Counter()  # unsafe addresses: cluster, reason
         self._invalid: Counter[str] = Counter()  # members and ports with bad names
+        self._spilled: Counter[Spill] = Counter()  # local-first services answering beyond
+        self._unknown_locality = 0  # services whose local Service's annotation is unknown
         self._clusters: set[str] = set()  # clusters with members, for "link seen/gone"
         self._orphaned_clusters: set[str] = set()  # told already
         self._clashed_clusters: set[str] = set()
@@ -80,6 +98,15 @@ class Counts:
         """Addresses left out because no pod or Service can own them, by (cluster, reason)."""
         return self._unsafe
 
+    def spilled_counts(self) -> Mapping[Spill, int]:
+        """``local-first`` services that answer beyond the local cluster, by why."""
+        return self._spilled
+
+    def unknown_localities(self) -> int:
+        """Global services whose local Service has a dnsside.io/locality value dnsside does
+        not know (the flag applies to them)."""
+        return self._unknown_locality
+
     def add(self, tallied: Tally | None, sign: int) -> None:
         """Count a service's tally in (``sign`` +1) or out (-1)."""
         if tallied is None:
@@ -94,6 +121,10 @@ class Counts:
                 self._clashes[cluster] += sign * n
             elif tag is _INVALID:
                 self._invalid[cluster] += sign * n
+            elif tag in _SPILL_OF:
+                self._spilled[_SPILL_OF[tag]] += sign * n
+            elif tag is _UNKNOWN_LOCALITY:
+                self._unknown_locality += sign * n
             else:  # "unsafe:<reason>"
                 self._unsafe[(cluster, tag.partition(":")[2])] += sign * n
 
@@ -142,4 +173,4 @@ class Counts:
                 del counter[c]
 
 
-__all__ = ["Counts", "Tally", "tally"]
+__all__ = ["Counts", "Tally", "spilled", "tally"]

@@ -244,6 +244,10 @@ class Notice(enum.Enum):
     CONFIG_WARNING = "config-warning"
     UNSAFE_ADDRESS = "unsafe-address"
     INVALID_NAME = "invalid-name"
+    LOCALITY_SPILLED = "locality-spilled"  # local-first: no local member ready any more
+    LOCALITY_LOCAL = "locality-local"  # local-first: local only again, or no longer local-first
+    LOCALITY_NO_LOCAL = "locality-no-local"  # local-first, and no local Service
+    LOCALITY_UNKNOWN = "locality-unknown"  # dnsside.io/locality holds no value dnsside knows
 
     @property
     def warning(self) -> bool:
@@ -254,7 +258,8 @@ class Notice(enum.Enum):
 _WARNINGS = frozenset({Notice.REMOTE_LOST, Notice.REMOTE_CREDENTIALS, Notice.REMOTE_CAPPED,
                        Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
                        Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING,
-                       Notice.UNSAFE_ADDRESS, Notice.INVALID_NAME})
+                       Notice.UNSAFE_ADDRESS, Notice.INVALID_NAME, Notice.LOCALITY_SPILLED,
+                       Notice.LOCALITY_UNKNOWN})
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from dnsside.core.assembly import GlobalService, Member
+from dnsside.core.locality import answering
 from dnsside.dns.names import (
     MCS,
     SVC_GLOBAL,
@@ -181,7 +182,8 @@ def _encode_in_zone(
     ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = service_name(gs.name, gs.namespace, zone)
     wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
-    _address_answers(out, svc_name, wires)
+    own = _own(gs, members, wires)  # the service's own name: --locality
+    _address_answers(out, svc_name, own)
     by_cluster: dict[str, list[_MemberWire]] = {}
     for w in wires:
         by_cluster.setdefault(w.member.cluster, []).append(w)
@@ -190,7 +192,15 @@ def _encode_in_zone(
         for w in group:
             if w.name is not None:
                 _address_answers(out, w.name, [w])
-    _srv_answers(out, svc_name, [(w, p) for w in wires for p in w.member.ports], options)
+    _srv_answers(out, svc_name, [(w, p) for w in own for p in w.member.ports], options)
+
+
+def _own(gs: GlobalService, members: list[Member], wires: list[_MemberWire]
+         ) -> list[_MemberWire]:
+    """The wires of the members the service's own name answers (all but under --locality
+    local-first while a local member is ready); ``wires`` are ``members``'."""
+    chosen = answering(gs, members)
+    return wires if chosen is members else [w for w in wires if w.member.via.local]
 
 
 def _encode_mcs(
@@ -217,13 +227,15 @@ def _encode_mcs(
     pairs: list[tuple[_Target, Port]]
     if gs.headless:
         wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
-        _address_answers(out, svc_name, wires)
-        pods = [(w, w.name) for w in wires if w.name is not None]
-        for w, pod_name in pods:
-            _address_answers(out, pod_name, [w])
-        pairs = [(w, p) for w, _ in pods for p in w.member.ports]
+        own = _own(gs, members, wires)
+        _address_answers(out, svc_name, own)
+        for w in wires:
+            if w.name is not None:
+                _address_answers(out, w.name, [w])
+        pairs = [(w, p) for w in own if w.name is not None for p in w.member.ports]
     else:
-        chosen = [m for m in members if m.via is Via.FEDERATED] or members
+        own_members = answering(gs, members)
+        chosen = [m for m in own_members if m.via is Via.FEDERATED] or own_members
         service = _ServiceTarget(svc_name, chosen, options.ttl)
         _address_answers(out, svc_name, [service])
         pairs = [(service, p) for p in dict.fromkeys(p for m in chosen for p in m.ports)]

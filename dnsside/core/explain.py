@@ -14,6 +14,7 @@ from dnslib import RCODE, DNSRecord
 
 from dnsside.core.assembly import GlobalService, Member
 from dnsside.core.encode import published
+from dnsside.core.locality import answering, describe
 from dnsside.core.view import ExplainView
 from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse
 from dnsside.dns.wire import to_wire
@@ -125,7 +126,12 @@ class Explainer:
             return {"explanation": f"no global service {ns}/{svc}: no mirror of it exists and "
                                    "the local Service is not exported"
                                    + (f"; {scope}" if scope else "")}
-        shown = set(map(id, published(gs, self.index.zone_options)))
+        zone_members = published(gs, self.index.zone_options)
+        shown = set(map(id, zone_members))
+        if mcs and not gs.local_exported:  # only exporting clusters' members belong
+            zone_members = [m for m in zone_members if not m.via.local]
+        own_name = kind in (Kind.SERVICE, Kind.SRV, Kind.PROTOCOL)  # what --locality filters
+        own = set(map(id, answering(gs, zone_members)))
         cluster, host = request.cluster or None, request.host or None
         federated = not gs.headless and any(
             m.via is Via.FEDERATED and id(m) in shown for m in gs.members)
@@ -140,6 +146,9 @@ class Explainer:
                        "the local Service has no mirror.linkerd.io/exported label")
             elif id(m) in shown and mcs and kind is Kind.CLUSTER:
                 why = "left out: KEP-1645 has no per-cluster names"
+            elif id(m) in shown and own_name and id(m) not in own:
+                why = (f"left out: locality {gs.locality.value}: only the local cluster "
+                       "answers while it has a ready member")
             elif id(m) in shown and mcs and federated and m.via is not Via.FEDERATED:
                 why = "left out: the federated ClusterIP stands for every cluster"
             elif id(m) in shown:
@@ -168,6 +177,7 @@ class Explainer:
             members.append(entry)
         out: dict[str, Any] = {"global_service": f"{ns}/{svc}", "members": members,
                                "links": self.index.links.describe()}
+        out["locality"] = self._locality(gs, zone_members, kind, mcs)
         if self.index.flat.status:
             out["flat_network"] = {c: self.index.flat.describe(c)
                                    for c in sorted(self.index.flat.status)}
@@ -179,6 +189,23 @@ class Explainer:
             out["srv_filter"] = srv_filter
         if mcs:
             out["naming"] = _mcs_naming(gs, kind)
+        return out
+
+    @staticmethod
+    def _locality(gs: GlobalService, zone_members: list[Member], kind: Kind, mcs: bool
+                  ) -> dict[str, Any]:
+        """The locality in force, where it comes from, which clusters the service's own
+        name answers now and why; and whether it applies to this name at all."""
+        report = describe(gs, zone_members)
+        out: dict[str, Any] = {"mode": report.mode, "from": report.source,
+                               "answering": report.answering, "why": report.why}
+        if mcs and not gs.local_exported and gs.has_local:
+            out["why"] = ("the local Service is not exported (mirror.linkerd.io/exported): its "
+                          "members are not in the clusterset service, so every exporting "
+                          "cluster answers")
+        if kind in (Kind.CLUSTER, Kind.MEMBER):
+            out["applies"] = ("no: this name is one cluster's or one pod's; locality filters "
+                              "only the service's own name and its SRV")
         return out
 
     def _gateway(self, cluster: str) -> str:
@@ -247,6 +274,12 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"Naming:          {report['naming']}")
     if "srv_filter" in report:
         lines.append(f"SRV names:       {report['srv_filter']} only")
+    if "locality" in report:
+        loc = report["locality"]
+        lines.append(f"Locality:        {loc['mode']}, from {loc['from']}")
+        lines.append(f"Answering:       {', '.join(loc['answering']) or 'none'}: {loc['why']}")
+        if "applies" in loc:
+            lines.append(f"                 (applies to this name: {loc['applies']})")
     if "links" in report:
         lines.append(f"Links:           {report['links']}")
     for cluster, state in (report.get("flat_network") or {}).items():

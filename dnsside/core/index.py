@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dnsside.core import diagnosis
+from dnsside.core import diagnosis, locality
 from dnsside.core.assembly import ClusterView, GlobalService, Member, assemble, probe_url, refusals
-from dnsside.core.counts import Counts, Tally, tally
+from dnsside.core.counts import Counts, Tally, spilled, tally
 from dnsside.core.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.core.gcpause import bulk
 from dnsside.core.links import Links
@@ -59,6 +59,7 @@ from dnsside.model.events import (
     Upsert,
 )
 from dnsside.model.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord, Via
+from dnsside.model.locality import Locality
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -97,6 +98,9 @@ class IndexOptions:
     # Zone versions kept for IXFR (--ixfr-history) where zones are transferred; None: no
     # zone is, and the records are not kept a second time for transfers.
     transfer_history: int | None = None
+    # --locality: which clusters a global service's own name answers (a local Service's
+    # dnsside.io/locality annotation overrides it).
+    locality: Locality = Locality.ALL
 
 
 @dataclass(slots=True)
@@ -139,10 +143,13 @@ class Index:
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self.cluster_view = ClusterView(options.cluster_name, options.include_local,
                                 options.include_federated, flat=self.flat,
-                                zone_octets=self._publisher.zone_octets())
+                                zone_octets=self._publisher.zone_octets(),
+                                locality=options.locality)
         self.warnings: dict[ConfigWarning, str] = {}  # active configuration warnings
         # What was told refused, of the services that refuse anything (none, usually).
         self._refused: dict[Key, dict[tuple[str, str, Exclusion], int]] = {}
+        # The unknown dnsside.io/locality values told, by service (told once each).
+        self._unknown_locality: dict[Key, str] = {}
         self._told: list[Told] = []
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
@@ -356,10 +363,16 @@ class Index:
             gs = self.assemble(key)
             if (gs is not None and gs.excluded) or key in self._refused:
                 self._tell_refused(key, gs)
-            tallied = tally(gs) if gs is not None else None
+            if (gs is not None and gs.locality_annotation is not None) \
+                    or key in self._unknown_locality:
+                self._tell_unknown_locality(key, gs)
+            tallied = tally(gs, self.options.zone.publish_not_ready) if gs is not None else None
             old = self.tallies.get(key)
             if not self._publisher.publish(key, gs) and tallied == old:
                 continue
+            self._hear(locality.moved(key, gs, spilled(old), spilled(tallied))
+                       if not quiet or spilled(tallied) is locality.Spill.NO_READY_MEMBER
+                       else None)
             changed.add(key)
             self.counts.add(old, -1)
             self.counts.add(tallied, +1)
@@ -389,6 +402,17 @@ class Index:
                 self._told.append(diagnosis.refused(cluster, source, why, items))
         if seen:
             self._refused[key] = seen
+
+    def _tell_unknown_locality(self, key: Key, gs: GlobalService | None) -> None:
+        """Once per Service and value: its dnsside.io/locality is no value dnsside knows."""
+        annotation = gs.locality_annotation if gs is not None else None
+        if annotation is None or annotation.value is not None:
+            self._unknown_locality.pop(key, None)
+            return
+        if self._unknown_locality.get(key) != annotation.written:
+            self._unknown_locality[key] = annotation.written
+            self._told.append(locality.unknown_annotation(key, annotation,
+                                                          self.options.locality.value))
 
     def _object_of(self, namespace: str, m: Member) -> str:
         """The object a refused member comes from, for the notice."""

@@ -32,6 +32,7 @@ from dnsside.model.endpoints import (
     Endpoints,
     pack_rows,
 )
+from dnsside.model.locality import LocalityAnnotation, parse_locality
 from dnsside.model.sharing import Memo, is_label, share
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
@@ -45,6 +46,9 @@ LOCAL_DISCOVERY = "multicluster.linkerd.io/local-discovery"  # annotation of fed
 REMOTE_SVC_FQ_NAME = "mirror.linkerd.io/remote-svc-fq-name"
 SERVICE_NAME = "kubernetes.io/service-name"
 PROBE_PORT_NAME = "mc-probe"  # the port of the gateway probe Service
+# dnsside's own annotation, read on a local Service only (never on a mirror: Linkerd copies
+# a remote Service's annotations onto its mirrors, and each cluster decides for itself).
+LOCALITY = "dnsside.io/locality"
 DEFAULT_PROBE_PATH = "/ready"  # what `linkerd multicluster link` writes into probeSpec.path
 
 # The cluster name of the member a federated Service contributes: it stands for every
@@ -117,6 +121,7 @@ class ServiceRecord:
     ports: tuple[Port, ...]
     exported: bool = False  # LOCAL only: carries mirror.linkerd.io/exported
     remote_discovery: bool = False  # CLUSTER_MIRROR only: no endpoints, always ready
+    locality: LocalityAnnotation | None = None  # LOCAL only: dnsside.io/locality, if set
 
     @property
     def headless(self) -> bool:
@@ -403,6 +408,7 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
             original = fq[0] if fq else _strip_cluster(name, cluster)
             remote_discovery = REMOTE_DISCOVERY in labels
     exported = role is Role.LOCAL and labels.get(EXPORTED, "false") != "false"
+    written = annotations.get(LOCALITY) if role is Role.LOCAL else None
 
     if role is not Role.IGNORED:  # a probe Service names its cluster: check that too
         # Namespaces and names are lower case in Kubernetes; an upper-case one (an API that
@@ -425,6 +431,7 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
         ports=ports,
         exported=exported,
         remote_discovery=remote_discovery,
+        locality=parse_locality(written) if written is not None else None,
     )
 
 

@@ -28,6 +28,7 @@ from dnsside.core.index import Index, IndexOptions, Observer
 from dnsside.core.publishing import make_responder
 from dnsside.dns.tsig import TsigKey
 from dnsside.dns.zone import ZoneOptions
+from dnsside.model.locality import Locality
 from dnsside.serving.http import HttpServer
 from dnsside.serving.notify import Notifier, notify_signer
 from dnsside.serving.reporting import IndexReporter
@@ -52,6 +53,7 @@ def index_options(config: Config) -> IndexOptions:
         include_federated=not config.no_federated,
         flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
         transfer_history=config.ixfr_history if transfers_allowed(config) else None,
+        locality=Locality(config.locality),
         zone=ZoneOptions(
             ttl=config.ttl,
             publish_not_ready=config.publish_not_ready,

@@ -20,6 +20,7 @@ import logging
 
 from dnsside.core.diagnosis import ConfigWarning, Exclusion
 from dnsside.core.index import IndexReport
+from dnsside.core.locality import Spill
 from dnsside.core.view import ReportView
 from dnsside.telemetry import metrics
 
@@ -50,6 +51,7 @@ class IndexReporter:
             metrics.GLOBAL_SERVICES.set(len(index.global_services))
             self._members(index)
             self._exclusions(index)
+            self._locality(index)
         if index.synced and index.warnings is not self._warnings_shown:
             self._warnings_shown = index.warnings  # a new dict after every (re)sync
             for warning in ConfigWarning:
@@ -94,6 +96,13 @@ class IndexReporter:
             with contextlib.suppress(KeyError):
                 metrics.MEMBERS.remove(*labels)
         self._member_series = now
+
+    def _locality(self, index: ReportView) -> None:
+        """Both reasons always shown, 0 included: an alert needs the series to exist."""
+        spilled = index.counts.spilled_counts()
+        for reason in Spill:
+            metrics.LOCALITY_SPILLED.labels(reason=reason.value).set(spilled.get(reason, 0))
+        metrics.LOCALITY_UNKNOWN.set(index.counts.unknown_localities())
 
     def _exclusions(self, index: ReportView) -> None:
         for why, gauge in ((Exclusion.ORPHANED, metrics.ORPHANED_MIRRORS),

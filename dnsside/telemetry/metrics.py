@@ -124,6 +124,19 @@ NOTIFIES = Counter(
 )
 for _result in ("ok", "error", "timeout"):
     NOTIFIES.labels(result=_result)
+LOCALITY_SPILLED = Gauge(
+    "dnsside_locality_spilled_services",
+    "Global services under --locality local-first (or the annotation) whose own name answers "
+    "beyond the local cluster, by why: no-ready-local-member, no-local-service.",
+    ["reason"],
+    registry=REGISTRY,
+)
+LOCALITY_UNKNOWN = Gauge(
+    "dnsside_locality_unknown_annotations",
+    "Global services whose local Service's dnsside.io/locality annotation is neither all nor "
+    "local-first (--locality applies to them).",
+    registry=REGISTRY,
+)
 ZONE_SERIAL = Gauge("dnsside_zone_serial", "SOA serial of the served zones: the last version "
                     "cut, the Unix time of its second.", registry=REGISTRY)
 ZONE_HISTORY_VERSIONS = Gauge(
