@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from dnsside.config import flag
+from dnsside.config import flag, normal_zones, zones_from_env
 from dnsside.core import diagnosis
 from dnsside.core.diagnosis import ClusterMirrors, mirror_health
 from dnsside.kubeapi.client import TRANSIENT, ApiError, KubeApi, KubeConfigError, NotFound
 from dnsside.model import linkerd
 from dnsside.model.linkerd import LINK_GROUP, LinkRecord, ObjectError, ServiceRecord, SliceRecord
-from dnsside.ops import dnscheck, flatcheck
+from dnsside.ops import dnscheck, flatcheck, spreadcheck
 from dnsside.ops.checker import (
     Category,
     Finding,
@@ -53,6 +53,7 @@ CLUSTER_KEY = flag("--cluster-name").env
 FLAT_NETWORK = flag("--flat-network")
 NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
                                          flag("--tsig-key-file"))
+MCS_ZONE = flag("--mcs-zone")
 PAGE = 500  # items per list request
 # What a GET can fail with that a check reports: a status, a body that is not an object.
 API_ERRORS = (ApiError, ValueError)
@@ -513,6 +514,19 @@ async def sidecar_running(c: Cluster) -> Findings:
                   pods=len(pods.items), namespace=install.namespace, label=pods.label)
 
 
+async def spread(c: Cluster) -> AsyncGenerator[spreadcheck.Spread, None]:
+    """The cluster DNS's Corefiles and the Services' locality annotations, for dnsside's
+    zones (its ConfigMap's, else the default)."""
+    config, mirrors = (await c.install()).config, await c.mirrors()
+    try:
+        zones = (*zones_from_env(config.get(dnscheck.ZONE_KEY) or ""),
+                 *normal_zones(MCS_ZONE.from_env(config.get(MCS_ZONE.env) or "")))
+    except ValueError:
+        zones = zones_from_env("")  # a bad setting is the dns-zones check's to report
+    yield spreadcheck.Spread(c.get_or_none, frozenset(zones),
+                             mirrors.services if mirrors.error is None else None)
+
+
 async def dns_server(c: Cluster) -> AsyncGenerator[DnsServer, None]:
     """The server --dns names, with what the API objects say it should answer."""
     if c.options.dns:
@@ -524,9 +538,10 @@ async def dns_server(c: Cluster) -> AsyncGenerator[DnsServer, None]:
                         c.options.timeout)
 
 
-API, INSTALL, RBAC, LINKERD, CONFIG, FLAT, WORKLOAD, DNS = (
+API, INSTALL, RBAC, LINKERD, CONFIG, FLAT, WORKLOAD, SPREAD, DNS = (
     "kubernetes-api", "dnsside-install", "dnsside-rbac", "linkerd-multicluster",
-    "dnsside-config", "dnsside-flat-network", "dnsside-workload", "dnsside-dns")
+    "dnsside-config", "dnsside-flat-network", "dnsside-workload", "dnsside-spread",
+    "dnsside-dns")
 
 CATEGORIES: tuple[Category[Cluster], ...] = (
     Category(API, (client, kubernetes_api)),
@@ -537,6 +552,7 @@ CATEGORIES: tuple[Category[Cluster], ...] = (
     Category(CONFIG, (cluster_name_set, cluster_name_unique, transfer_setup)),
     Category(FLAT, (ForEach(flat_network, flatcheck.CHECKS),)),
     Category(WORKLOAD, (deployment_ready, pods_readable, sidecar_running)),
+    Category(SPREAD, (ForEach(spread, spreadcheck.CHECKS),)),
     Category(DNS, (ForEach(dns_server, dnscheck.CHECKS),)),
 )
 

@@ -34,6 +34,20 @@ STANDALONE_ONLY = {
     "kubespray": "kubespray re-applies CoreDNS's Deployment, and node-local-dns (on by "
                  "default) runs on the host network, where CoreDNS's loopback is not",
 }
+# Flavours whose zone block dnsside does not write, so it cannot put `loadbalance` in it:
+# what each says instead (the gke note: dnsmasq(8), --no-round-robin). dnsside's own
+# answers still rotate (each answer the cluster DNS caches anew starts elsewhere); only
+# within one cached answer's TTL is the order fixed.
+NO_LOADBALANCE = {
+    "gke": "kube-dns is dnsmasq, not CoreDNS, so there is no loadbalance plugin to add; "
+           "none is needed: dnsmasq permutes the A/AAAA records of a cached name from one "
+           "answer to the next by default (its --no-round-robin turns that off)",
+    "openshift": "the DNS operator writes each spec.servers block itself (forward, errors, "
+                 "log, bufsize, cache) and has no field for loadbalance",
+    "kubespray": "kubespray writes the block from its own template: its coredns_external_zones "
+                 "template has loadbalance already; check its nodelocaldns block with "
+                 "`dnsside check`",
+}
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # Flavours whose live object --from must be given: without it the output would drop or
 # break what the platform already has (see each flavour's function).
@@ -204,7 +218,8 @@ def gke(opts: CorednsOptions, warn: Warn) -> str:
           "metadata": _kept_meta(opts, "kube-dns", "kube-system"), "data": data}
     return to_yaml([cm], f"kube-dns forwards these stub domains to dnsside: {GKE_SCOPE}.\n"
                    "GKE keeps this ConfigMap on upgrades, and NodeLocal DNSCache on GKE "
-                   "reads it too.\n  kubectl apply -f -")
+                   f"reads it too.\nNo loadbalance: {NO_LOADBALANCE['gke']}.\n"
+                   "  kubectl apply -f -")
 
 
 def openshift(opts: CorednsOptions, warn: Warn) -> str:
@@ -233,7 +248,7 @@ def openshift(opts: CorednsOptions, warn: Warn) -> str:
                    "  oc apply --server-side --field-manager=dnsside --force-conflicts -f -\n"
                    "or, as a merge patch (replaces spec.servers only):\n"
                    "  oc patch dns.operator.openshift.io/default --type=merge "
-                   "--patch-file FILE")
+                   f"--patch-file FILE\nNo loadbalance: {NO_LOADBALANCE['openshift']}.")
 
 
 EKS_VALUES_HINT = ("aws eks describe-addon --cluster-name C --addon-name coredns --query "
@@ -317,6 +332,7 @@ def rke2_server(opts: CorednsOptions) -> dict[str, Any]:
             {"name": "cache", "parameters": 5},
             {"name": "prometheus", "parameters": "0.0.0.0:9153"},
             {"name": "bufsize", "parameters": 1232},
+            {"name": "loadbalance", "parameters": "round_robin"},
             {"name": "forward", "parameters": f". {opts.address}"},
         ],
     }
@@ -365,7 +381,8 @@ def kubespray(opts: CorednsOptions, warn: Warn) -> str:
             "and re-run cluster.yml (or upgrade-cluster.yml). kubespray\nre-templates the "
             "coredns and nodelocaldns ConfigMaps on every run, so editing them is undone.\n"
             "nodelocaldns_external_zones matters: NodeLocal DNSCache (on by default) sends "
-            "other zones\nupstream, never to CoreDNS.")
+            "other zones\nupstream, never to CoreDNS.\nloadbalance: "
+            + NO_LOADBALANCE["kubespray"] + ".")
     return "".join(f"# {line}\n" for line in head.splitlines()) + text
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 MARK = "# dnsside:"  # first line of every server block dnsside writes
+LOADBALANCE = "loadbalance"  # CoreDNS's plugin that shuffles A and AAAA records
 
 # Where each default Corefile comes from (the cluster domain is written {domain}):
 UPSTREAM = {
@@ -48,7 +49,10 @@ def server_block(zones: Sequence[str], address: str, mode: str, *,
 
     ``prometheus`` so the zone's queries are counted with the rest of CoreDNS's,
     ``bufsize 1232`` so answers relayed over UDP stay unfragmented (DNS flag day 2020),
-    ``cache 5`` = dnsside's TTL. ``nodelocal`` are node-local-dns's own ``bind`` and
+    ``cache 5`` = dnsside's TTL, ``loadbalance round_robin`` so that an answer served
+    from the cache is shuffled too (CoreDNS runs it before ``cache``, whatever the line
+    order): without it every client of one cached answer would connect to its first
+    address for the TTL. ``nodelocal`` are node-local-dns's own ``bind`` and
     ``prometheus`` lines, copied so the block listens where the others do;
     ``through_cluster_dns`` forwards to the cluster DNS instead of ``address`` (dnsside
     listening on loopback inside the CoreDNS pods, seen from node-local-dns). ``port`` is
@@ -56,7 +60,7 @@ def server_block(zones: Sequence[str], address: str, mode: str, *,
     """
     keys = " ".join(f"{z.rstrip('.')}:{port}" for z in zones)
     lines = [f"{MARK} {', '.join(zones)} answered by dnsside ({mode} mode)",
-             keys + " {", "    errors", "    cache 5"]
+             keys + " {", "    errors", "    cache 5", f"    {LOADBALANCE} round_robin"]
     if nodelocal:
         lines += [f"    {line}" for line in nodelocal]
     else:
@@ -109,6 +113,19 @@ def zone_of(key: str) -> str:
     """The zone a server block key (``svc-global:53``, ``dns://x.``) serves, absolute."""
     host = re.sub(r"^[a-z]+://", "", key.lower()).rsplit(":", 1)[0] if ":" in key else key
     return host.rstrip(".") + "."
+
+
+def directives(corefile: str, first: int, last: int) -> list[str]:
+    """The directive names at the top of the server block on lines ``first``..``last``
+    (as :func:`blocks` gives them): nested blocks' contents are skipped."""
+    names: list[str] = []
+    depth = 0
+    for raw in corefile.splitlines()[first + 1:last]:
+        line = strip_comment(raw).strip()
+        if depth == 0 and line and line[0] not in "{}":
+            names.append(line.split()[0])
+        depth += line.count("{") - line.count("}")
+    return names
 
 
 def listen_lines(corefile: str, zones: Sequence[str]) -> list[str]:
