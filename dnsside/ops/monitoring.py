@@ -83,6 +83,26 @@ ALERTS: tuple[Alert, ...] = (
           "watched: the network from this cluster to its address (the kubeconfig's server), "
           "its availability, or API priority and fairness (429); dnsside's log names the "
           "failing request. Its last-known pods are still answered."),
+    # --locality local-first (or the annotation): dnsside_locality_spilled_services{reason}
+    # counts the services answering beyond the local cluster; reason no-ready-local-member
+    # is the failure (no-local-service is a service that runs elsewhere only).
+    Alert("DnssideLocalitySpilled",
+          "max by (namespace, pod) "
+          "(dnsside_locality_spilled_services{reason=\"no-ready-local-member\"}) > 0", "5m",
+          "warning",
+          "local-first services of dnsside {{ $labels.namespace }}/{{ $labels.pod }} have "
+          "answered from other clusters for 5 minutes: no local member ready",
+          "Their clients cross a gateway (latency, egress) until a local member is ready "
+          "again; dnsside's log names each service when it spilled (`dnsside explain "
+          "<svc>.<ns>.svc-global` says which clusters answer and why). Look at the local "
+          "pods' readiness: `kubectl -n <ns> get endpointslices -l "
+          "kubernetes.io/service-name=<svc>`."),
+    Alert("DnssideLocalityAnnotationUnknown",
+          "max by (namespace, pod) (dnsside_locality_unknown_annotations) > 0", "10m", "info",
+          "a dnsside.io/locality annotation seen by dnsside {{ $labels.namespace }}/"
+          "{{ $labels.pod }} is neither all nor local-first",
+          "--locality applies to those services instead; the log and `dnsside check` name "
+          "each Service and its value: set all or local-first, or remove it."),
     Alert("DnssideServfail",
           "sum by (namespace, pod) (rate(dnsside_queries_total{rcode=\"SERVFAIL\"}[5m])) "
           "/ sum by (namespace, pod) (rate(dnsside_queries_total[5m])) > 0.01", "5m",

@@ -742,6 +742,13 @@ FIRING = {
         (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0+10x30"),
         (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x30"),
     ], "15m", {}),
+    "DnssideLocalitySpilled": (
+        [(f'dnsside_locality_spilled_services{{{L},reason="no-ready-local-member"}}',
+          "0x3 1x20"),
+         (f'dnsside_locality_spilled_services{{{L},reason="no-local-service"}}', "2x23")],
+        "12m", {}),
+    "DnssideLocalityAnnotationUnknown": (
+        [(f"dnsside_locality_unknown_annotations{{{L}}}", "0x3 1x20")], "20m", {}),
     "DnssideRemoteCredentialsInvalid": (
         [(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x5 0x20"),
          (f'dnsside_remote_synced{{{L},cluster="west"}}', "1x5 0x20")],
@@ -771,6 +778,12 @@ HEALTHY = [
     (f"dnsside_links_watch_up{{{L}}}", "1x20 0x5 1x35"),  # a short outage: no alert
     (f'dnsside_queries_total{{{L},qtype="A",rcode="NOERROR",transport="udp"}}', "0+100x60"),
     (f'dnsside_queries_total{{{L},qtype="A",rcode="SERVFAIL",transport="udp"}}', "0x60"),
+    # --locality local-first: services that run elsewhere only, and a local rollout that
+    # left no member ready for two minutes: no alert.
+    (f'dnsside_locality_spilled_services{{{L},reason="no-local-service"}}', "3x60"),
+    (f'dnsside_locality_spilled_services{{{L},reason="no-ready-local-member"}}',
+     "0x20 1x2 0x38"),
+    (f"dnsside_locality_unknown_annotations{{{L}}}", "0x60"),
     # --flat-network: unsynced until the first list, then a short outage of the remote API;
     # and a one-minute credentials failure (a Secret being rotated) on another cluster.
     (f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x60"),
