@@ -53,7 +53,7 @@ CLUSTER_KEY = flag("--cluster-name").env
 FLAT_NETWORK = flag("--flat-network")
 NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
                                          flag("--tsig-key-file"))
-MCS_ZONE = flag("--mcs-zone")
+MCS_ZONE, LOCALITY = flag("--mcs-zone"), flag("--locality")
 PAGE = 500  # items per list request
 # What a GET can fail with that a check reports: a status, a body that is not an object.
 API_ERRORS = (ApiError, ValueError)
@@ -535,7 +535,7 @@ async def dns_server(c: Cluster) -> AsyncGenerator[DnsServer, None]:
                         install.config.get(dnscheck.ZONE_KEY) or "",
                         install.config.get(CLUSTER_KEY) or c.options.cluster_name or "local",
                         mirrors.services, mirrors.slices, (await c.links()).records,
-                        c.options.timeout)
+                        c.options.timeout, install.config.get(LOCALITY.env) or "all")
 
 
 API, INSTALL, RBAC, LINKERD, CONFIG, FLAT, WORKLOAD, SPREAD, DNS = (

@@ -40,6 +40,7 @@ class DnsServer:
     slices: Sequence[SliceRecord]
     links: Sequence[LinkRecord] | None
     timeout: float
+    locality: str = "all"  # the ConfigMap's DNSSIDE_LOCALITY: what the server answers
     host: str = field(init=False, default="")
     port: int = field(init=False, default=0)
     address_error: str = field(init=False, default="")
@@ -68,7 +69,7 @@ class DnsServer:
         if not self.zones:
             return None
         return _pick_service(self.services, self.slices, self.links, self.cluster_name,
-                             self.zones[0])
+                             self.zones[0], self.locality)
 
     @once
     async def answer(self) -> tuple[str, list[str]] | BaseException | None:
@@ -169,23 +170,28 @@ def _describe(exc: BaseException) -> str:
 
 
 def _pick_service(services: Sequence[ServiceRecord], slices: Sequence[SliceRecord],
-                  links: Sequence[LinkRecord] | None, cluster_name: str, zone: str
-                  ) -> tuple[str, str, int] | None:
+                  links: Sequence[LinkRecord] | None, cluster_name: str, zone: str,
+                  locality: str = "all") -> tuple[str, str, int] | None:
     """A global service with ready members, as dnsside's own index builds it from these
-    objects: (name to ask, A or AAAA, how many addresses the objects give)."""
+    objects: (name to ask, A or AAAA, how many addresses the objects give). Under
+    ``local-first`` the addresses counted are the ones the name answers."""
     from dnsside.core.index import Index, IndexOptions
+    from dnsside.core.locality import answering
     from dnsside.core.publishing import make_responder
     from dnsside.dns.zone import ZoneOptions
     from dnsside.model.events import Kind, Replace, Synced
+    from dnsside.model.locality import Locality
 
-    options = IndexOptions(cluster_name=cluster_name.lower())
+    known = locality in tuple(Locality)
+    options = IndexOptions(cluster_name=cluster_name.lower(),
+                           locality=Locality(locality) if known else Locality.ALL)
     index = Index(make_responder([zone], ZoneOptions()), options)
     records: list[Record] = [*services, *slices, *(links or [])]
     kinds = {Kind.SERVICE, Kind.SLICE} | ({Kind.LINK} if links is not None else set())
     index.apply([Replace(frozenset(kinds), tuple(records)), Synced()])
     best: tuple[int, str, str, int] | None = None
     for (namespace, name), gs in sorted(index.global_services.items()):
-        ready = [m for m in gs.members if m.ready]
+        ready = [m for m in answering(gs, gs.members) if m.ready]
         v4 = sum(1 for m in ready for a in m.addresses if ":" not in a)
         v6 = sum(1 for m in ready for a in m.addresses if ":" in a)
         if not v4 and not v6:

@@ -163,3 +163,23 @@ async def test_check_flags_an_unknown_locality_value(fake_kube: FakeKube) -> Non
     (bad,) = [r for r in await spread_results(kube) if not r.ok]
     assert bad.warning
     assert "Service default/nginx-svc ('nearby')" in bad.hint
+
+
+@pytest.mark.parametrize("locality", ["all", "local-first"])
+def test_check_dns_expects_what_the_locality_answers(locality: str) -> None:
+    """`check --dns` counts the addresses the name answers under the ConfigMap's
+    DNSSIDE_LOCALITY, as the server it asks does."""
+    from dnsside.model.linkerd import LinkRecord, ServiceRecord, SliceRecord, parse_object
+    from dnsside.model.locality import Locality
+    from dnsside.ops.dnscheck import DnsServer
+    from tests.core.test_locality import ITEMS, addrs, make_index
+
+    records = [r for o in ITEMS if (r := parse_object(o)) is not None]
+    server = DnsServer("127.0.0.1:53", "dnsside", "svc-global.", "east",
+                       [r for r in records if isinstance(r, ServiceRecord)],
+                       [r for r in records if isinstance(r, SliceRecord)],
+                       [r for r in records if isinstance(r, LinkRecord)], 1.0, locality)
+    assert server.pick is not None
+    name, qtype, expected = server.pick
+    assert qtype == "A"
+    assert expected == len(addrs(make_index(Locality(locality)), name))
