@@ -384,7 +384,7 @@ def assemble(
     exported = local is not None and local.exported
     if not live and not exported and not orphans and not flat:
         return None
-    locality = _locality(local, view)
+    locality, locality_from, annotation, has_local = _locality(local, view)
     headless = headless or bool(flat)
     flat_clusters = {svc.cluster for svc, _ in flat}
     excluded = [
@@ -394,7 +394,8 @@ def assemble(
         if svc.role is not Role.HEADLESS_ROOT and svc.cluster_ips
     ]
     if not live and not exported and not flat:
-        return GlobalService(namespace, name, (), tuple(excluded), headless, False, *locality)
+        return GlobalService(namespace, name, (), tuple(excluded), headless, False, locality,
+                             locality_from, annotation, has_local)
     screen = Screen(namespace, name, view.zone_octets)
     members: list[Member] = []
     if view.include_local and local is not None and local.role is Role.LOCAL:
@@ -425,7 +426,7 @@ def assemble(
         members.append(member)
     excluded.extend(screen.excluded)
     return GlobalService(namespace, name, tuple(members), tuple(excluded), headless, exported,
-                         *locality)
+                         locality, locality_from, annotation, has_local)
 
 
 def _locality(local: ServiceRecord | None, view: ClusterView

@@ -370,9 +370,9 @@ class Index:
             old = self.tallies.get(key)
             if not self._publisher.publish(key, gs) and tallied == old:
                 continue
-            self._hear(locality.moved(key, gs, spilled(old), spilled(tallied))
-                       if not quiet or spilled(tallied) is locality.Spill.NO_READY_MEMBER
-                       else None)
+            before, now = spilled(old), spilled(tallied)
+            if before is not now and (not quiet or now is locality.Spill.NO_READY_MEMBER):
+                self._hear(locality.moved(key, gs, before, now))  # once per move
             changed.add(key)
             self.counts.add(old, -1)
             self.counts.add(tallied, +1)

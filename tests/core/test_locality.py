@@ -306,3 +306,32 @@ def test_explain_names_the_locality_its_source_and_who_answers() -> None:
     idx.apply([Delete(Kind.SERVICE, "default", "nginx-svc")])
     report = explainer.explain("nginx-svc.default.svc-global")
     assert report["locality"]["why"] == "no local Service: every cluster answers"
+
+
+def test_a_service_spilled_at_the_initial_sync_is_told() -> None:
+    """The initial sync tells no per-service news, but a local-first service that already
+    has no ready local member is a state to hear about: told once, as a warning."""
+    heard = Heard()
+    items = [copy.deepcopy(o) for o in ITEMS]
+    for o in items:
+        if o["metadata"]["name"] == "nginx-svc-b060a":
+            for endpoint in o["endpoints"]:
+                endpoint["conditions"]["ready"] = False
+    options = IndexOptions(cluster_name="east", locality=Locality.LOCAL_FIRST)
+    idx = Index(make_responder(["svc-global."], options.zone), options, heard)
+    idx.apply([Replace(ALL, tuple(rec(o) for o in items)), Synced()])
+    assert heard.of(Notice.LOCALITY_SPILLED) == [
+        "global service default/nginx-svc: no local member ready: every cluster answers its "
+        "name until one is (locality local-first)"]
+    assert not heard.of(Notice.LOCALITY_NO_LOCAL)  # payments runs elsewhere: no news
+    assert addrs(idx, ZONES["svc-global"][0]) == WEST
+
+
+def test_config_refuses_what_cannot_run() -> None:
+    from dnsside.config import Config
+
+    with pytest.raises(ValueError, match="--locality .* --no-local"):
+        Config(locality="local-first", no_local=True).check()
+    with pytest.raises(ValueError, match=r"--locality \(or DNSSIDE_LOCALITY\) 'nearby'"):
+        Config(locality="nearby").check()  # a DNSSIDE_LOCALITY argparse never checked
+    Config(locality="local-first").check()
