@@ -52,7 +52,8 @@ def parse_remote_service(obj: Mapping[str, Any], where: str, cluster: str,
     labels = obj["metadata"].get("labels") or {}  # parse_service checked its shape
     if labels.get(MIRRORED_SERVICE) == "true" or not selector.matches(labels):
         return None
-    return replace(record, role=Role.FLAT, cluster=cluster, exported=False)
+    # Nothing of its own annotations counts here: dnsside.io/locality is the local Service's.
+    return replace(record, role=Role.FLAT, cluster=cluster, exported=False, locality=None)
 
 
 class RemoteCluster(Store):

@@ -197,6 +197,20 @@ def test_annotation_on_a_mirror_is_not_read() -> None:
     assert addrs(idx, ZONES["svc-global"][0]) == sorted(EAST + WEST)
 
 
+def test_annotation_on_a_linked_clusters_own_service_is_not_kept() -> None:
+    """--flat-network: a linked cluster's own Service is served directly; its annotation
+    is that cluster's business, not this one's."""
+    from dnsside.core.remotes import parse_remote_service
+    from dnsside.model.linkerd import LabelSelector
+
+    o = obj("nginx-svc")
+    o["metadata"]["annotations"] = {LOCALITY: "local-first"}
+    assert getattr(rec(o), "locality") is not None  # the local Service's is read
+    record = parse_remote_service(o, "west", "west",
+                                  LabelSelector(match_labels=(("app", "nginx"),)))
+    assert record is not None and record.locality is None
+
+
 def test_unknown_value_warns_once_and_the_flag_applies() -> None:
     heard = Heard()
     idx = make_index(Locality.LOCAL_FIRST, heard=heard)
