@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from dnsside.config import flag
 from dnsside.core.diagnosis import CREDENTIALS_FIX
+from dnsside.kubeapi.caps import CapExceeded
 from dnsside.kubeapi.client import (
     SECRET_KUBECONFIG_KEY,
     TRANSIENT,
@@ -43,6 +44,7 @@ from dnsside.kubeapi.client import (
     describe_error,
     kubeconfig_in_secret,
 )
+from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES
 from dnsside.model.linkerd import LinkRecord
 from dnsside.ops.checker import Check, Finding, Findings, ForEach, Severity, Step, check, once
 from dnsside.ops.manifests import LINKS_NAMESPACE
@@ -112,12 +114,15 @@ class LinkCredentials:
         if not self.link.credentials_secret:
             return SecretRead(error="spec.clusterCredentialsSecret is empty")
         try:
-            obj = await self.net.api.get_json(
+            obj = await self.net.api.get_link_secret(
                 f"/api/v1/namespaces/{quote(self.link.namespace)}/secrets/"
                 f"{quote(self.link.credentials_secret)}")
             return SecretRead(kubeconfig_in_secret(obj))
         except NotFound:
             return SecretRead(missing=True, error=f"Secret {self.secret_name} not found")
+        except CapExceeded:
+            return SecretRead(error=f"Secret {self.secret_name} is over {MAX_SECRET_BYTES} "
+                              "bytes (a Link's kubeconfig is 3-5 KB): not read further")
         except TRANSIENT as exc:
             return SecretRead(error=describe_error(exc))
 
