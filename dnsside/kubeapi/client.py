@@ -510,10 +510,12 @@ async def _keep_token_fresh(loader: Any, config: Any) -> None:
 
 
 __all__ = [
+    "MAX_SECRET_BYTES",
     "SECRET_KUBECONFIG_KEY",
     "TRANSIENT",
     "ApiError",
     "Backoff",
+    "CapExceeded",
     "Expired",
     "Forbidden",
     "KubeApi",

@@ -29,11 +29,12 @@ from urllib.parse import quote
 
 from dnsside.config import flag
 from dnsside.core.diagnosis import CREDENTIALS_FIX
-from dnsside.kubeapi.caps import CapExceeded
 from dnsside.kubeapi.client import (
+    MAX_SECRET_BYTES,
     SECRET_KUBECONFIG_KEY,
     TRANSIENT,
     ApiError,
+    CapExceeded,
     Forbidden,
     KubeApi,
     KubeConfigError,
@@ -44,7 +45,6 @@ from dnsside.kubeapi.client import (
     describe_error,
     kubeconfig_in_secret,
 )
-from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES
 from dnsside.model.linkerd import LinkRecord
 from dnsside.ops.checker import Check, Finding, Findings, ForEach, Severity, Step, check, once
 from dnsside.ops.manifests import LINKS_NAMESPACE
