@@ -595,3 +595,53 @@ def peak_rss(srv: Dnsside) -> int:
     m = re.search(r"^VmHWM:\s+(\d+) kB$", status, re.M)
     assert m, status
     return int(m.group(1)) * 1024
+
+
+def test_a_link_elsewhere_or_a_second_link_never_takes_a_linked_cluster(
+        tmp_path: Path, west: ThreadedKube, recorder: Recorder) -> None:
+    """Whoever may write a Link somewhere (`aaa/west-shadow`, target west, its Secret in aaa)
+    or a second Link in the links namespace (`aaa-west`, newer, sorting first by name) names
+    a server of theirs for west: dnsside never reads the first, refuses the second once,
+    and never connects to that server; west stays watched with its own Link's Secret, and
+    so after a restart."""
+    evil = kubeconfig({"server": f"https://127.0.0.1:{recorder.port}",
+                       "certificate-authority-data": b64(fake_ca().ca_pem)},
+                      {"token": REMOTE_TOKEN})
+    east = local_cluster(tmp_path, west, {})
+    shadow = link("west", secret="shadow-credentials")
+    shadow["metadata"] = {"name": "west-shadow", "namespace": "aaa",
+                          "creationTimestamp": "2020-01-01T00:00:00Z"}
+    second = link("west", secret="shadow-credentials")
+    second["metadata"] = {"name": "aaa-west", "namespace": NS,
+                          "creationTimestamp": "2099-01-01T00:00:00Z"}
+    for ns in ("aaa", NS):
+        evil_secret = secret("west", evil)
+        evil_secret["metadata"] = {"name": "shadow-credentials", "namespace": ns}
+        east.call(east.kube.apply, evil_secret)
+    east.call(east.kube.apply, shadow)
+    east.call(east.kube.apply, second)
+    try:
+        for _ in range(2):
+            with serve(east) as srv:
+                wait_for(lambda: addresses(srv, "db-0.west.db.data.svc-global") == {WEST_DB0},
+                         15, "west watched with its own Link's Secret")
+                told = srv.wait_log(f"Link {NS}/aaa-west is refused: cluster west is linked by "
+                                    f"Link {NS}/west")
+                assert "WARNING" in told
+                assert metric(srv, "dnsside_remote_credentials_valid", "west") == 1
+                assert srv.metric("dnsside_links_refused", reason="duplicate") == 1
+                _, body = srv.http(f"/debug/explain?name={DB}")
+                assert f"Link {NS}/aaa-west is refused" in json.loads(body)["links"]
+                assert len([line for line in list(srv.lines) if "aaa-west is refused" in line
+                            and "initial sync" not in line]) == 1
+        assert recorder.connections == []
+        for ns in ("aaa", NS):
+            assert east.call(lambda n=ns: east.kube.requests[
+                ("GET", f"/api/v1/namespaces/{n}/secrets/shadow-credentials")]) == 0
+        checked = run_cli(["check", "--kubeconfig", east.kubeconfig, "--flat-network"])
+        assert "‼ Link aaa/west-shadow counts" in checked.stdout, checked.stdout
+        assert f"‼ Link {NS}/aaa-west counts" in checked.stdout
+        assert "✓ link west: the API at" in checked.stdout
+        assert recorder.connections == []
+    finally:
+        east.close()
