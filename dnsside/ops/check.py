@@ -498,7 +498,7 @@ async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetwork, None]:
         insecure = c.options.insecure_remote_tls or INSECURE_REMOTE_TLS.from_env(
             config.get(INSECURE_REMOTE_TLS.env) or "false")
         yield FlatNetwork(c.api, c.options.as_user, c.options.timeout, insecure,
-                          (await c.links()).records or ())
+                          (await c.links()).records or (), await c.links_namespace())
 
 
 # --------------------------------------------------------------------------- dnsside-workload

@@ -69,6 +69,7 @@ class FlatNetwork:
     timeout: float
     insecure_tls: bool  # --insecure-remote-tls: a kubeconfig may weaken TLS
     links: Sequence[LinkRecord]  # none when they could not be read (the Link checks said so)
+    namespace: str = LINKS_NAMESPACE  # --links-namespace: where the Links and Secrets are
 
     def __post_init__(self) -> None:
         self.links = sorted(self.links, key=lambda lk: (lk.target_cluster, lk.namespace,
@@ -184,7 +185,7 @@ async def flat_rbac(net: FlatNetwork) -> Findings:
     """Only get is granted (and needed): the Secrets the Links name, or a name no Link
     uses when none is named; 404 is allowed to get it."""
     who = net.as_user or "the kubeconfig's user"
-    for ns in sorted({lk.namespace for lk in net.links}) or [LINKS_NAMESPACE]:
+    for ns in sorted({lk.namespace for lk in net.links}) or [net.namespace]:
         secrets = f"/api/v1/namespaces/{quote(ns)}/secrets"
         names = sorted({lk.credentials_secret for lk in net.links
                         if lk.namespace == ns and lk.credentials_secret})

@@ -100,8 +100,8 @@ class Target:
 
     @staticmethod
     def of(links: Iterable[LinkRecord]) -> dict[str, Target]:
-        """One target per linked cluster: of two Links naming the same cluster, the first
-        by namespace and name."""
+        """One target per linked cluster (the index hands one Link per cluster already:
+        core.links.choose; of two, the first by namespace and name)."""
         targets: dict[str, Target] = {}
         for link in sorted(links, key=lambda lk: (lk.namespace, lk.name)):
             targets.setdefault(link.target_cluster, Target(
