@@ -129,8 +129,13 @@ FLAGS: tuple[Flag, ...] = (
          "Service's dnsside.io/locality annotation overrides it", _SOURCE,
          choices=("all", "local-first")),
     Flag("--namespace", str, (), "watch only this namespace, repeatable "
-         "(Links are always read cluster-wide)", _SOURCE, repeatable=True,
+         "(Links are read in --links-namespace whatever it says)", _SOURCE, repeatable=True,
          metavar="NAMESPACE", default_text="all"),
+    Flag("--links-namespace", str, "linkerd-multicluster", "the namespace of Linkerd's "
+         "Links and their credentials Secrets, the only one whose Links count (as for "
+         "Linkerd's own controllers): a Link anywhere else is ignored, and of two Links for "
+         "one cluster the older (creationTimestamp, then name) keeps it", _SOURCE,
+         metavar="NAMESPACE"),
     Flag("--no-federated", bool, False,
          "leave out the members of Linkerd federated services (<svc>-federated)", _SOURCE),
     Flag("--flat-network", bool, False,
@@ -416,6 +421,7 @@ class Config:
     srv_priority: str = default("--srv-priority")
     locality: str = default("--locality")
     namespaces: Sequence[str] = default("--namespace")
+    links_namespace: str = default("--links-namespace")  # where Links count
     tcp_idle_timeout: float = default("--tcp-idle-timeout")
     tcp_max_connections: int = default("--tcp-max-connections")
     query_log: bool = default("--query-log")
@@ -500,6 +506,9 @@ class Config:
         if self.locality == "local-first" and self.no_local:
             raise ValueError("--locality local-first prefers this cluster's members, which "
                              "--no-local leaves out: choose one")
+        if not is_host_label(self.links_namespace):
+            raise ValueError(f"--links-namespace {self.links_namespace!r} is not a namespace "
+                             "name")
         for ns in self.flat_network_namespaces:
             if not is_dns_label(ns):
                 raise ValueError(f"--flat-network-namespaces {ns!r} is not a namespace name")

@@ -236,6 +236,7 @@ class Notice(enum.Enum):
     LINKS_RELISTED = "links-relisted"
     LINK_WATCH_DOWN = "link-watch-down"
     LINK_WATCH_UP = "link-watch-up"
+    LINK_REFUSED = "link-refused"  # outside the links namespace, or a second for its cluster
     REMOTE_CONNECTING = "remote-connecting"
     REMOTE_SYNCED = "remote-synced"
     REMOTE_LOST = "remote-lost"
@@ -257,7 +258,7 @@ class Notice(enum.Enum):
 
 _WARNINGS = frozenset({Notice.REMOTE_LOST, Notice.REMOTE_CREDENTIALS, Notice.REMOTE_CAPPED,
                        Notice.ORPHANED, Notice.NAME_CLASH, Notice.LINKS_UNREADABLE,
-                       Notice.LINK_WATCH_DOWN, Notice.CONFIG_WARNING,
+                       Notice.LINK_WATCH_DOWN, Notice.LINK_REFUSED, Notice.CONFIG_WARNING,
                        Notice.UNSAFE_ADDRESS, Notice.INVALID_NAME, Notice.LOCALITY_SPILLED,
                        Notice.LOCALITY_UNKNOWN})
 

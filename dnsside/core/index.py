@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dnsside.config import default
 from dnsside.core import diagnosis, locality
 from dnsside.core.assembly import ClusterView, GlobalService, Member, assemble, probe_url, refusals
 from dnsside.core.counts import Counts, Tally, spilled, tally
@@ -95,6 +96,7 @@ class IndexOptions:
     # --flat-network-namespaces: where linked clusters' own objects count (empty: all); the
     # source leaves the others out, this is for explain to say so.
     flat_namespaces: tuple[str, ...] = ()
+    links_namespace: str = default("--links-namespace")  # only its Links count
     # Zone versions kept for IXFR (--ixfr-history) where zones are transferred; None: no
     # zone is, and the records are not kept a second time for transfers.
     transfer_history: int | None = None
@@ -132,7 +134,7 @@ class Index:
         self.options = options
         self.observer = observer
         self.local = LocalStore()
-        self.links = Links()
+        self.links = Links(options.links_namespace)
         self.flat = FlatNetwork(options.flat_namespaces)  # --flat-network
         self.counts = Counts()
         # Every global service that exists, by the counts it adds to the metrics.
@@ -249,16 +251,16 @@ class Index:
         self.local.apply(event, batch.dirty)
         if isinstance(event, Upsert):
             if isinstance(event.record, LinkRecord):
-                self.links.put(event.record)
+                self._told.extend(self.links.put(event.record))
                 self._hear(self.links.watch(""))
         elif isinstance(event, Delete):
             if event.kind is Kind.LINK:
-                self.links.pop((event.namespace, event.name))
+                self._told.extend(self.links.pop((event.namespace, event.name)))
                 self._hear(self.links.watch(""))
         else:
             batch.resynced = True
             if Kind.LINK in event.kinds:
-                self.links.replace(event.records)
+                self._told.extend(self.links.replace(event.records))
                 self._hear(self.links.listed())
 
     def _remote(self, event: Remote, batch: _Batch) -> None:

@@ -14,6 +14,15 @@ read Links (``UNAVAILABLE``), the watch going down or following again. A
 transition that changes the phase, or a new list, stamps the time the list was last
 known complete; the subtle case is a watch that goes down, which stamps too: the
 list was complete up to that moment.
+
+Which Links count is the other half, and it is a rule on the records, not a phase
+(:func:`choose`): only the Links of the links namespace count, as for Linkerd's own
+controllers (a Link elsewhere was written by someone who may write Links there, not by
+whoever installed Linkerd), and one Link per cluster: of two that target the same
+cluster, the one created first (``creationTimestamp``, then name: what the API server
+stores, so the same after a restart) keeps it, and the other is refused, never switched
+to while the first stands. Every refused Link is told once (:data:`REFUSAL_TEXT`), and
+again only when why changes.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import enum
 import time
 from collections.abc import Iterable, Iterator
 
+from dnsside.config import default
 from dnsside.core.diagnosis import Notice, Told
 from dnsside.core.tables import Key
 from dnsside.model.linkerd import LinkRecord
@@ -68,12 +78,61 @@ TRANSITIONS: dict[tuple[LinkPhase, LinkInput], tuple[LinkPhase, Notice | None]] 
 _LISTED = (LinkPhase.FOLLOWING, LinkPhase.WATCH_DOWN)
 
 
+class LinkRefusal(enum.Enum):
+    """Why a Link the source delivered does not count (the metric's ``reason``)."""
+
+    OUTSIDE_NAMESPACE = "outside-namespace"
+    DUPLICATE = "duplicate"
+
+
+# What the log, `explain` and `check` say of a refused Link ({keeper}: the Link that keeps
+# its cluster; {namespace}: --links-namespace).
+REFUSAL_TEXT: dict[LinkRefusal, str] = {
+    LinkRefusal.OUTSIDE_NAMESPACE: (
+        "Link {link} (cluster {cluster}) is ignored: only Links in {namespace} "
+        "(--links-namespace) count, as for Linkerd's own controllers"),
+    LinkRefusal.DUPLICATE: (
+        "Link {link} is refused: cluster {cluster} is linked by Link {keeper}, created "
+        "first; delete one of them (dnsside never switches to the newer)"),
+}
+
+
+def _age(link: LinkRecord) -> tuple[bool, str, str]:
+    """The order in which Links claim a cluster: created first (one without a
+    creationTimestamp last), then by name."""
+    return (not link.created, link.created, link.name)
+
+
+def choose(links: Iterable[LinkRecord], namespace: str
+           ) -> tuple[dict[str, LinkRecord], dict[Key, tuple[LinkRefusal, str]]]:
+    """The Link that counts for each target cluster, and every other Link with why it does
+    not (its :data:`REFUSAL_TEXT`). Pure: `dnsside check` applies the same rule."""
+    chosen: dict[str, LinkRecord] = {}
+    refused: dict[Key, tuple[LinkRefusal, str]] = {}
+    for link in sorted(links, key=_age):
+        keeper = chosen.get(link.target_cluster)
+        why = (LinkRefusal.OUTSIDE_NAMESPACE if link.namespace != namespace else
+               LinkRefusal.DUPLICATE if keeper is not None else None)
+        if why is None:
+            chosen[link.target_cluster] = link
+            continue
+        refused[(link.namespace, link.name)] = (why, REFUSAL_TEXT[why].format(
+            link=f"{link.namespace}/{link.name}", cluster=link.target_cluster,
+            namespace=namespace,
+            keeper=f"{keeper.namespace}/{keeper.name}" if keeper is not None else ""))
+    return chosen, refused
+
+
 class Links:
     """The Link records, their phase and why (``reason``: why they cannot be read, or why
     the watch is down), and when the list was last known complete."""
 
-    def __init__(self) -> None:
-        self.records: dict[Key, LinkRecord] = {}
+    def __init__(self, namespace: str = default("--links-namespace")) -> None:
+        self.namespace = namespace  # --links-namespace: only its Links count
+        self.records: dict[Key, LinkRecord] = {}  # every Link delivered, counted or not
+        self.chosen: dict[str, LinkRecord] = {}  # target cluster -> the Link that counts
+        self.refused: dict[Key, tuple[LinkRefusal, str]] = {}  # the others, and why
+        self._told_refused: dict[Key, str] = {}
         self.phase = LinkPhase.UNKNOWN
         self.reason = ""
         self.complete_at = 0.0
@@ -93,14 +152,22 @@ class Links:
         return self.reason if self.phase is LinkPhase.WATCH_DOWN else ""
 
     def values(self) -> Iterator[LinkRecord]:
-        return iter(self.records.values())
+        """The Links that count: one per target cluster, in the links namespace."""
+        return iter(self.chosen.values())
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.chosen)
 
     def targets(self) -> set[str]:
-        """Every cluster a Link held now targets, whatever the phase."""
-        return {link.target_cluster for link in self.records.values()}
+        """Every cluster a Link that counts now targets, whatever the phase."""
+        return set(self.chosen)
+
+    def refused_counts(self) -> dict[LinkRefusal, int]:
+        """How many Links are refused, by reason (every reason, 0 included)."""
+        counts = dict.fromkeys(LinkRefusal, 0)
+        for why, _ in self.refused.values():
+            counts[why] += 1
+        return counts
 
     def linked(self) -> frozenset[str] | None:
         """Target clusters of the Links, or None when Links cannot be read (no filtering)."""
@@ -111,7 +178,9 @@ class Links:
     def describe(self, now: float | None = None) -> str:
         """The Link state in one phrase, for the sync log line and `explain`."""
         if self.readable:
-            listed = f"{len(self.records)} read ({', '.join(sorted(self.targets()))})"
+            listed = f"{len(self)} read ({', '.join(sorted(self.targets()))})"
+            if self.refused:
+                listed += "; " + "; ".join(text for _, text in sorted(self.refused.values()))
             if not self.watch_down:
                 return listed
             age = max(0.0, (time.time() if now is None else now) - self.complete_at)
@@ -123,13 +192,15 @@ class Links:
 
     # ------------------------------------------------------------ records
 
-    def put(self, record: LinkRecord) -> None:
+    def put(self, record: LinkRecord) -> list[Told]:
         self.records[(record.namespace, record.name)] = record
+        return self._choose()
 
-    def pop(self, key: Key) -> None:
+    def pop(self, key: Key) -> list[Told]:
         self.records.pop(key, None)
+        return self._choose()
 
-    def replace(self, records: Iterable[object]) -> None:
+    def replace(self, records: Iterable[object]) -> list[Told]:
         """The complete list: drop what is gone, upsert what differs (in place, so the
         order of the Links that stay is kept)."""
         new = {(r.namespace, r.name): r for r in records if isinstance(r, LinkRecord)}
@@ -138,6 +209,15 @@ class Links:
         for key, record in new.items():
             if self.records.get(key) != record:
                 self.records[key] = record
+        return self._choose()
+
+    def _choose(self) -> list[Told]:
+        """Which Links count now; each refusal that is new, or new in why, told once."""
+        self.chosen, self.refused = choose(self.records.values(), self.namespace)
+        told = [Told(Notice.LINK_REFUSED, text) for key, (_, text) in sorted(
+            self.refused.items()) if self._told_refused.get(key) != text]
+        self._told_refused = {key: text for key, (_, text) in self.refused.items()}
+        return told
 
     # ------------------------------------------------------------ transitions
 
@@ -190,4 +270,5 @@ class Links:
                             f"{now - self.complete_at:.0f} s down")
 
 
-__all__ = ["TRANSITIONS", "LinkInput", "LinkPhase", "Links"]
+__all__ = ["REFUSAL_TEXT", "TRANSITIONS", "LinkInput", "LinkPhase", "LinkRefusal", "Links",
+           "choose"]

@@ -27,6 +27,8 @@ import os
 import random
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from dnsside import __version__
 from dnsside.kubeapi.caps import BYTES, ERROR_BODY_BYTES, CapExceeded
 from dnsside.kubeapi.dataclient import DataClient
 from dnsside.kubeapi.kubeconfig import load as load_client
-from dnsside.kubeapi.linkcreds import Refused, Unusable
+from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES, Refused, Unusable
 from dnsside.kubeapi.linkcreds import parse as parse_credentials
 
 log = logging.getLogger("dnsside.kube")
@@ -51,6 +53,10 @@ refresh_token: Any = _client["refresh_token"]
 
 
 SECRET_KUBECONFIG_KEY = "kubeconfig"  # where `linkerd multicluster link` puts a Link's
+# Where a Link's kubeconfig is parsed: one thread, so that at most one parse (bounded by
+# linkcreds.MAX_KUBECONFIG) competes with the event loop for the interpreter at a time,
+# however many Links there are.
+_KUBECONFIG_PARSER = ThreadPoolExecutor(1, thread_name_prefix="dnsside-kubeconfig")
 
 
 def kubeconfig_in_secret(secret: Mapping[str, Any], key: str = SECRET_KUBECONFIG_KEY) -> str:
@@ -264,8 +270,12 @@ class KubeApi:
         why). ``insecure_tls`` (``--insecure-remote-tls``) allows insecure-skip-tls-verify,
         http:// and proxy-url; :attr:`weakened` then says which. KubeConfigError (a
         :class:`RefusedCredentials` naming the field) names ``where`` and what is wrong."""
+        loop = asyncio.get_running_loop()
         try:
-            creds = parse_credentials(text, insecure_tls)
+            # Off the event loop: a large or crafted kubeconfig must not stall DNS and the
+            # probes while it is read (the size cap bounds the thread's work).
+            creds = await loop.run_in_executor(
+                _KUBECONFIG_PARSER, partial(parse_credentials, text, insecure_tls))
             client = DataClient(creds, f"dnsside/{__version__}")
         except Refused as exc:
             raise RefusedCredentials(f"{where}: {exc}", exc.field) from None
@@ -335,8 +345,16 @@ class KubeApi:
                 drop(resp)  # the rest of the body is not wanted: drop the connection
 
     async def get_json(self, path: str, params: Mapping[str, str] | None = None,
-                       user: str | None = None, timeout: float | None = None) -> dict[str, Any]:
-        return decode(await self.get_raw(path, params, user, timeout), path)
+                       user: str | None = None, timeout: float | None = None,
+                       max_bytes: int | None = None) -> dict[str, Any]:
+        return decode(await self.get_raw(path, params, user, timeout, max_bytes), path)
+
+    async def get_link_secret(self, path: str, user: str | None = None) -> dict[str, Any]:
+        """A Link's credentials Secret, read with a byte cap (linkcreds.MAX_SECRET_BYTES):
+        whoever writes it is not trusted, and a Secret may be 1.5 MiB in etcd (more on an
+        API server that does not check). CapExceeded as soon as the body passes it; the
+        rest is never read."""
+        return await self.get_json(path, user=user, max_bytes=MAX_SECRET_BYTES)
 
     async def list_all(self, path: str, selector: str = "", page: int = 500,
                        timeout: float | None = None) -> list[dict[str, Any]]:
@@ -492,10 +510,12 @@ async def _keep_token_fresh(loader: Any, config: Any) -> None:
 
 
 __all__ = [
+    "MAX_SECRET_BYTES",
     "SECRET_KUBECONFIG_KEY",
     "TRANSIENT",
     "ApiError",
     "Backoff",
+    "CapExceeded",
     "Expired",
     "Forbidden",
     "KubeApi",

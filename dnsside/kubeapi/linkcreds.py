@@ -16,6 +16,18 @@ Nothing here runs, opens or connects to anything: the caller builds a client fro
 :class:`Credentials` only after the decision, and only from them
 (:mod:`dnsside.kubeapi.dataclient`).
 
+The YAML itself is hostile too, and the subtle point is that PyYAML builds a document
+before anything here can judge it. So the text is bounded first (:data:`MAX_KUBECONFIG`,
+64 KiB: what ``linkerd multicluster link`` writes is 3-5 KB), then its parse events are
+scanned, and an anchor, an alias, a merge key (``<<``), an explicit tag or nesting deeper
+than a kubeconfig's is refused before one node is built: aliases are how a few hundred
+bytes become gigabytes (PyYAML before 6.0.4 expands merge keys exponentially: 796 bytes,
+10 s and 222 MiB with 6.0.3), and no kubeconfig needs them. A syntax error is told by
+its line, column and problem only: PyYAML's own message quotes the lines around the
+error, which on a token line is the token (:func:`yaml_problem`). The caller parses off
+the event loop (:meth:`dnsside.kubeapi.client.KubeApi.from_kubeconfig_text`): the cap
+is what makes that thread's work bounded.
+
 The choices, and why:
 
 * ``exec`` is refused whatever the flags. An exec plugin is a command line on
@@ -47,6 +59,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +67,17 @@ from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
-MAX_KUBECONFIG = 1 << 20  # bytes; a Secret holds at most 1 MiB anyway
+# What a Link's kubeconfig may weigh: `linkerd multicluster link` writes 3-5 KB (a CA, a
+# token, a server), so 64 KiB leaves room for a long CA chain and a client certificate.
+MAX_KUBECONFIG = 64 * 1024
+# What the Secret that holds it may weigh, read off the API with this cap: the kubeconfig
+# in base64 (4/3), the same again in `kubectl apply`'s last-applied annotation, managed
+# fields and labels.
+MAX_SECRET_BYTES = 4 * MAX_KUBECONFIG
+MAX_DEPTH = 16  # a kubeconfig nests 5 deep (users[0].user.exec.env[0])
+# The loader: libyaml's when PyYAML was built with it (20 times faster), else PyYAML's own.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
 PEM_KEY = "PRIVATE KEY-----"
 
@@ -142,14 +165,7 @@ def parse(text: str | bytes, allow_insecure_tls: bool = False) -> Credentials:
     """The credentials of ``text``'s current context, or :class:`Refused`: every field
     that may not be used is named (the first as ``field``). Pure: reads, runs and opens
     nothing."""
-    if len(text) > MAX_KUBECONFIG:
-        raise Unusable("", f"not a kubeconfig: over {MAX_KUBECONFIG} bytes")
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise Unusable("", f"not YAML: {exc}") from None
-    except RecursionError:
-        raise Unusable("", "not a kubeconfig: nested too deeply") from None
+    doc = load_yaml(text)
     if not isinstance(doc, Mapping):
         raise Unusable("", "not a kubeconfig (expected a mapping)")
     current = doc.get("current-context")
@@ -177,6 +193,73 @@ def parse(text: str | bytes, allow_insecure_tls: bool = False) -> Credentials:
         raise type(first)(first.field, first.why + (f" (and {more})" if more else ""))
     return Credentials(**creds, **values, cluster_path=cluster_path,
                        user_path=user_path or "users[?].user")
+
+
+def load_yaml(text: str | bytes) -> Any:
+    """The document ``text`` holds, built only once it is known to be plain data of a
+    bounded size: :class:`Unusable` for text over :data:`MAX_KUBECONFIG`, for an anchor,
+    alias, merge key, explicit tag or deep nesting (named with its line and column), and
+    for YAML that does not parse (its line, column and problem, never its text)."""
+    if len(text) > MAX_KUBECONFIG:
+        raise Unusable("", f"not a kubeconfig: over {MAX_KUBECONFIG} bytes (a Link's "
+                       "kubeconfig is 3-5 KB)")
+    try:
+        _plain_data(text)
+        return yaml.load(text, Loader=_LOADER)  # a safe loader (SafeConstructor)
+    except yaml.YAMLError as exc:
+        raise Unusable("", f"not YAML: {yaml_problem(exc)}") from None
+    except RecursionError:  # _plain_data bounds the depth; kept as the last guard
+        raise Unusable("", "not a kubeconfig: nested too deeply") from None
+
+
+def _plain_data(text: str | bytes) -> None:
+    """Refuse, from the parse events alone (nothing is built), what makes YAML more than
+    a tree of plain data: anchors and aliases (a small text, a huge document), merge keys
+    (exponential in PyYAML before 6.0.4), explicit tags, nesting deeper than MAX_DEPTH."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        mark = event.start_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        if isinstance(event, yaml.AliasEvent):
+            what = "an alias (*)"
+        elif getattr(event, "anchor", None) is not None:
+            what = "an anchor (&)"
+        elif isinstance(event, yaml.ScalarEvent) and (
+                event.tag == _MERGE_TAG or (event.value == "<<" and event.implicit[0])):
+            what = "a merge key (<<)"
+        elif isinstance(event, yaml.NodeEvent) and getattr(event, "tag", None) is not None \
+                and not (isinstance(event, yaml.CollectionStartEvent) and event.implicit):
+            what = "an explicit tag (!)"
+        else:
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise Unusable("", f"not a kubeconfig: nested deeper than {MAX_DEPTH} "
+                                   f"at {at}")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            continue
+        raise Refused("", f"{what} at {at}: a Link's kubeconfig is plain data; anchors, "
+                      "aliases, merge keys and tags are refused before anything is built")
+
+
+# A quoted piece of the input in a problem: kept when it is one character (PyYAML names
+# the character it stumbled on), else cut: a tag or an escape can carry any text.
+_QUOTED = re.compile(r"'[^']{5,}'|\"[^\"]{5,}\"")
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what a YAML error is, never the text around it: PyYAML's own message
+    quotes the offending lines (a token's, when the error is on the token line)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        problem = _QUOTED.sub("'...'", exc.problem or exc.context or "malformed")
+        if mark is None:
+            return problem
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"position {exc.position}: a character YAML does not allow"
+    return type(exc).__name__
 
 
 def _named(doc: Mapping[str, Any], plural: str, inner: str, name: str
@@ -340,4 +423,5 @@ def _proxy(value: Any, where: str, allow_insecure: bool, problems: list[Unusable
     return url.geturl()
 
 
-__all__ = ["ALWAYS_REFUSED", "INSECURE_FLAG", "Credentials", "Refused", "Unusable", "parse"]
+__all__ = ["ALWAYS_REFUSED", "INSECURE_FLAG", "MAX_KUBECONFIG", "MAX_SECRET_BYTES", "Credentials",
+           "Refused", "Unusable", "load_yaml", "parse", "yaml_problem"]

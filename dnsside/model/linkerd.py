@@ -19,6 +19,7 @@ thousands of objects are shared, and repeated checks remembered, by
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from sys import intern
@@ -230,6 +231,7 @@ class LinkRecord:
     credentials_secret: str = ""  # spec.clusterCredentialsSecret, in the Link's namespace
     remote_selector: LabelSelector = LabelSelector()  # spec.remoteDiscoverySelector
     selector_error: str = ""  # why remoteDiscoverySelector could not be read (selects nothing)
+    created: str = ""  # creationTimestamp: of two Links for one cluster the older keeps it
 
 
 Record = ServiceRecord | SliceRecord | LinkRecord
@@ -451,7 +453,7 @@ def _federated_original(name: str, annotations: Mapping[str, str]) -> str:
 
 def parse_link(obj: Mapping[str, Any], where: str = "") -> LinkRecord:
     """A Link of any served version (v1alpha1-3 share every field read here)."""
-    namespace, name, _ = _meta(obj, "Link", where)
+    namespace, name, meta = _meta(obj, "Link", where)
     ident = f"Link {namespace}/{name}"
     ident = f"{where}: {ident}" if where else ident
     spec = obj.get("spec") or {}
@@ -486,7 +488,16 @@ def parse_link(obj: Mapping[str, Any], where: str = "") -> LinkRecord:
         credentials_secret=secret,
         remote_selector=selector,
         selector_error=selector_error,
+        created=_timestamp(meta.get("creationTimestamp")),
     )
+
+
+_RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")  # sorts as text
+
+
+def _timestamp(value: Any) -> str:
+    """A creationTimestamp as the API server writes it, "" for anything else."""
+    return value if isinstance(value, str) and _RFC3339_UTC.fullmatch(value) else ""
 
 
 def parse_slice(obj: Mapping[str, Any], where: str = "") -> SliceRecord:

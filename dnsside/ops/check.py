@@ -26,6 +26,7 @@ from urllib.parse import quote
 from dnsside.config import flag, normal_zones, zones_from_env
 from dnsside.core import diagnosis
 from dnsside.core.diagnosis import ClusterMirrors, mirror_health
+from dnsside.core.links import choose
 from dnsside.kubeapi.client import TRANSIENT, ApiError, KubeApi, KubeConfigError, NotFound
 from dnsside.model import linkerd
 from dnsside.model.linkerd import LINK_GROUP, LinkRecord, ObjectError, ServiceRecord, SliceRecord
@@ -50,7 +51,7 @@ DEFAULT_NAMESPACE = "dnsside"
 SIDECAR_NAMESPACE = "kube-system"
 CONFIG_NAME = "dnsside"
 CLUSTER_KEY = flag("--cluster-name").env
-FLAT_NETWORK = flag("--flat-network")
+FLAT_NETWORK, LINKS_NAMESPACE = flag("--flat-network"), flag("--links-namespace")
 NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
                                          flag("--tsig-key-file"))
 MCS_ZONE, LOCALITY = flag("--mcs-zone"), flag("--locality")
@@ -76,6 +77,7 @@ class CheckOptions:
     timeout: float = 10.0
     flat_network: bool = False  # check the --flat-network setup even if the ConfigMap is off
     insecure_remote_tls: bool = False  # as --insecure-remote-tls (or the ConfigMap's) allows
+    links_namespace: str | None = None  # None: the ConfigMap's --links-namespace, else Linkerd's
 
 
 @dataclass
@@ -90,9 +92,13 @@ class Install:
 @dataclass
 class LinkList:
     version: str | None  # the Link CRD's preferred version; None: not served
-    records: list[LinkRecord] | None = None  # None: not read (then nothing is an orphan)
+    # The Links dnsside counts (core.links.choose: in the links namespace, one per cluster);
+    # None: not read (then nothing is an orphan).
+    records: list[LinkRecord] | None = None
     error: Exception | None = None
     broken: list[str] = field(default_factory=list)  # why each unreadable Link is
+    # Each Link read that does not count ("namespace/name"), and why.
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -176,14 +182,28 @@ class Cluster:
         return str(((group.get("preferredVersion") or {}).get("version")) or "")
 
     @once
+    async def links_namespace(self) -> str:
+        """Where dnsside reads Links: --links-namespace, its ConfigMap's, or Linkerd's."""
+        config = (await self.install()).config
+        return (self.options.links_namespace or config.get(LINKS_NAMESPACE.env)
+                or LINKS_NAMESPACE.default)
+
+    @once
     async def links(self) -> LinkList:
-        version = await self.link_version()
+        """Every Link, cluster-wide (the kubeconfig's user may: what dnsside ignores is worth
+        telling), and those dnsside counts; the links namespace alone where only it may be
+        listed."""
+        version, namespace = await self.link_version(), await self.links_namespace()
         if not version:
             return LinkList(version)
-        try:
-            items = await self.list_all(f"/apis/{LINK_GROUP}/{version}/links")
-        except API_ERRORS as exc:
-            return LinkList(version, error=exc)
+        items: list[dict[str, Any]] = []
+        for scope in ("", f"/namespaces/{quote(namespace)}"):  # the namespace if forbidden
+            try:
+                items = await self.list_all(f"/apis/{LINK_GROUP}/{version}{scope}/links")
+                break
+            except API_ERRORS as exc:
+                if scope or not (isinstance(exc, ApiError) and exc.status == 403):
+                    return LinkList(version, error=exc)
         records: list[LinkRecord] = []
         broken: list[str] = []
         for item in items:
@@ -191,7 +211,10 @@ class Cluster:
                 records.append(linkerd.parse_link(item))
             except ObjectError as exc:
                 broken.append(str(exc))
-        return LinkList(version, records, broken=broken)
+        chosen, refused = choose(records, namespace)
+        return LinkList(version, list(chosen.values()), broken=broken,
+                        refused=[(f"{ns}/{name}", text) for (ns, name), (_, text)
+                                 in sorted(refused.items())])
 
     @once
     async def mirrors(self) -> Mirrors:
@@ -297,29 +320,34 @@ async def configmap(c: Cluster) -> Findings:
 # --------------------------------------------------------------------------- dnsside-rbac
 
 
-@check("rbac", "{who} can list {name}",
+@check("rbac", "{who} can list {name}{scope}",
        "{error}; dnsside needs get, list and watch on {resource} (API group \"{group}\") "
-       "cluster-wide: re-apply `dnsside install` (its ClusterRole grants exactly that), then "
-       "`kubectl auth can-i list {name} --as {user}`")
+       "{where}: re-apply `dnsside install` (its ClusterRole grants services and "
+       "endpointslices, its Role in the links namespace Links), then `kubectl auth can-i "
+       "list {name}{flag} --as {user}`")
 async def rbac(c: Cluster) -> Findings:
-    """List each resource dnsside reads (limit=1) as ``--as``; Links when they are served."""
+    """List each resource dnsside reads (limit=1) as ``--as``, where it reads it; Links when
+    they are served, in the links namespace."""
     who, user = c.options.as_user or "the kubeconfig's user", c.options.as_user
-    version = await c.link_version()
-    resources = [("services", "/api/v1/services", ""),
+    version, namespace = await c.link_version(), await c.links_namespace()
+    resources = [("services", "/api/v1/services", "", ""),
                  ("endpointslices", "/apis/discovery.k8s.io/v1/endpointslices",
-                  "discovery.k8s.io")]
+                  "discovery.k8s.io", "")]
     if version:
-        resources.append((f"links.{LINK_GROUP}", f"/apis/{LINK_GROUP}/{version}/links",
-                          LINK_GROUP))
-    for name, path, api_group in resources:
+        resources.append((f"links.{LINK_GROUP}", f"/apis/{LINK_GROUP}/{version}/namespaces/"
+                          f"{quote(namespace)}/links", LINK_GROUP, namespace))
+    for name, path, api_group, ns in resources:
+        scope = f" in {ns}" if ns else ""
         try:
             await c.get(path, {"limit": "1"}, user=user)
         except API_ERRORS as exc:
             message = exc.message if isinstance(exc, ApiError) else ""
-            yield Finding(False, who=who, name=name, error=message or exc,
-                          resource=name.split(".")[0], group=api_group, user=user or "<user>")
+            yield Finding(False, who=who, name=name, error=message or exc, scope=scope,
+                          resource=name.split(".")[0], group=api_group, user=user or "<user>",
+                          where=f"in namespace {ns}" if ns else "cluster-wide",
+                          flag=f" -n {ns}" if ns else "")
             continue
-        yield Finding(True, who=who, name=name)
+        yield Finding(True, who=who, name=name, scope=scope)
 
 
 # --------------------------------------------------------------------------- linkerd-multicluster
@@ -351,8 +379,17 @@ async def links_parse(c: Cluster) -> Findings:
         yield Finding(False, count=len(links.broken), errors="; ".join(links.broken[:3]))
 
 
+@check("links-counted", "Link {link} counts",
+       "{why}. The Link that counts is the one in the links namespace created first; "
+       "`kubectl get links.multicluster.linkerd.io -A` lists them all", Severity.WARNING)
+async def links_counted(c: Cluster) -> Findings:
+    """A Link elsewhere, or a second for a cluster: dnsside ignores it (links.choose)."""
+    for link, why in (await c.links()).refused:
+        yield Finding(False, link=link, why=why)
+
+
 @check("links-present", "Links are present{names}",
-       "no Link in any namespace: link this cluster to each other one, e.g. `linkerd "
+       "no Link in the links namespace: link this cluster to each other one, e.g. `linkerd "
        "--context=<other> multicluster link-gen --cluster-name <other> | kubectl apply -f -` "
        "(`multicluster link` before Linkerd 2.18)")
 async def links_present(c: Cluster) -> Findings:
@@ -462,7 +499,7 @@ async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetwork, None]:
         insecure = c.options.insecure_remote_tls or INSECURE_REMOTE_TLS.from_env(
             config.get(INSECURE_REMOTE_TLS.env) or "false")
         yield FlatNetwork(c.api, c.options.as_user, c.options.timeout, insecure,
-                          (await c.links()).records or ())
+                          (await c.links()).records or (), await c.links_namespace())
 
 
 # --------------------------------------------------------------------------- dnsside-workload
@@ -547,7 +584,8 @@ CATEGORIES: tuple[Category[Cluster], ...] = (
     Category(API, (client, kubernetes_api)),
     Category(INSTALL, (installed, configmap)),
     Category(RBAC, (rbac,)),
-    Category(LINKERD, (link_crd, links_readable, links_parse, links_present, mirrors_readable,
+    Category(LINKERD, (link_crd, links_readable, links_parse, links_counted, links_present,
+                       mirrors_readable,
                        mirror_slices, unsafe_addresses, orphans)),
     Category(CONFIG, (cluster_name_set, cluster_name_unique, transfer_setup)),
     Category(FLAT, (ForEach(flat_network, flatcheck.CHECKS),)),

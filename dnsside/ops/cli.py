@@ -144,10 +144,6 @@ def add_admin_commands(sub: Any) -> None:
                          help="sidecar mode: CoreDNS's Deployment")
     install.add_argument("--coredns-service-account", default="coredns", metavar="NAME",
                          help="sidecar mode: CoreDNS's ServiceAccount")
-    install.add_argument("--links-namespace", metavar="NS",
-                         help="with --flat-network: the namespace of the Links and their "
-                         "credentials Secrets, where dnsside may read Secrets (default "
-                         f"{inst.LINKS_NAMESPACE})")
     install.set_defaults(**{_BAKEABLE: add_bakeable_flags(install)})
     unbaked = install.add_argument_group(
         "dnsside serve flags install does not take", "the layout sets them; given here, "
@@ -229,6 +225,10 @@ def add_admin_commands(sub: Any) -> None:
                        help="check the --flat-network setup (each Link's credentials Secret "
                        "and the linked cluster's API) even if dnsside's ConfigMap does not "
                        "turn it on yet; it is checked whenever the ConfigMap does")
+    check.add_argument("--links-namespace", dest="check_links_namespace", metavar="NS",
+                       help="where dnsside reads Links (default: its ConfigMap's "
+                       "--links-namespace, else linkerd-multicluster); Links elsewhere are "
+                       "listed as ignored")
     check.add_argument("--insecure-remote-tls", dest="check_insecure_remote_tls",
                        action="store_true",
                        help="with --flat-network: allow what dnsside's own "
@@ -279,7 +279,6 @@ def _install(args: argparse.Namespace, command: str) -> str:
         coredns_deployment=args.coredns_deployment,
         coredns_service_account=args.coredns_service_account,
         dns_port=args.dns_port,
-        links_namespace=args.links_namespace,
         tsig_key=None if key_file is None else tsig_key_text(key_file),
     )
     objs = inst.manifests(opts)
@@ -368,7 +367,8 @@ def _check(args: argparse.Namespace) -> int:
         mode=args.check_mode, cluster_name=args.check_cluster_name, as_user=args.as_user,
         dns=args.dns, coredns_deployment=args.check_coredns,
         flat_network=args.check_flat_network,
-        insecure_remote_tls=args.check_insecure_remote_tls)
+        insecure_remote_tls=args.check_insecure_remote_tls,
+        links_namespace=args.check_links_namespace)
     results = asyncio.run(run_checks(options))
     sys.stdout.write(render(results))
     return 0 if all(passed(r) for r in results) else 1

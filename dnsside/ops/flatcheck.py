@@ -30,9 +30,11 @@ from urllib.parse import quote
 from dnsside.config import flag
 from dnsside.core.diagnosis import CREDENTIALS_FIX
 from dnsside.kubeapi.client import (
+    MAX_SECRET_BYTES,
     SECRET_KUBECONFIG_KEY,
     TRANSIENT,
     ApiError,
+    CapExceeded,
     Forbidden,
     KubeApi,
     KubeConfigError,
@@ -67,6 +69,7 @@ class FlatNetwork:
     timeout: float
     insecure_tls: bool  # --insecure-remote-tls: a kubeconfig may weaken TLS
     links: Sequence[LinkRecord]  # none when they could not be read (the Link checks said so)
+    namespace: str = LINKS_NAMESPACE  # --links-namespace: where the Links and Secrets are
 
     def __post_init__(self) -> None:
         self.links = sorted(self.links, key=lambda lk: (lk.target_cluster, lk.namespace,
@@ -112,12 +115,15 @@ class LinkCredentials:
         if not self.link.credentials_secret:
             return SecretRead(error="spec.clusterCredentialsSecret is empty")
         try:
-            obj = await self.net.api.get_json(
+            obj = await self.net.api.get_link_secret(
                 f"/api/v1/namespaces/{quote(self.link.namespace)}/secrets/"
                 f"{quote(self.link.credentials_secret)}")
             return SecretRead(kubeconfig_in_secret(obj))
         except NotFound:
             return SecretRead(missing=True, error=f"Secret {self.secret_name} not found")
+        except CapExceeded:
+            return SecretRead(error=f"Secret {self.secret_name} is over {MAX_SECRET_BYTES} "
+                              "bytes (a Link's kubeconfig is 3-5 KB): not read further")
         except TRANSIENT as exc:
             return SecretRead(error=describe_error(exc))
 
@@ -179,7 +185,7 @@ async def flat_rbac(net: FlatNetwork) -> Findings:
     """Only get is granted (and needed): the Secrets the Links name, or a name no Link
     uses when none is named; 404 is allowed to get it."""
     who = net.as_user or "the kubeconfig's user"
-    for ns in sorted({lk.namespace for lk in net.links}) or [LINKS_NAMESPACE]:
+    for ns in sorted({lk.namespace for lk in net.links}) or [net.namespace]:
         secrets = f"/api/v1/namespaces/{quote(ns)}/secrets"
         names = sorted({lk.credentials_secret for lk in net.links
                         if lk.namespace == ns and lk.credentials_secret})

@@ -12,10 +12,12 @@ Two layouts (``--mode``):
   --field-manager=dnsside`` so dnsside owns that container and nothing else). It
   listens on 127.0.0.1:5353: CoreDNS holds port 53 in that pod.
 
-With ``--flat-network`` (baked as ``DNSSIDE_FLAT_NETWORK``) either layout also gets a
-Role and RoleBinding granting get, list and watch on Secrets in the Links' namespace
-only, where each Link's credentials Secret lives; without it dnsside can read no Secret
-anywhere.
+Links are read in one namespace (``--links-namespace``, Linkerd's
+``linkerd-multicluster``), so their grant is a Role and RoleBinding there, not part of
+the ClusterRole: a Link elsewhere is not even readable. With ``--flat-network`` (baked
+as ``DNSSIDE_FLAT_NETWORK``) that Role also grants ``get`` on Secrets, where each Link's
+credentials Secret lives; without it dnsside can read no Secret anywhere. The Role needs
+that namespace to exist: Linkerd's multicluster extension, which dnsside serves, makes it.
 
 With ``--tsig-key-file`` the key goes into a Secret (``dnsside-tsig``), never into the
 ConfigMap, which anyone who may read the namespace's ConfigMaps can read: the Secret is
@@ -64,17 +66,16 @@ TSIG_SECRET = "dnsside-tsig"  # the Secret, its volume in the pod, its file "key
 TSIG_DIR = "/etc/dnsside/tsig"
 TSIG_KEY_PATH = f"{TSIG_DIR}/key"  # what the ConfigMap sets --tsig-key-file to
 
-# What dnsside reads, and nothing else: get/list/watch on these.
+# What dnsside reads cluster-wide, and nothing else: get/list/watch on these.
 RBAC_RULES: tuple[tuple[str, str], ...] = (
     ("", "services"),
     ("discovery.k8s.io", "endpointslices"),
-    ("multicluster.linkerd.io", "links"),
 )
-
-
-# --flat-network: where Linkerd keeps the Links and their credentials Secrets.
-LINKS_NAMESPACE = "linkerd-multicluster"
+# ... and in the links namespace only: get/list/watch on Links, get on Secrets (with
+# --flat-network).
+LINKS_RULE = ("multicluster.linkerd.io", "links")
 SECRET_RULE = ("", "secrets")
+LINKS_NAMESPACE = flag("--links-namespace").default  # Linkerd's linkerd-multicluster
 
 
 class InstallError(ValueError):
@@ -102,8 +103,6 @@ class InstallOptions:
     # UNPRIVILEGED_PORT_SYSCTL; 5353 is for clusters that do not allow that sysctl
     # (Kubernetes < 1.22), and then no resolver that follows the NS reaches dnsside.
     dns_port: int | None = None
-    # --links-namespace: where the Secrets Role goes (--flat-network only); None = default.
-    links_namespace: str | None = None
     # --tsig-key-file: the key file's text, checked by the caller (it is a secret: only the
     # Secret holds it). The ConfigMap then sets DNSSIDE_TSIG_KEY_FILE to TSIG_KEY_PATH.
     tsig_key: str | None = None
@@ -134,8 +133,9 @@ class InstallOptions:
         return {**self.settings, flag("--tsig-key-file").env: TSIG_KEY_PATH}
 
     @property
-    def secrets_namespace(self) -> str:
-        return self.links_namespace or LINKS_NAMESPACE
+    def links_namespace(self) -> str:
+        """Where the Links (and their Secrets) are read: the Role goes there."""
+        return self.settings.get(flag("--links-namespace").env) or LINKS_NAMESPACE
 
     @property
     def lameduck(self) -> float:
@@ -159,15 +159,12 @@ class InstallOptions:
             if not 1 <= self.dns_port <= 65535 or self.dns_port == HTTP_PORT:
                 raise InstallError(f"--dns-port {self.dns_port}: a port from 1 to 65535, "
                                    f"not the metrics port {HTTP_PORT}")
-        if self.links_namespace is not None and not self.flat_network:
-            raise InstallError("--links-namespace: only --flat-network reads the Links' "
-                               "credentials Secrets; add --flat-network or drop it")
         if self.settings.get(flag("--insecure-remote-tls").env) == "true" and \
                 not self.flat_network:
             raise InstallError("--insecure-remote-tls: only --flat-network connects to the "
                                "linked clusters; add --flat-network or drop it")
-        if not is_dns_label(self.secrets_namespace):
-            raise InstallError(f"--links-namespace {self.secrets_namespace!r} is not a valid "
+        if not is_dns_label(self.links_namespace):
+            raise InstallError(f"--links-namespace {self.links_namespace!r} is not a valid "
                                "namespace name")
         if flag("--tsig-key-file").env in self.settings:
             raise InstallError("--tsig-key-file: the key goes into a Secret (tsig_key), "
@@ -219,18 +216,21 @@ def _binding(name: str, sa_namespace: str, sa_name: str) -> dict[str, Any]:
     }
 
 
-def _secrets_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[str, Any]]:
-    """--flat-network: a Role (not a ClusterRole) so the grant stops at the namespace of
-    the Links' credentials Secrets, and only ``get``: dnsside reads each Link's Secret by
-    its name and never needs to list the others there; nothing without the flag."""
-    if not opts.flat_network:
-        return []
-    ns = opts.secrets_namespace
-    group, resource = SECRET_RULE
+def _links_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[str, Any]]:
+    """A Role (not a ClusterRole) in the links namespace: Links are read there only, so a
+    Link written elsewhere is not even readable. With --flat-network it also grants
+    ``get`` on Secrets, and only ``get``: dnsside reads each Link's Secret by its name and
+    never needs to list the others there."""
+    ns = opts.links_namespace
+    group, resource = LINKS_RULE
+    rules: list[dict[str, Any]] = [{"apiGroups": [group], "resources": [resource],
+                                    "verbs": ["get", "list", "watch"]}]
+    if opts.flat_network:
+        group, resource = SECRET_RULE
+        rules.append({"apiGroups": [group], "resources": [resource], "verbs": ["get"]})
     return [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": meta(name, ns),
-         "rules": [{"apiGroups": [group], "resources": [resource], "verbs": ["get"]}]},
+         "metadata": meta(name, ns), "rules": rules},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": meta(name, ns),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
@@ -363,7 +363,7 @@ def _standalone(opts: InstallOptions) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(NAME, ns)},
         _cluster_role(NAME),
         _binding(NAME, ns, NAME),
-        *_secrets_rbac(opts, NAME, NAME),
+        *_links_rbac(opts, NAME, NAME),
         *_tsig_secret(opts),
         cm,
     ]
@@ -483,7 +483,7 @@ def _sidecar(opts: InstallOptions) -> list[dict[str, Any]]:
         cm,
         _cluster_role(role),
         _binding(role, ns, opts.coredns_service_account),
-        *_secrets_rbac(opts, role, opts.coredns_service_account),
+        *_links_rbac(opts, role, opts.coredns_service_account),
         deployment,
     ]
 

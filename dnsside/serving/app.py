@@ -52,6 +52,7 @@ def index_options(config: Config) -> IndexOptions:
         include_local=not config.no_local,
         include_federated=not config.no_federated,
         flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
+        links_namespace=config.links_namespace,
         transfer_history=config.ixfr_history if transfers_allowed(config) else None,
         locality=Locality(config.locality),
         zone=ZoneOptions(
@@ -146,7 +147,7 @@ def make_source(config: Config) -> Source:
         kube: Source = KubeSource(
             kubeconfig=config.kubeconfig, namespaces=sorted(namespaces),
             backoff_base=min(0.5, config.kube_backoff_cap), backoff_cap=config.kube_backoff_cap,
-            links_retry=config.kube_backoff_cap,
+            links_retry=config.kube_backoff_cap, links_namespace=config.links_namespace,
         )
         return kube
     from dnsside.sources.file import FileSource

@@ -60,10 +60,13 @@ class IndexReporter:
 
     def _links(self, index: ReportView) -> None:
         links = index.links
-        state = (links.readable, links.watch_down, links.complete_at)
+        refused = links.refused_counts()
+        state = (links.readable, links.watch_down, links.complete_at, tuple(refused.values()))
         if links.readable is None or state == self._links_shown:
             return
         self._links_shown = state
+        for why, n in refused.items():
+            metrics.LINKS_REFUSED.labels(reason=why.value).set(n)
         metrics.LINKS_READABLE.set(1 if links.readable else 0)
         metrics.LINKS_WATCH_UP.set(1 if links.readable and not links.watch_down else 0)
         if links.readable:

@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from dnsside.config import default
 from dnsside.core.gcpause import paused
 from dnsside.kubeapi.client import (
     ApiError,
@@ -106,8 +107,12 @@ class KubeSource:
         request_timeout: float = 60.0,
         queue_size: int = 64,
         links_retry: float = 30.0,
+        links_namespace: str = default("--links-namespace"),
     ) -> None:
         self.kubeconfig = kubeconfig
+        # Links are listed and watched in this namespace only: a Link elsewhere is never
+        # even read (Linkerd's controllers look only in theirs; docs/kube-source.md).
+        self.links_namespace = links_namespace
         self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
         self.pacing = Pacing(backoff_base, backoff_cap, watch_timeout, page_size,
                              request_timeout)
@@ -194,8 +199,8 @@ class KubeSource:
         self, api: KubeApi, queue: asyncio.Queue[list[Event] | None], attempts: int | None = None,
         relist: bool = False,
     ) -> _LinkView:
-        """Discover the Link CRD's version and list every Link, cluster-wide (they live in
-        linkerd-multicluster whatever ``--namespace`` says). A missing CRD or a 403 is an
+        """Discover the Link CRD's version and list the Links of ``--links-namespace``
+        (whatever ``--namespace`` says; no other Link counts). A missing CRD or a 403 is an
         answer, not an error: Links are then unavailable. Other failures are retried
         (``attempts`` times; None: until cancelled); in a ``relist`` each is reported as
         the Link watch being down, so the last complete list stands meanwhile."""
@@ -237,11 +242,11 @@ class KubeSource:
         res = links_resource(version)
         records: list[Record] = []
         try:
-            rv = await self.reflector.list_into(api, res, None, records)
+            rv = await self.reflector.list_into(api, res, self.links_namespace, records)
         except ApiError as exc:
             if exc.status in (403, 404):
-                return _LinkView(None, [], reason=f"cannot list Links ({version}): "
-                                 f"{exc.message or exc}")
+                return _LinkView(None, [], reason=f"cannot list Links ({version}) in "
+                                 f"{self.links_namespace}: {exc.message or exc}")
             raise
         return _LinkView(res, records, rv)
 
@@ -261,8 +266,8 @@ class KubeSource:
                 await queue.put([Replace(frozenset({Kind.LINK}), tuple(view.records))])
             res = view.resource
             try:
-                await self.reflector.watch(api, res, None, view.version, gone=_links_gone,
-                                           health=_LinkHealth())
+                await self.reflector.watch(api, res, self.links_namespace, view.version,
+                                           gone=_links_gone, health=_LinkHealth())
             except RelistNeeded as exc:
                 log.warning("relisting links: watch links: 410 Expired (%s)", exc)
                 metrics.RELISTS.labels(resource=res.plural).inc()

@@ -52,6 +52,7 @@ from dnsside.kubeapi.client import (
     describe_error,
     kubeconfig_in_secret,
 )
+from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES
 from dnsside.model.events import (
     Event,
     Kind,
@@ -99,8 +100,8 @@ class Target:
 
     @staticmethod
     def of(links: Iterable[LinkRecord]) -> dict[str, Target]:
-        """One target per linked cluster: of two Links naming the same cluster, the first
-        by namespace and name."""
+        """One target per linked cluster (the index hands one Link per cluster already:
+        core.links.choose; of two, the first by namespace and name)."""
         targets: dict[str, Target] = {}
         for link in sorted(links, key=lambda lk: (lk.namespace, lk.name)):
             targets.setdefault(link.target_cluster, Target(
@@ -342,6 +343,9 @@ class _LinkedCluster:
         # not "synced" until its watches have followed it for a while without that (or
         # every retry would say synced, then capped), and the retries keep backing off.
         self.refused = False
+        # The kubeconfig text last refused and why: a retry that reads the same text gets
+        # the same verdict without parsing it again (the Secret is still read each time).
+        self.refused_kubeconfig: tuple[str, CredentialsError] | None = None
 
     def status(self, state: RemoteState, detail: str = "", cap: str = "") -> RemoteStatus:
         return RemoteStatus(self.cluster, state, detail, self.target.secret_ref,
@@ -416,16 +420,23 @@ class _LinkedCluster:
                                    "spec.clusterCredentialsSecret")
         where = f"Secret {target.namespace}/{target.secret}"
         try:
-            secret = await self.local.get_json(self.secret_path)
+            secret = await self.local.get_link_secret(self.secret_path)
         except NotFound:
             raise CredentialsError(f"{where} does not exist") from None
         except Forbidden as exc:
             raise CredentialsError(f"reading {where} is forbidden ({exc.message}): "
                                    "`dnsside install --flat-network` grants it") from None
+        except CapExceeded:
+            raise CredentialsError(
+                f"{where} is over {MAX_SECRET_BYTES} bytes (a Link's kubeconfig is 3-5 KB): "
+                f"not read further (Link {target.namespace}/{target.link})") from None
         try:
             text = kubeconfig_in_secret(secret)
         except ValueError as exc:
             raise CredentialsError(f"{where}: {exc}") from None
+        del secret
+        if self.refused_kubeconfig is not None and self.refused_kubeconfig[0] == text:
+            raise self.refused_kubeconfig[1]  # the same text, the same verdict: not parsed again
         try:
             api = await KubeApi.from_kubeconfig_text(
                 text, f"{where}, key {SECRET_KUBECONFIG_KEY}",
@@ -434,8 +445,10 @@ class _LinkedCluster:
             self.source.weakened.pop(self.cluster, None)  # nothing is connected now
             # Told once (the index tells a credentials state again only when its detail
             # changes, and this one is the same at every retry): Secret, Link and field.
-            raise CredentialsError(f"{exc} (Link {target.namespace}/{target.link})"
-                                   ) from None
+            refused = CredentialsError(f"{exc} (Link {target.namespace}/{target.link})")
+            self.refused_kubeconfig = (text, refused)
+            raise refused from None
+        self.refused_kubeconfig = None
         self.tls_weakened(api.weakened)
         return api, text
 
@@ -447,7 +460,9 @@ class _LinkedCluster:
         while True:
             await asyncio.sleep(self.source.secret_recheck)
             try:
-                now = kubeconfig_in_secret(await self.local.get_json(self.secret_path))
+                now = kubeconfig_in_secret(await self.local.get_link_secret(self.secret_path))
+            except CapExceeded:
+                raise SecretChanged() from None  # grown past the cap: connect() says so
             except TRANSIENT:
                 continue
             if now != kubeconfig:

@@ -196,6 +196,14 @@ LINKS_LISTED = Gauge(
     "watch went down (0: never listed).",
     registry=REGISTRY,
 )
+LINKS_REFUSED = Gauge(
+    "dnsside_links_refused",
+    "Links the source delivered that do not count, by reason: outside-namespace (not in "
+    "--links-namespace: a file dump's; the API is only asked for that namespace), duplicate "
+    "(a second Link for a cluster another Link, created first, keeps).",
+    ["reason"],
+    registry=REGISTRY,
+)
 REMOTE_SYNCED = Gauge(
     "dnsside_remote_synced",
     "--flat-network: 1 while the linked cluster's API is watched and followed, 0 before its "

@@ -4,6 +4,7 @@ federated members, name clashes and the configuration warnings."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, get_args
 
 import dns.message
@@ -401,3 +402,64 @@ def test_links_tell_each_change_once() -> None:
     told = links.watch("")
     assert told is not None and told.notice is Notice.LINK_WATCH_UP
     assert links.phase is LinkPhase.FOLLOWING and not links.watch_down
+
+
+# --------------------------------------------------------------------------- which Links count
+
+
+def refusals(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and text in r.getMessage()]
+
+
+def test_a_link_outside_the_links_namespace_counts_for_nothing(
+        index: Index, caplog: pytest.LogCaptureFixture) -> None:
+    """A dump (or any source) holding a Link elsewhere: it un-orphans nothing, steals no
+    cluster, and is told once, counted and explained."""
+    caplog.set_level(logging.INFO, logger="dnsside.index")
+    assert "10.45.0.10" not in addrs(index, NGINX)  # cluster old's orphan
+    west = link("west")
+    shadows = [LinkRecord("aaa", "old-shadow", "old", "/ready", created="2020-01-01T00:00:00Z"),
+               replace(west, namespace="aaa", name="west-shadow", probe_path="/evil",
+                       created="2020-01-01T00:00:00Z")]
+    for shadow in shadows:
+        index.apply([Upsert(shadow)])
+    assert "10.45.0.10" not in addrs(index, NGINX)
+    assert index.probe_targets()["west"].endswith("/ready")
+    assert [lk.name for lk in index.links.values() if lk.target_cluster == "west"] == ["west"]
+    index.apply([Upsert(west)])  # an unrelated change: told again never
+    told = refusals(caplog, "is ignored: only Links in linkerd-multicluster")
+    assert [t.split(" (")[0] for t in told] == ["Link aaa/old-shadow", "Link aaa/west-shadow"]
+    assert gauge("dnsside_links_refused", reason="outside-namespace") == 2
+    assert "Link aaa/west-shadow (cluster west) is ignored" in index.links.describe()
+    index.apply([Delete(Kind.LINK, "aaa", "old-shadow")])
+    assert gauge("dnsside_links_refused", reason="outside-namespace") == 1
+
+
+def test_a_second_link_for_a_cluster_is_refused_and_the_first_keeps_it(
+        index: Index, caplog: pytest.LogCaptureFixture) -> None:
+    """Of two Links in the links namespace for one cluster, the one created first keeps it
+    (then by name): a newer one never takes it, whatever its name, through updates of
+    either and a full relist (a restart)."""
+    caplog.set_level(logging.INFO, logger="dnsside.index")
+    west = link("west")
+    newer = replace(west, name="zzz-west", probe_path="/evil", created="2026-11-02T00:00:00Z")
+    older_by_name = replace(west, name="aaa-west", probe_path="/evil-too")
+    index.apply([Upsert(newer)])
+    assert index.probe_targets()["west"].endswith("/ready")
+    index.apply([Upsert(replace(west, gateway_address="172.18.0.9"))])  # the first, updated
+    assert index.probe_targets()["west"].endswith("/ready")
+    told = refusals(caplog, "Link linkerd-multicluster/zzz-west is refused")
+    assert len(told) == 1, told
+    assert "cluster west is linked by Link linkerd-multicluster/west, created first" in told[0]
+    assert gauge("dnsside_links_refused", reason="duplicate") == 1
+    # The same age: the name decides, so it is the same after a restart too.
+    index.apply([Upsert(older_by_name)])
+    assert index.probe_targets()["west"].endswith("/evil-too")
+    told = refusals(caplog, "Link linkerd-multicluster/west is refused: cluster west is "
+                    "linked by Link linkerd-multicluster/aaa-west")
+    assert len(told) == 1, told
+    again = make_index()
+    again.apply([Replace(ALL, (*records(), newer, older_by_name)), Synced()])
+    assert again.probe_targets() == index.probe_targets()
+    assert WEST_NGINX <= addrs(index, NGINX)

@@ -4,16 +4,23 @@ alone (the end-to-end view is tests/security/test_hostile_credentials.py)."""
 from __future__ import annotations
 
 import base64
+import re
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from dnsside.kubeapi.linkcreds import (
     ALWAYS_REFUSED,
+    MAX_KUBECONFIG,
+    MAX_SECRET_BYTES,
     Refused,
     Unusable,
     parse,
+    yaml_problem,
 )
 from testkit.testca import fake_ca
 
@@ -111,9 +118,90 @@ def test_hostile_yaml_is_unusable_quickly() -> None:
         for i in range(8))
     doc = laughs + "current-context: w\ncontexts: [{name: w, context: {cluster: w}}]\n" \
         "clusters: [{name: w, cluster: {server: *i}}]\n"
-    with pytest.raises(Unusable, match="not a URL: a list"):
-        parse(doc)  # 10**9 leaves if walked: never walked, never printed
-    with pytest.raises(Unusable, match="nested too deeply"):
-        parse("[" * 100_000)
+    with pytest.raises(Refused, match=r"an anchor \(&\) at line 1, column 4"):
+        parse(doc)  # 10**9 leaves if built: refused before one node is
+    with pytest.raises(Unusable, match="nest"):
+        parse("[" * 60_000)
+    with pytest.raises(Unusable, match="nested deeper than 16 at line 17, column 33"):
+        parse("".join(f"{'  ' * i}k{i}:\n" for i in range(40)) + config())
     with pytest.raises(Unusable, match="over"):
         parse("#" * (2 << 20))
+
+
+def merge_bomb(levels: int) -> str:
+    """Each level merges the one before twice: 2**levels keys once expanded (PyYAML before
+    6.0.4 does: 22 levels, 796 bytes, 10 s and 222 MiB with 6.0.3)."""
+    lines = ["l0: &l0 {k0: 0}"] + [f"l{i}: &l{i} {{<<: [*l{i - 1}, *l{i - 1}], k{i}: {i}}}"
+                                   for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n" + config()
+
+
+@pytest.mark.parametrize("text, what, line, column", [
+    (config().replace("current-context: west", "current-context: &c west"),
+     "an anchor (&)", None, None),
+    ("x: &a [1]\ny: *a\n" + config(), "an anchor (&)", 1, 4),
+    ("y: *a\n" + config(), "an alias (*)", 1, 4),
+    ("base: {q: 1}\nx: {<<: {q: 2}}\n" + config(), "a merge key (<<)", 2, 5),
+    ("x: !!merge {q: 2}\n" + config(), "an explicit tag (!)", 1, 4),
+    ("x: !!binary aGk=\n" + config(), "an explicit tag (!)", 1, 4),
+    ("x: !custom {q: 2}\n" + config(), "an explicit tag (!)", 1, 4),
+    (merge_bomb(40), "an anchor (&)", 1, 5),
+])
+def test_anchors_aliases_merge_keys_and_tags_are_refused_before_anything_is_built(
+        text: str, what: str, line: int | None, column: int | None) -> None:
+    with pytest.raises(Refused) as refused:
+        parse(text)
+    message = str(refused.value)
+    assert message.startswith(what), message
+    if line is not None:
+        assert f" at line {line}, column {column}:" in message, message
+
+
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.s3cr3t-t0ken-0123456789abcdef"
+
+
+@pytest.mark.parametrize("broken", [
+    f'  user:\n    token: "{TOKEN}\n',  # an unclosed quote on the token line
+    f"  user:\n    token: '{TOKEN}\n",
+    f"  user:\n    token: {TOKEN}\n\tx: 1\n",  # a tab
+    f"  user:\n    token: {TOKEN}\n   - [\n",
+    f'  user:\n    token: "{TOKEN}\\q"\n',  # an unknown escape
+])
+def test_a_syntax_error_names_line_column_and_problem_never_the_text(broken: str) -> None:
+    text = "apiVersion: v1\nusers:\n- name: west\n" + broken
+    with pytest.raises(Unusable) as bad:
+        parse(text)
+    message = str(bad.value)
+    assert TOKEN not in message and "s3cr3t" not in message, message
+    assert re.fullmatch(r"not YAML: line \d+, column \d+: [^\n]+", message), message
+    # PyYAML's own loader (where libyaml is missing) quotes the lines around the error:
+    # that text never reaches the message either.
+    with pytest.raises(yaml.YAMLError) as raw:
+        yaml.load(text, Loader=yaml.SafeLoader)
+    assert "s3cr3t" not in yaml_problem(raw.value)
+    assert re.fullmatch(r"line \d+, column \d+: [^\n]+", yaml_problem(raw.value))
+
+
+def test_a_kubeconfig_over_64_kib_is_refused_and_a_real_one_fits() -> None:
+    real = config(user={"client-certificate-data": CA, "client-key-data": base64.b64encode(
+        b"-----BEGIN PRIVATE KEY-----\n" + b"k" * 2000 + b"\n-----END PRIVATE KEY-----\n"
+    ).decode()})
+    assert 3000 < len(real) < MAX_KUBECONFIG
+    parse(real)
+    padded = real + "#" * (MAX_KUBECONFIG + 1 - len(real))
+    assert MAX_KUBECONFIG == 64 * 1024
+    with pytest.raises(Unusable, match=f"over {MAX_KUBECONFIG} bytes"):
+        parse(padded)
+    # The Secret around it: base64 (4/3) twice (kubectl's last-applied annotation) and
+    # metadata fit under the byte cap the Secret is read with.
+    assert MAX_SECRET_BYTES > 2 * 4 * MAX_KUBECONFIG // 3 + 16 * 1024
+
+
+def test_pyyaml_floor_is_a_version_without_the_merge_key_expansion() -> None:
+    """PyYAML 6.0-6.0.3 expand merge keys exponentially (yaml/pyyaml#937, fixed in 6.0.4);
+    Debian 12 ships 6.0 and Ubuntu 24.04 6.0.1, so the floor must say it."""
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    spec = next(Requirement(r) for r in project["project"]["dependencies"]
+                if Requirement(r).name.lower() == "pyyaml")
+    assert not any(spec.specifier.contains(v) for v in ("6.0", "6.0.1", "6.0.2", "6.0.3"))
+    assert spec.specifier.contains("6.0.4")

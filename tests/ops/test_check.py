@@ -186,8 +186,10 @@ async def test_missing_rbac_as_dnsside(fake_kube: FakeKube) -> None:
     # ... as dnsside's ServiceAccount two resources are not.
     results = await check(fake_kube, as_user=SA)
     bad = failed(results)
-    assert [r.text for r in bad] == [f"{SA} can list endpointslices",
-                                     f"{SA} can list links.multicluster.linkerd.io"]
+    assert [r.text for r in bad] == [
+        f"{SA} can list endpointslices",
+        f"{SA} can list links.multicluster.linkerd.io in linkerd-multicluster"]
+    assert f"list links.multicluster.linkerd.io -n linkerd-multicluster --as {SA}" in bad[1].hint
     assert "get, list and watch on endpointslices" in bad[0].hint
     assert f"kubectl auth can-i list endpointslices --as {SA}" in bad[0].hint
     assert 'User "system:serviceaccount:dnsside:dnsside" cannot list' in bad[0].hint
@@ -334,7 +336,8 @@ async def test_links_forbidden_and_a_broken_link(fake_kube: FakeKube) -> None:
     demo(fake_kube).forbid("links")  # everyone, the kubeconfig's user included
     results = await check(fake_kube)
     assert [r.text for r in failed(results)] == [
-        "the kubeconfig's user can list links.multicluster.linkerd.io", "Links are readable"]
+        "the kubeconfig's user can list links.multicluster.linkerd.io in linkerd-multicluster",
+        "Links are readable"]
     assert "403" in line(results, "Links are readable").hint
     fake_kube.allow("links")
     fake_kube.apply({**link("bad"), "spec": {"targetClusterName": "Not A Label!"}})

@@ -273,20 +273,26 @@ def pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 def test_rbac_is_read_only_on_services_endpointslices_and_links(kdir: Path) -> None:
     objs = objects(kdir)
     kinds = {o["kind"] for o in objs}
-    # No namespaced grants and nothing that could hand out more than this.
-    assert not kinds & {"Role", "RoleBinding", "Secret"}
-    roles = [o for o in objs if o["kind"] == "ClusterRole"]
-    assert len(roles) == 1
+    # Nothing that could hand out more than this; one namespaced grant, for the Links.
+    assert not kinds & {"Secret"}
+    roles = [o for o in objs if o["kind"] in ("ClusterRole", "Role")]
+    assert sorted(o["kind"] for o in roles) == ["ClusterRole", "Role"]
     granted: set[tuple[str, str]] = set()
-    for rule in roles[0]["rules"]:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
-        assert set(rule["verbs"]) <= READ_VERBS, f"write or wildcard verb in {rule}"
-        for group in rule["apiGroups"]:
-            for res in rule["resources"]:
-                assert (group, res) in ALLOWED_RESOURCES, f"{group}/{res} is not needed"
-                assert set(rule["verbs"]) == READ_VERBS, f"{group}/{res} needs get, list and watch"
-                granted.add((group, res))
+    for role in roles:
+        for rule in role["rules"]:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
+            assert set(rule["verbs"]) <= READ_VERBS, f"write or wildcard verb in {rule}"
+            for group in rule["apiGroups"]:
+                for res in rule["resources"]:
+                    assert (group, res) in ALLOWED_RESOURCES, f"{group}/{res} is not needed"
+                    assert set(rule["verbs"]) == READ_VERBS, f"{group}/{res} needs get, list and watch"
+                    # Links in the links namespace only (issue 33): a Link elsewhere counts
+                    # for nothing, so dnsside need not even read it.
+                    assert (res == "links") == (role["kind"] == "Role"), (role["kind"], res)
+                    granted.add((group, res))
     assert granted == ALLOWED_RESOURCES
+    (role,) = [o for o in roles if o["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "linkerd-multicluster"
 
 
 def test_base_binding_connects_role_and_deployment_service_account() -> None:

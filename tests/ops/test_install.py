@@ -156,8 +156,12 @@ def test_rbac_is_read_only_on_the_three_resources(mode: str) -> None:
     grants = {(g, r, tuple(rule["verbs"])) for rule in role["rules"]
               for g in rule["apiGroups"] for r in rule["resources"]}
     assert grants == {("", "services", ("get", "list", "watch")),
-                      ("discovery.k8s.io", "endpointslices", ("get", "list", "watch")),
-                      ("multicluster.linkerd.io", "links", ("get", "list", "watch"))}
+                      ("discovery.k8s.io", "endpointslices", ("get", "list", "watch"))}
+    # Links only in the links namespace: a Link written elsewhere is not even readable.
+    assert _grants(objs) - {("ClusterRole", "", *g) for g in grants} == {
+        ("Role", "linkerd-multicluster", "multicluster.linkerd.io", "links",
+         ("get", "list", "watch"))}
+    assert one(objs, "RoleBinding")["subjects"] == one(objs, "ClusterRoleBinding")["subjects"]
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     (subject,) = binding["subjects"]
@@ -166,7 +170,7 @@ def test_rbac_is_read_only_on_the_three_resources(mode: str) -> None:
     else:
         assert subject == {"kind": "ServiceAccount", "name": "coredns",
                            "namespace": "kube-system"}
-    assert not {o["kind"] for o in objs} & {"Role", "RoleBinding", "Secret"}
+    assert not {o["kind"] for o in objs} & {"Secret"}
 
 
 def _grants(objs: list[dict[str, Any]]) -> set[tuple[str, str, str, str, tuple[str, ...]]]:
@@ -225,10 +229,12 @@ def test_without_flat_network_no_secret_is_readable_anywhere() -> None:
                 for rel, text in deploy.deploy_files().items() if rel.endswith(".yaml")]
     for objs in outputs:
         assert not {g for g in _grants(objs) if g[3] in ("secrets", "*")}
-        assert not {o["kind"] for o in objs} & {"Role", "RoleBinding"}
+        assert {g[3] for g in _grants(objs) if g[0] == "Role"} <= {"links"}
     assert "DNSSIDE_FLAT_NETWORK" not in (ROOT / "deploy/base/configmap.yaml").read_text()
-    code, _, err = cli("install", "--cluster-name", "east", "--links-namespace", "mc")
-    assert code == 2 and "--links-namespace" in err and "--flat-network" in err
+    objs = install("--cluster-name", "east", "--links-namespace", "mc")
+    assert {o["metadata"]["namespace"] for o in objs if o["kind"] in ("Role", "RoleBinding")
+            } == {"mc"}
+    assert one(objs, "ConfigMap")["data"]["DNSSIDE_LINKS_NAMESPACE"] == "mc"
     code, _, err = cli("install", "--cluster-name", "east", "--flat-network",
                        "--links-namespace", "Not_A_Namespace")
     assert code == 2 and "--links-namespace 'Not_A_Namespace'" in err
@@ -239,7 +245,8 @@ def test_options_land_where_they_belong() -> None:
                    "--replicas", "3", "--memory-limit", "1Gi")
     assert one(objs, "Namespace")["metadata"]["name"] == "dns"
     assert {o["metadata"].get("namespace") for o in objs if o["kind"] not in
-            ("Namespace", "ClusterRole", "ClusterRoleBinding")} == {"dns"}
+            ("Namespace", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+            } == {"dns"}
     assert one(objs, "ClusterRoleBinding")["subjects"][0]["namespace"] == "dns"
     assert one(objs, "ConfigMap")["data"] == {"DNSSIDE_CLUSTER_NAME": "west"}
     dep = one(objs, "Deployment")
@@ -300,6 +307,8 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
         words, expected = _sample(f.option, action)
         if f.serve_flag == "--tsig-key-file":  # a file read at install; the pod reads a copy
             words, expected = [f.option, str(key_file)], manifests.TSIG_KEY_PATH
+        if f.serve_flag == "--links-namespace":  # a namespace name: no dot
+            words, expected = [f.option, "mc"], "mc"
         # What a linked cluster's connection takes means something only with --flat-network.
         needs = (["--flat-network"] if f.serve_flag.startswith(("--flat-network-",
                                                                  "--insecure-remote-"))

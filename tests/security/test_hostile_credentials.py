@@ -23,6 +23,8 @@ import json
 import re
 import socket
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -514,3 +516,132 @@ def test_insecure_remote_tls_is_off_by_default_and_needs_the_flat_network() -> N
         done = run_cli(command)
         assert done.returncode != 0 and "--insecure-remote-tls" in done.stderr, done.stderr
         assert "needs --flat-network" in done.stderr or "add --flat-network" in done.stderr
+
+
+TOKEN = "eyJhbGciOiJSUzI1NiJ9.s3cr3t-t0ken-0123456789abcdef"  # never in any output
+
+
+def timed_probe(srv: Dnsside) -> float:
+    """One /healthz and one DNS-over-TCP answer, each given 2 s; how long both took. A
+    stalled event loop (a Secret's kubeconfig parsed on it) fails here."""
+    started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/healthz", timeout=2) as r:
+        assert r.status == 200
+    assert addresses_tcp(srv) == EAST_DB | {WEST_DB0}
+    return time.monotonic() - started
+
+
+def addresses_tcp(srv: Dnsside) -> set[str]:
+    return set(answers(srv.query(DB, "A", tcp=True, timeout=2.0), "A"))
+
+
+def test_a_large_or_broken_secret_costs_only_its_own_cluster_and_never_shows_the_token(
+        tmp_path: Path, west: ThreadedKube) -> None:
+    """Secrets of a ~1 MiB kubeconfig (a list of 450,000 ones: on the event loop, 18-21 s
+    of PyYAML at each read), of 100 KB (over the kubeconfig cap, within the Secret's), of
+    16 MiB (read whole before it was judged), and of a real
+    kubeconfig with an unclosed quote on its token line (PyYAML's message quoted the token).
+    Each is refused once by what is wrong with it, read again at every retry, and the rest
+    of dnsside answers throughout: /healthz and DNS over TCP within 2 s each, memory
+    bounded; the token appears in no log line, explain or check."""
+    good = {"server": west.kube.tls_url, "certificate-authority-data": b64(fake_ca().ca_pem)}
+    broken = kubeconfig(good, {"token": "PLACEHOLDER"}).replace(
+        "token: PLACEHOLDER", f'token: "{TOKEN}')
+    forms = {
+        "big": "x: [" + "1," * 450_000 + "1]\n",  # 900 KB: under the old 1 MiB cap
+        "long": "x: [" + "1," * 50_000 + "1]\n",  # 100 KB: over 64 KiB, within the Secret cap
+        "huge": "#" * (16 << 20),
+        "broken": broken,
+    }
+    east = local_cluster(tmp_path, west, forms)
+    try:
+        with serve(east) as srv:
+            wait_for(lambda: WEST_DB0 in addresses(srv), 15, "the good cluster west")
+            slowest = 0.0
+            deadline = time.monotonic() + 40
+            while not all(secret_reads(east, c) >= 4 for c in forms):
+                assert time.monotonic() < deadline, {c: secret_reads(east, c) for c in forms}
+                slowest = max(slowest, timed_probe(srv))
+            print(f"slowest /healthz + TCP answer while the Secrets were re-read: "
+                  f"{slowest * 1000:.0f} ms; peak RSS {peak_rss(srv) >> 20} MiB")
+            assert peak_rss(srv) < 160 << 20, peak_rss(srv)
+            for cluster in forms:
+                assert metric(srv, "dnsside_remote_credentials_valid", cluster) == 0
+                assert len(refusals(srv, cluster)) == 1, refusals(srv, cluster)
+            for cluster in ("big", "huge"):
+                assert "over 262144 bytes" in refusals(srv, cluster)[0], refusals(srv, cluster)
+            assert "not a kubeconfig: over 65536 bytes" in refusals(srv, "long")[0]
+            told = refusals(srv, "broken")[0]
+            assert re.search(r"not YAML: line \d+, column \d+: found unexpected end of "
+                             "stream", told), told
+            _, body = srv.http(f"/debug/explain?name={DB}")
+            assert "line " in json.loads(body)["flat_network"]["broken"]
+            assert TOKEN not in body and "s3cr3t" not in body
+            assert not [line for line in list(srv.lines) if "s3cr3t" in line]
+        done = run_cli(["explain", DB, "--source", "kube", "--kubeconfig", east.kubeconfig,
+                        "--cluster-name", "east", "--flat-network"])
+        assert "cluster broken: credentials" in done.stdout, done.stdout
+        checked = run_cli(["check", "--kubeconfig", east.kubeconfig, "--flat-network"])
+        assert "× link broken: its kubeconfig loads" in checked.stdout, checked.stdout
+        assert "× link huge: Secret" in checked.stdout, checked.stdout
+        for out in (done.stdout, done.stderr, checked.stdout, checked.stderr):
+            assert "s3cr3t" not in out, out
+    finally:
+        east.close()
+
+
+def peak_rss(srv: Dnsside) -> int:
+    status = Path(f"/proc/{srv.proc.pid}/status").read_text()
+    m = re.search(r"^VmHWM:\s+(\d+) kB$", status, re.M)
+    assert m, status
+    return int(m.group(1)) * 1024
+
+
+def test_a_link_elsewhere_or_a_second_link_never_takes_a_linked_cluster(
+        tmp_path: Path, west: ThreadedKube, recorder: Recorder) -> None:
+    """Whoever may write a Link somewhere (`aaa/west-shadow`, target west, its Secret in aaa)
+    or a second Link in the links namespace (`aaa-west`, newer, sorting first by name) names
+    a server of theirs for west: dnsside never reads the first, refuses the second once,
+    and never connects to that server; west stays watched with its own Link's Secret, and
+    so after a restart."""
+    evil = kubeconfig({"server": f"https://127.0.0.1:{recorder.port}",
+                       "certificate-authority-data": b64(fake_ca().ca_pem)},
+                      {"token": REMOTE_TOKEN})
+    east = local_cluster(tmp_path, west, {})
+    shadow = link("west", secret="shadow-credentials")
+    shadow["metadata"] = {"name": "west-shadow", "namespace": "aaa",
+                          "creationTimestamp": "2020-01-01T00:00:00Z"}
+    second = link("west", secret="shadow-credentials")
+    second["metadata"] = {"name": "aaa-west", "namespace": NS,
+                          "creationTimestamp": "2099-01-01T00:00:00Z"}
+    for ns in ("aaa", NS):
+        evil_secret = secret("west", evil)
+        evil_secret["metadata"] = {"name": "shadow-credentials", "namespace": ns}
+        east.call(east.kube.apply, evil_secret)
+    east.call(east.kube.apply, shadow)
+    east.call(east.kube.apply, second)
+    try:
+        for _ in range(2):
+            with serve(east) as srv:
+                wait_for(lambda: addresses(srv, "db-0.west.db.data.svc-global") == {WEST_DB0},
+                         15, "west watched with its own Link's Secret")
+                told = srv.wait_log(f"Link {NS}/aaa-west is refused: cluster west is linked by "
+                                    f"Link {NS}/west")
+                assert "WARNING" in told
+                assert metric(srv, "dnsside_remote_credentials_valid", "west") == 1
+                assert srv.metric("dnsside_links_refused", reason="duplicate") == 1
+                _, body = srv.http(f"/debug/explain?name={DB}")
+                assert f"Link {NS}/aaa-west is refused" in json.loads(body)["links"]
+                assert len([line for line in list(srv.lines) if "aaa-west is refused" in line
+                            and "initial sync" not in line]) == 1
+        assert recorder.connections == []
+        for ns in ("aaa", NS):
+            assert east.call(lambda n=ns: east.kube.requests[
+                ("GET", f"/api/v1/namespaces/{n}/secrets/shadow-credentials")]) == 0
+        checked = run_cli(["check", "--kubeconfig", east.kubeconfig, "--flat-network"])
+        assert "‼ Link aaa/west-shadow counts" in checked.stdout, checked.stdout
+        assert f"‼ Link {NS}/aaa-west counts" in checked.stdout
+        assert "✓ link west: the API at" in checked.stdout
+        assert recorder.connections == []
+    finally:
+        east.close()

@@ -32,7 +32,7 @@ from testkit.serve import DEMO as DEMO_EAST
 
 pytestmark = pytest.mark.quick
 
-LINKS_PATH = "/apis/multicluster.linkerd.io/v1alpha3/links"
+LINKS_PATH = "/apis/multicluster.linkerd.io/v1alpha3/namespaces/linkerd-multicluster/links"
 SVC_PATHS = {"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", LINKS_PATH}
 DEADLINE = 10.0
 

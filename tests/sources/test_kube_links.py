@@ -8,6 +8,7 @@ import asyncio
 import copy
 import json
 import time
+from urllib.parse import urlsplit
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,11 +21,12 @@ from dnsside.model.events import (
     LinksUnavailable,
     Replace,
     Synced,
+    Upsert,
 )
 from dnsside.model.linkerd import LinkRecord
 from dnsside.sources.kube import KubeSource
 from testkit.fakekube import FakeKube
-from testkit.serve import DEMO, Dnsside, answers, wait_for
+from testkit.serve import DEMO, Dnsside, answers, run_cli, wait_for
 from testkit.threadedkube import ThreadedKube
 
 NGINX = "nginx-svc.default.svc-global"
@@ -32,6 +34,7 @@ WEST = {"10.43.179.60", "10.43.218.18", "10.43.245.244"}
 ORPHAN = "10.45.0.10"  # nginx-set-0 of cluster "old", whose Link was deleted
 ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 DEADLINE = 10.0
+NS = "linkerd-multicluster"
 
 
 def obj(name: str, kind: str = "Link") -> dict[str, Any]:
@@ -83,7 +86,39 @@ async def test_links_at_the_version_the_api_prefers(
     links = {r.target_cluster for r in replace.records if isinstance(r, LinkRecord)}
     assert links == {"west", "north", "south"}
     paths = {path for _, path in fake_kube_demo.request_log}
-    assert any(p.startswith(f"/apis/multicluster.linkerd.io/{versions[0]}/links") for p in paths)
+    assert any(p.startswith(f"/apis/multicluster.linkerd.io/{versions[0]}/namespaces/"
+                            "linkerd-multicluster/links") for p in paths)
+
+
+def shadow(name: str, target: str, namespace: str = "aaa",
+           created: str = "2020-01-01T00:00:00Z") -> dict[str, Any]:
+    """A Link written by someone who may write Links (elsewhere, or a second one): older
+    than the real ones, so no rule of age could let it win by accident."""
+    link = obj("west")
+    link["metadata"] = {"name": name, "namespace": namespace, "creationTimestamp": created}
+    link["spec"] = {**link["spec"], "targetClusterName": target,
+                    "probeSpec": {**link["spec"].get("probeSpec", {}), "path": "/evil"}}
+    return link
+
+
+async def test_links_are_read_in_the_links_namespace_only(fake_kube_demo: FakeKube,
+                                                          events: list[list[Event]]) -> None:
+    """Links elsewhere are never asked for, so never delivered: not listed, not watched."""
+    fake_kube_demo.apply(shadow("west-shadow", "west"))
+    first = await until(lambda: events and events[0])
+    assert isinstance(first[0], Replace) and Kind.LINK in first[0].kinds
+    links = [r for r in first[0].records if isinstance(r, LinkRecord)]
+    assert {(lk.namespace, lk.name) for lk in links} == {
+        ("linkerd-multicluster", c) for c in ("west", "north", "south")}
+    fake_kube_demo.apply(shadow("old-shadow", "old"))  # while watching
+    fake_kube_demo.apply(shadow("east-back", "east", "linkerd-multicluster"))
+    await until(lambda: any(isinstance(e, Upsert) and isinstance(e.record, LinkRecord)
+                            and e.record.name == "east-back" for e in flat(events)))
+    assert not [e for e in flat(events) if isinstance(e, Upsert)
+                and isinstance(e.record, LinkRecord) and e.record.namespace != NS]
+    asked = {urlsplit(path).path for _, path in fake_kube_demo.request_log
+             if urlsplit(path).path.endswith("/links")}
+    assert asked == {f"/apis/multicluster.linkerd.io/v1alpha3/namespaces/{NS}/links"}, asked
 
 
 @pytest.mark.parametrize("fault", ["crd-missing", "forbidden"])
@@ -194,6 +229,36 @@ def test_unreadable_links_keep_serving_unfiltered(kube: ThreadedKube, fault: str
         wait_for(lambda: ORPHAN not in nginx(srv), what="orphans filtered once Links are read")
         assert nginx(srv) >= WEST
         assert metric(srv, "dnsside_links_readable") == 1
+
+
+def test_a_link_elsewhere_or_a_second_link_never_takes_a_cluster(kube: ThreadedKube) -> None:
+    """`aaa/old-shadow` would bring the unlinked cluster old back and `aaa/west-shadow` take
+    west (both sort before linkerd-multicluster); a second Link for west in the links
+    namespace, newer, is refused. Each told once, counted, explained and checked; the
+    same after a restart."""
+    kube.call(kube.kube.apply, shadow("old-shadow", "old"))
+    kube.call(kube.kube.apply, shadow("west-shadow", "west"))
+    kube.call(kube.kube.apply, shadow("aaa-west", "west", NS, "2026-11-02T00:00:00Z"))
+    for _ in range(2):  # and once more after a restart
+        with serve(kube) as srv:
+            assert ORPHAN not in nginx(srv) and nginx(srv) >= WEST
+            kube.call(kube.kube.apply, obj("north"))  # a Link event after the sync
+            srv.wait_log("is refused: cluster west is linked by Link linkerd-multicluster/west")
+            told = [line for line in list(srv.lines) if "aaa-west is refused" in line
+                    and "initial sync" not in line]
+            assert len(told) == 1 and "WARNING" in told[0] and "created first" in told[0], told
+            assert not [line for line in list(srv.lines) if "aaa/" in line]  # never read
+            assert metric(srv, "dnsside_links_refused", reason="duplicate") == 1
+            assert metric(srv, "dnsside_links_refused", reason="outside-namespace") == 0
+            assert metric(srv, "dnsside_orphaned_mirrors", cluster="old") == 1
+            _, body = srv.http(f"/debug/explain?name={NGINX}")
+            assert "Link linkerd-multicluster/aaa-west is refused" in json.loads(body)["links"]
+    checked = run_cli(["check", "--kubeconfig", kube.kubeconfig, "--cluster-name", "east"])
+    for link in ("aaa/old-shadow", "aaa/west-shadow", f"{NS}/aaa-west"):
+        line = f"‼ Link {link} counts"
+        assert line in checked.stdout, checked.stdout
+    hint = checked.stdout.split("‼ Link aaa/west-shadow counts", 1)[1].split("\n", 2)[1]
+    assert "only Links in linkerd-multicluster (--links-namespace) count" in hint, hint
 
 
 def test_a_link_watch_fault_never_brings_an_unlinked_cluster_back(kube: ThreadedKube) -> None:
