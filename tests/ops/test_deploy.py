@@ -73,7 +73,7 @@ READ_VERBS = {"get", "list", "watch"}
 ALLOWED_RESOURCES = {("", "services"), ("discovery.k8s.io", "endpointslices"),
                      ("multicluster.linkerd.io", "links")}
 IMAGE = "ghcr.io/dnsside/dnsside:0.1.0"
-SIDECAR_STANZA = ("svc-global:53 {\n    errors\n    cache 5\n    prometheus :9153\n"
+SIDECAR_STANZA = ("svc-global:53 {\n    errors\n    cache 5\n    loadbalance round_robin\n    prometheus :9153\n"
                   "    bufsize 1232\n    forward . 127.0.0.1:5353\n}")
 
 
