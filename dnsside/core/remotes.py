@@ -33,12 +33,12 @@ from dnsside.core.tables import Key
 from dnsside.model.events import RemoteState, RemoteStatus, Replace
 from dnsside.model.linkerd import (
     MIRRORED_SERVICE,
-    LabelSelector,
     Role,
     ServiceRecord,
     SliceRecord,
     parse_service,
 )
+from dnsside.model.selectors import LabelSelector
 
 
 def parse_remote_service(obj: Mapping[str, Any], where: str, cluster: str,

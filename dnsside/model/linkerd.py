@@ -34,6 +34,7 @@ from dnsside.model.endpoints import (
     pack_rows,
 )
 from dnsside.model.locality import LocalityAnnotation, parse_locality
+from dnsside.model.selectors import LabelSelector, SelectorError, parse_label_selector
 from dnsside.model.sharing import Memo, is_label, share
 
 # Label and annotation keys written by linkerd2's service mirror (2.14 → 2.18+).
@@ -145,74 +146,6 @@ class SliceRecord:
         if type(endpoints) is Endpoints:
             return endpoints.ready
         return any(e.ready for e in endpoints)
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """A metav1.LabelSelector as Linkerd reads a Link's ``remoteDiscoverySelector``: the
-    requirements are ANDed, and one without any requirement selects *nothing* (Kubernetes
-    would say everything; Linkerd does not, and neither may dnsside)."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    # (key, operator, values): In, NotIn, Exists, DoesNotExist
-    expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if not self.match_labels and not self.expressions:
-            return False
-        if any(labels.get(k) != v for k, v in self.match_labels):
-            return False
-        for key, operator, values in self.expressions:
-            value = labels.get(key)
-            if operator == "In" and value not in values:
-                return False
-            if operator == "NotIn" and value in values:
-                return False
-            if operator == "Exists" and value is None:
-                return False
-            if operator == "DoesNotExist" and value is not None:
-                return False
-        return True
-
-    def __str__(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.match_labels]
-        for key, operator, values in self.expressions:
-            if operator == "Exists":
-                parts.append(key)
-            elif operator == "DoesNotExist":
-                parts.append("!" + key)
-            else:
-                parts.append(f"{key} {operator.lower()} ({','.join(values)})")
-        return ",".join(parts) or "(empty: selects nothing)"
-
-
-_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-
-
-def parse_label_selector(raw: Any, ident: str) -> LabelSelector:
-    """``spec.remoteDiscoverySelector``; ObjectError naming the field when malformed."""
-    if raw is None:
-        return LabelSelector()
-    if not _is_map(raw):
-        raise ObjectError(f"{ident}: spec.remoteDiscoverySelector must be an object")
-    labels = raw.get("matchLabels") or {}
-    if not _is_map(labels) or not all(isinstance(k, str) and isinstance(v, str)
-                                      for k, v in labels.items()):
-        raise ObjectError(f"{ident}: spec.remoteDiscoverySelector.matchLabels must map "
-                          "strings to strings")
-    expressions = []
-    for i, e in enumerate(raw.get("matchExpressions") or []):
-        field = f"spec.remoteDiscoverySelector.matchExpressions[{i}]"
-        if not _is_map(e) or not isinstance(e.get("key"), str):
-            raise ObjectError(f"{ident}: {field} must be an object with a key")
-        operator, values = e.get("operator"), e.get("values") or []
-        if operator not in _SELECTOR_OPERATORS:
-            raise ObjectError(f"{ident}: {field}.operator {operator!r} is not one of "
-                              f"{', '.join(_SELECTOR_OPERATORS)}")
-        if not _str_list(values):
-            raise ObjectError(f"{ident}: {field}.values must be a list of strings")
-        expressions.append((e["key"], operator, tuple(values)))
-    return LabelSelector(tuple(sorted(labels.items())), tuple(expressions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,7 +410,7 @@ def parse_link(obj: Mapping[str, Any], where: str = "") -> LinkRecord:
     selector, selector_error = LabelSelector(), ""
     try:
         selector = parse_label_selector(spec.get("remoteDiscoverySelector"), ident)
-    except ObjectError as exc:
+    except SelectorError as exc:
         selector_error = str(exc)
     return LinkRecord(
         namespace=intern(namespace),

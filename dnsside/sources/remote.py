@@ -63,12 +63,12 @@ from dnsside.model.events import (
     SourceError,
 )
 from dnsside.model.linkerd import (
-    LabelSelector,
     LinkRecord,
     Record,
     parse_endpoints,
     parse_slice,
 )
+from dnsside.model.selectors import LabelSelector
 from dnsside.sources.limits import Gate
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing
 from dnsside.sources.reflector import Reflector, Resource

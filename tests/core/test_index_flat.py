@@ -30,16 +30,15 @@ from dnsside.model.events import (
     Upsert,
 )
 from dnsside.model.linkerd import (
-    LabelSelector,
     LinkRecord,
     Record,
     ServiceRecord,
     parse_endpoints,
-    parse_label_selector,
     parse_link,
     parse_object,
     parse_slice,
 )
+from dnsside.model.selectors import LabelSelector, parse_label_selector
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
 from testkit.flatnet import (
