@@ -134,6 +134,12 @@ class InstallOptions:
         return {**self.settings, flag("--tsig-key-file").env: TSIG_KEY_PATH}
 
     @property
+    def config_data(self) -> dict[str, str]:
+        """The dnsside ConfigMap's data: the environment ``serve`` reads in the pods."""
+        return {flag("--cluster-name").env: self.cluster_name,
+                **dict(sorted(self.baked.items()))}
+
+    @property
     def secrets_namespace(self) -> str:
         return self.links_namespace or LINKS_NAMESPACE
 
@@ -239,7 +245,7 @@ def _secrets_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[st
 
 
 def _config_map(opts: InstallOptions) -> dict[str, Any]:
-    data = {flag("--cluster-name").env: opts.cluster_name, **dict(sorted(opts.baked.items()))}
+    data = opts.config_data
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(NAME, opts.ns),
             "data": data}
 
