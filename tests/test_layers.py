@@ -23,6 +23,7 @@ Every import counts, also one inside a function: a lazy import is still a depend
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -274,6 +275,7 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
     return out
 
 
+@functools.cache
 def _spawning_testkit() -> dict[str, set[str]]:
     """For each testkit module, its functions and classes that start a program."""
     out: dict[str, set[str]] = {}
