@@ -87,7 +87,7 @@ def flag_values(command: str, given: Mapping[str, Any],
 def checked_config(command: str, given: Mapping[str, Any], environ: Mapping[str, str],
                    pod_ip: str | None = None, name_the_variable: bool = True) -> Config:
     """The :class:`Config` ``command`` runs with (:func:`flag_values`), checked by
-    :meth:`Config.check` and :func:`check_numbers`. Raises ValueError, one line; an error
+    :meth:`Config.check`, :func:`check_numbers` and :func:`check_namespaces`. Raises ValueError, one line; an error
     about a flag whose value came from ``environ`` also names the variable and its value
     (``name_the_variable=False``: ``install``, whose ConfigMap holds its own flags)."""
     values = flag_values(command, given, environ)
