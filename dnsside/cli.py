@@ -28,7 +28,7 @@ from dnsside import __version__
 from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
 from dnsside.dns.tsig import TsigKey, load_key_file
 from dnsside.dns.wire import to_wire
-from dnsside.flagvalues import checked_config, flag_values
+from dnsside.flagvalues import checked_config, flag_values, misspelt_variables
 from dnsside.serving.app import NO_CLUSTER_HINT, App, explain_index, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
@@ -211,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2
     setup_logging(values["log_format"], values["log_level"])
+    for warning in misspelt_variables(os.environ):
+        print(f"dnsside: warning: {warning}", file=sys.stderr)
     try:
         config = checked_config(args.command, vars(args), os.environ, os.environ.get("POD_IP"))
         key = tsig_key(config)

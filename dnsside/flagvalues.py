@@ -16,6 +16,7 @@ Like :mod:`dnsside.config`, this module is the bottom layer: it imports nothing 
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -84,12 +85,28 @@ def flag_values(command: str, given: Mapping[str, Any],
     return out
 
 
+def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each ``DNSSIDE_*`` variable that is no flag's but nearly one's (a typo
+    would otherwise be ignored without a word). Names far from every flag's are left alone:
+    tools around dnsside may have variables of their own (the tests' DNSSIDE_FUZZ_*)."""
+    names = [f.env for f in FLAGS]
+    out = []
+    for name in sorted(environ):
+        if name.startswith("DNSSIDE_") and name not in names:
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.85)
+            if close:
+                out.append(f"{name} is no dnsside variable and is ignored; did you mean "
+                           f"{close[0]}?")
+    return out
+
+
 def checked_config(command: str, given: Mapping[str, Any], environ: Mapping[str, str],
                    pod_ip: str | None = None, name_the_variable: bool = True) -> Config:
     """The :class:`Config` ``command`` runs with (:func:`flag_values`), checked by
-    :meth:`Config.check`, :func:`check_numbers` and :func:`check_namespaces`. Raises ValueError, one line; an error
-    about a flag whose value came from ``environ`` also names the variable and its value
-    (``name_the_variable=False``: ``install``, whose ConfigMap holds its own flags)."""
+    :meth:`Config.check`, :func:`check_numbers` and :func:`check_namespaces`. Raises
+    ValueError, one line; an error about a flag whose value came from ``environ`` also
+    names the variable and its value (``name_the_variable=False``: ``install``, whose
+    ConfigMap holds its own flags)."""
     values = flag_values(command, given, environ)
     try:
         config = Config.from_flags(command, values, pod_ip)

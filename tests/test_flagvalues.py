@@ -14,7 +14,13 @@ import pytest
 
 from dnsside.cli import main
 from dnsside.config import EXPLAIN, FLAGS, SERVE, Flag, flags_for
-from dnsside.flagvalues import BOOLEANS, checked_config, env_value, flag_values
+from dnsside.flagvalues import (
+    BOOLEANS,
+    checked_config,
+    env_value,
+    flag_values,
+    misspelt_variables,
+)
 
 pytestmark = pytest.mark.quick
 
@@ -159,3 +165,10 @@ def test_explain_type_is_a_word_not_a_flag() -> None:
     assert (code, out) == (2, "")
     assert err == ("dnsside: explain: TYPE is the word after NAME, not a flag: `dnsside "
                    "explain NAME TYPE`, TYPE one of A, AAAA, SRV, TXT, SOA, NS or ANY\n")
+
+
+def test_a_misspelt_variable_is_named_not_ignored_silently() -> None:
+    assert misspelt_variables({"DNSSIDE_TLL": "5", "DNSSIDE_LISTN": "x", "DNSSIDE_TTL": "5",
+                               "DNSSIDE_FUZZ_PROFILE": "long", "HOME": "/"}) == [
+        "DNSSIDE_LISTN is no dnsside variable and is ignored; did you mean DNSSIDE_LISTEN?",
+        "DNSSIDE_TLL is no dnsside variable and is ignored; did you mean DNSSIDE_TTL?"]
