@@ -17,6 +17,7 @@ Like :mod:`dnsside.config`, this module is the bottom layer: it imports nothing 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import re
 from collections.abc import Mapping
@@ -103,16 +104,17 @@ def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
 def checked_config(command: str, given: Mapping[str, Any], environ: Mapping[str, str],
                    pod_ip: str | None = None, name_the_variable: bool = True) -> Config:
     """The :class:`Config` ``command`` runs with (:func:`flag_values`), checked by
-    :meth:`Config.check`, :func:`check_numbers` and :func:`check_namespaces`. Raises
-    ValueError, one line; an error about a flag whose value came from ``environ`` also
-    names the variable and its value (``name_the_variable=False``: ``install``, whose
-    ConfigMap holds its own flags)."""
+    :meth:`Config.check` and this module's ``check_*``. Raises ValueError, one line; an
+    error about a flag whose value came from ``environ`` also names the variable and its
+    value (``name_the_variable=False``: ``install``, whose ConfigMap holds its own
+    flags)."""
     values = flag_values(command, given, environ)
     try:
         config = Config.from_flags(command, values, pod_ip)
         config.check()
         check_numbers(config)
         check_namespaces(config)
+        check_networks(config)
     except ValueError as exc:
         message = str(exc)
         named = re.match(r"--[a-z-]+", message)
@@ -150,3 +152,18 @@ def check_namespaces(config: Config) -> None:
         if not is_host_label(ns):
             raise ValueError(f"--namespace {ns!r} is not a namespace name (a lower-case DNS "
                              "label: letters, digits and '-')")
+
+
+def check_networks(config: Config) -> None:
+    """Raise ValueError for a network with host bits set (``10.0.0.1/8``): it is read as
+    10.0.0.0/8, far wider than the one address its writer probably meant."""
+    for name, values in (("--explain-from", config.explain_from),
+                         ("--allow-transfer", config.allow_transfer)):
+        for value in values:
+            try:
+                ipaddress.ip_network(value.strip())
+            except ValueError:
+                wide = ipaddress.ip_network(value.strip(), strict=False)  # Config.check read it
+                host = value.strip().partition("/")[0]
+                raise ValueError(f"{name} {value!r} has host bits set: write {wide} for the "
+                                 f"network, or {host} for the one address") from None

@@ -113,10 +113,15 @@ def test_the_command_line_replaces_the_variable() -> None:
     ({"reload_interval": -1.0}, "--reload-interval must be > 0, not -1.0"),
     ({"lameduck": float("nan")}, "--lameduck nan: expected a finite number"),
     ({"ttl": 2**31}, "--ttl must be <= 2147483647 (RFC 2181), not 2147483648"),
+    ({"allow_transfer": ["10.0.0.1/8"]}, "--allow-transfer '10.0.0.1/8' has host bits set: "
+                                         "write 10.0.0.0/8 for the network, or 10.0.0.1 for "
+                                         "the one address"),
+    ({"explain_from": ["::1/64"]}, "--explain-from '::1/64' has host bits set: write ::/64 "
+                                   "for the network, or ::1 for the one address"),
     ({"namespace": ["Default"]}, "--namespace 'Default' is not a namespace name (a lower-case "
                                  "DNS label: letters, digits and '-')"),
 ])
-def test_numbers_and_namespaces_serve_could_not_run_with(given: dict[str, Any],
+def test_numbers_names_and_networks_serve_would_misread(given: dict[str, Any],
                                                           message: str) -> None:
     with pytest.raises(ValueError) as exc:
         checked_config(SERVE, given, {})
