@@ -11,7 +11,7 @@ the flag's choices. Here a bad ``DNSSIDE_<FLAG>`` is one line naming the variabl
 value and what it accepts, for the commands that read it (``serve``, ``explain``);
 ``--help``, ``--version``, ``install`` and ``check`` do not read it.
 
-Like :mod:`dnsside.config`, this module is the bottom layer: it imports nothing else.
+It is in the bottom layer with :mod:`dnsside.config`, the only dnsside module it imports.
 """
 
 from __future__ import annotations
