@@ -1,8 +1,9 @@
 """The command line: `serve` and `explain` here; `install` and `check` come from ops/.
 
 Every serve flag can also come from `DNSSIDE_<FLAG>` (the table is dnsside.config.FLAGS).
-Environment values are defaults that the command line overrides; repeatable
-flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`).
+Environment values are defaults that the command line replaces; repeatable
+flags take a comma-separated list from the environment (`DNSSIDE_ZONE=a.,b.`). They are
+read and checked after parsing (dnsside.flagvalues), by serve and explain only.
 
 `serve` and `explain` never load :mod:`dnsside.ops`: :func:`main` builds the install
 and check parsers only when one of them is the command (the others get a placeholder
@@ -27,7 +28,8 @@ from dnsside import __version__
 from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
 from dnsside.dns.tsig import TsigKey, load_key_file
 from dnsside.dns.wire import to_wire
-from dnsside.serving.app import App, explain_index, make_source
+from dnsside.flagvalues import checked_config, flag_values, misspelt_variables
+from dnsside.serving.app import NO_CLUSTER_HINT, App, explain_index, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
 DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters linked by\n"
@@ -37,19 +39,20 @@ DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters link
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
-    """``flag`` on ``parser``, its default taken from ``DNSSIDE_<FLAG>`` when that is set."""
+    """``flag`` on ``parser``, None when not given: ``DNSSIDE_<FLAG>`` and the default are
+    filled in after parsing, by :func:`dnsside.flagvalues.flag_values`, where a bad value
+    is one line instead of a traceback while the parser is built."""
     shown = f"default {flag.shown_default}; env {flag.env}"
-    kw: dict[str, Any] = {"help": f"{flag.help} ({shown})" if flag.help else f"({shown})"}
+    kw: dict[str, Any] = {"help": f"{flag.help} ({shown})" if flag.help else f"({shown})",
+                          "default": None}
     if flag.metavar:
         kw["metavar"] = flag.metavar
-    env = os.environ.get(flag.env)
-    given = flag.from_env(env) if env is not None else None
     if flag.switch:
-        kw.update(action="store_true", default=bool(given))
+        kw.update(action="store_true")
     elif flag.repeatable:
-        kw.update(action="append", default=given)
+        kw.update(action="append")
     else:
-        kw.update(type=flag.type, default=flag.default if given is None else given)
+        kw.update(type=flag.type)
         if flag.choices:
             kw["choices"] = list(flag.choices)
     parser.add_argument(flag.name, **kw)
@@ -70,7 +73,7 @@ def _parsers(
     explain.add_argument("name", metavar="NAME", help="a name in a served zone, e.g. "
                          "nginx-svc.default.svc-global")
     explain.add_argument("type", metavar="TYPE", nargs="?", default="A",
-                         help="A (default), AAAA, SRV, TXT, SOA, NS or ANY")
+                         help=f"the second word, not a flag: {EXPLAIN_TYPES} (default A)")
     explain.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text for people (default), json or yaml for machines")
     if admin:
@@ -135,6 +138,7 @@ async def _serve(config: Config, key: TsigKey | None) -> int:
     return await app.run()
 
 
+EXPLAIN_TYPES = "A, AAAA, SRV, TXT, SOA, NS or ANY"  # what TYPE may be, as messages list them
 EXPLAIN_SYNC_SECONDS = 30.0  # how long `explain` waits for its source's first complete list
 
 
@@ -150,8 +154,7 @@ def explain_question(name: str, qtype: str) -> tuple[str, str]:
         raise ValueError(f"explain: {exc}") from None
     upper = qtype.upper()
     if QTYPE.reverse.get(upper) is None:
-        raise ValueError(f"explain: {qtype!r} is not a DNS record type: A, AAAA, SRV, TXT, "
-                         "SOA, NS or ANY")
+        raise ValueError(f"explain: {qtype!r} is not a DNS record type: {EXPLAIN_TYPES}")
     return name, upper
 
 
@@ -182,27 +185,41 @@ async def _explain(config: Config, name: str, qtype: str, output: str = "text") 
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    if not words:  # a newcomer's first try: the commands, not a complaint about them
+        build_parser(admin=False).print_help(sys.stderr)
+        return 2
     command = next((w for w in words if not w.startswith("-")), None)
     parser, commands = _parsers(admin=command not in (SERVE, EXPLAIN))
     args, unknown = parser.parse_known_args(words)
+    if unknown and args.command == EXPLAIN and any(
+            u.split("=")[0] in ("--type", "-t", "--qtype") for u in unknown):
+        print(f"dnsside: explain: TYPE is the word after NAME, not a flag: `dnsside explain "
+              f"NAME TYPE`, TYPE one of {EXPLAIN_TYPES}", file=sys.stderr)
+        return 2
     if unknown:  # said by the command's own parser, whose usage lists its flags
         commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ADMIN_COMMANDS:
         from dnsside.ops.cli import run_admin_command
 
         return run_admin_command(args, words)
-    setup_logging(args.log_format, args.log_level)
     from dnsside.kubeapi.client import KubeConfigError
     from dnsside.sources.file import FileSourceError
 
     try:
-        config = Config.from_flags(args.command, vars(args), os.environ.get("POD_IP"))
-        config.check()
+        values = flag_values(args.command, vars(args), os.environ)
+    except ValueError as exc:
+        print(f"dnsside: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(values["log_format"], values["log_level"])
+    for warning in misspelt_variables(os.environ):
+        print(f"dnsside: warning: {warning}", file=sys.stderr)
+    try:
+        config = checked_config(args.command, vars(args), os.environ, os.environ.get("POD_IP"))
         key = tsig_key(config)
         if args.command == "explain":
             name, qtype = explain_question(args.name, args.type)
             return asyncio.run(_explain(config, name, qtype, args.output))
-        if not args.no_uvloop:
+        if not values["no_uvloop"]:
             try:
                 import uvloop
 
@@ -210,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             except ImportError:
                 pass
         return asyncio.run(_serve(config, key))
-    except (FileSourceError, KubeConfigError, ValueError, OSError) as exc:
+    except KubeConfigError as exc:
+        print(f"dnsside: {exc}; {NO_CLUSTER_HINT}", file=sys.stderr)
+        return 2
+    except (FileSourceError, ValueError, OSError) as exc:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2
 

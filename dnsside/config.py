@@ -128,8 +128,9 @@ FLAGS: tuple[Flag, ...] = (
          "cluster's while it has a ready one (every cluster once none is); the local "
          "Service's dnsside.io/locality annotation overrides it", _SOURCE,
          choices=("all", "local-first")),
-    Flag("--namespace", str, (), "watch only this namespace, repeatable "
-         "(Links are read in --links-namespace whatever it says)", _SOURCE, repeatable=True,
+    Flag("--namespace", str, (), "watch only this namespace, repeatable (Links are read in "
+         "--links-namespace whatever it says; include linkerd-multicluster, for the gateway "
+         "probe's Services)", _SOURCE, repeatable=True,
          metavar="NAMESPACE", default_text="all"),
     Flag("--links-namespace", str, "linkerd-multicluster", "the namespace of Linkerd's "
          "Links and their credentials Secrets, the only one whose Links count (as for "
@@ -188,8 +189,10 @@ FLAGS: tuple[Flag, ...] = (
          _SERVING, repeatable=True, metavar="CIDR",
          default_text="loopback only, which `kubectl port-forward` reaches"),
     Flag("--allow-transfer", str, (), "networks whose clients may transfer the zones "
-         "(AXFR, IXFR over TCP); everybody else is refused; repeatable", _SERVING,
-         repeatable=True, metavar="CIDR", default_text="nobody"),
+         "(AXFR, IXFR over TCP); everybody else is refused; repeatable. With "
+         "--tsig-key-file and no --allow-transfer, any address holding the key may", _SERVING,
+         repeatable=True, metavar="CIDR",
+         default_text="nobody; with --tsig-key-file alone, any address with the key"),
     Flag("--tsig-key-file", str, None, "a key file as `tsig-keygen` writes it (hmac-sha256, "
          "-384 or -512): every transfer must then be signed with it (TSIG), and the NOTIFYs "
          "are", _SERVING, metavar="FILE", default_text="none: transfers are not signed"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from dnsside.config import (
     normal_zone,
     split_hostport,
 )
+from dnsside.flagvalues import checked_config
 
 pytestmark = pytest.mark.quick
 
@@ -121,7 +123,7 @@ def test_config_from_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
     args = build_parser(admin=False).parse_args(
         ["serve", "--zone", "Svc-Global", "--zone", "svc-global.", "--cluster-name", "east",
          "--mcs-zone", "ClusterSet.Local", "--listen", "10.0.0.5:53", "--udp-io", "plain"])
-    config = Config.from_flags(args.command, vars(args))
+    config = checked_config(args.command, vars(args), os.environ)
     assert config.zones == ("svc-global.",) and config.mcs_zones == ("clusterset.local.",)
     assert config.cluster_name == "east" and config.ttl == 9 and config.udp_io == "plain"
     assert config.ns_addresses == ("10.0.0.5",)

@@ -100,3 +100,20 @@ def test_the_readme_stays_a_path_not_a_reference() -> None:
     for doc in sorted((ROOT / "docs").glob("*.md")):
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*\.md", doc.name), doc.name
         assert f"(docs/{doc.name})" in readme, f"README's table of contents lacks {doc.name}"
+
+
+def test_the_documented_packages_are_the_ones_installed() -> None:
+    """docs/testing.md lists what `scripts/test.sh` installs; `.ci/run` installs the same."""
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    listed = re.search(r"^packages=\((.*?)\)", script, re.M | re.S)
+    assert listed
+    installed = set(listed.group(1).split())
+    ci = (ROOT / ".ci" / "run").read_text()
+    ci_installed = {w for line in re.findall(r"apt-get install ((?:.*\\\n)*.*)", ci)
+                    for w in re.sub(r"#.*", "", line).replace("\\\n", " ").split()
+                    if not w.startswith("-")} - {"python3-venv", "kubernetes-client"}
+    docs = (ROOT / "docs" / "testing.md").read_text()
+    paragraph = docs[docs.index("those of these"):docs.index("and `kubernetes-client`")]
+    documented = set(re.findall(r"`([a-z0-9.+-]+)`", paragraph))
+    assert documented == installed == ci_installed, (documented ^ installed,
+                                                     installed ^ ci_installed)

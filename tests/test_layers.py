@@ -4,7 +4,7 @@ Layers, lowest first, each a folder of dnsside/ (the top holds only the package'
 the configuration and the entry points); a module may import its own layer and the ones
 below:
 
-    config      dnsside (the package), config: no other dnsside module
+    config      dnsside (the package), config, flagvalues: no other dnsside module
     dns         dns/*: the protocol as functions over bytes (wire, zone, responder): it
                 knows names and records, not Kubernetes or Linkerd
     model       model/*: Linkerd's and Kubernetes' objects as records, the events sources
@@ -23,6 +23,7 @@ Every import counts, also one inside a function: a lazy import is still a depend
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.quick
 
 PACKAGE = ROOT / "dnsside"
 LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything in it
-    "config": ("dnsside.config",),
+    "config": ("dnsside.config", "dnsside.flagvalues"),
     "dns": ("dnsside.dns",),
     "model": ("dnsside.model",),
     "core": ("dnsside.core",),
@@ -56,7 +57,8 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 # The one module through which the operations wing talks to the Kubernetes API.
 API_CLIENT = "dnsside.kubeapi.client"
-TOP_LEVEL = {"dnsside", "dnsside.__main__", "dnsside.cli", "dnsside.config"}
+TOP_LEVEL = {"dnsside", "dnsside.__main__", "dnsside.cli", "dnsside.config",
+             "dnsside.flagvalues"}
 HTTP_LIBRARIES = ("aiohttp", "kubernetes_asyncio")
 
 MAX_LINES = 600
@@ -234,25 +236,111 @@ def test_only_entry_points_and_configuration_at_the_top() -> None:
     assert top == TOP_LEVEL, top ^ TOP_LEVEL
 
 
+# What starts a program: a quick test calls none of these, directly or through a helper of
+# its own file or of testkit, unless the program is this venv's Python (sys.executable).
+SPAWNERS = {"subprocess.run", "subprocess.call", "subprocess.check_call",
+            "subprocess.check_output", "subprocess.Popen", "subprocess.getoutput",
+            "subprocess.getstatusoutput", "shutil.which", "os.system", "os.popen",
+            "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell", "pty.spawn"}
+SPAWNER_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn")
+# What starts dnsside, a resolver, a fake API server on a thread of its own, or a network
+# namespace, by name.
+PEERS = {"Dnsside", "demo_server", "run_cli", "ThreadedKube", "Netns", "enter_netns"}
+# testkit modules that start a program and that the quick tier may use anyway, and why.
+TOLERATED = {"testkit.testca": "openssl makes the fake API servers' certificates; it is on "
+                               "every machine that has Python's ssl module's library"}
+
+
+def _spawns(call: ast.Call, aliases: dict[str, str]) -> bool:
+    """``call`` starts a program other than this venv's Python."""
+    func = ast.unparse(call.func)
+    head, dot, rest = func.partition(".")
+    func = aliases.get(func, aliases.get(head, head) + dot + rest)
+    if func not in SPAWNERS and not func.startswith(SPAWNER_PREFIXES):
+        return False
+    argv = call.args[0] if call.args else None
+    first = argv.elts[0] if isinstance(argv, ast.List | ast.Tuple) and argv.elts else None
+    return first is None or ast.unparse(first) != "sys.executable"
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local names of imported modules and functions: `from subprocess import run` makes
+    `run` mean `subprocess.run`."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            out.update({a.asname or a.name: a.name for a in node.names})
+    return out
+
+
+@functools.cache
+def _spawning_testkit() -> dict[str, set[str]]:
+    """For each testkit module, its functions and classes that start a program."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "testkit").glob("*.py")):
+        module = f"testkit.{path.stem}"
+        if module in TOLERATED:
+            continue
+        tree = ast.parse(path.read_text())
+        aliases = _aliases(tree)
+        out[module] = {d.name for d in tree.body
+                       if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                       and any(isinstance(n, ast.Call) and _spawns(n, aliases)
+                               for n in ast.walk(d))}
+    return out
+
+
+def quick_scopes(tree: ast.Module) -> list[ast.AST]:
+    """What of a test file runs in the quick tier: all of it under ``pytestmark =
+    pytest.mark.quick``, else the functions marked quick (and the parameters marked quick
+    of the others, conservatively the whole function)."""
+    if any(isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "pytestmark"
+           and "quick" in ast.unparse(node.value) for node in tree.body):
+        return [tree]
+    return [d for d in tree.body if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef)
+            and any("quick" in ast.unparse(dec) for dec in d.decorator_list)]
+
+
+def quick_violations(tree: ast.Module) -> list[str]:
+    """The calls of ``tree``'s quick scopes that start a program or a peer, with those of
+    the file's own helpers they call."""
+    aliases = _aliases(tree)
+    helpers = {d.name: d for d in tree.body
+               if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef)}
+    testkit = _spawning_testkit()
+    bad, seen, todo = [], set(), list(quick_scopes(tree))
+    while todo:
+        scope = todo.pop()
+        for node in ast.walk(scope):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            short = name.rpartition(".")[2]
+            origin = aliases.get(name.partition(".")[0], "")
+            module, _, attr = origin.rpartition(".")
+            if _spawns(node, aliases) or short in PEERS or attr in testkit.get(module, ()) \
+                    or (origin in testkit and short in testkit[origin]):
+                bad.append(f"{name} (line {node.lineno})")
+            elif name in helpers and name not in seen:
+                seen.add(name)
+                todo.append(helpers[name])
+    return sorted(set(bad))
+
+
 def test_the_quick_tier_needs_only_the_venv() -> None:
-    """The files marked `quick` (``pytestmark = pytest.mark.quick``, what
-    `scripts/test.sh --quick` runs) run in-process: none calls what starts dnsside, a
-    resolver, a fake API server on a thread of its own, or a network namespace."""
-    # (A `python -c` of the same venv, as the import checks here run, is no peer.)
-    peers = {"Dnsside", "demo_server", "run_cli", "ThreadedKube", "Netns", "enter_netns",
-             "which", "Popen"}
+    """The tests marked `quick` (what `scripts/test.sh --quick` runs) need only Python and
+    the venv: none starts a program (subprocess, shutil.which, os.system...) other than
+    the venv's Python, nor dnsside, a resolver, a fake API server on a thread of its own or
+    a network namespace, directly or through a helper."""
     quick = []
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         tree = ast.parse(path.read_text())
-        if not any(isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "pytestmark"
-                   and "quick" in ast.unparse(node.value) for node in tree.body):
+        if not quick_scopes(tree):
             continue
         quick.append(path)
-        calls = {node.func.id if isinstance(node.func, ast.Name) else node.func.attr
-                 for node in ast.walk(tree)
-                 if isinstance(node, ast.Call)
-                 and isinstance(node.func, ast.Name | ast.Attribute)}
-        assert not calls & peers, (path, sorted(calls & peers))
+        assert not quick_violations(tree), (path, quick_violations(tree))
     # The core and the protocol in-process are in it whatever else moves; the protocol
     # rules' server fixture marks only its in-process parameter, the socket ones are the
     # full tier.
@@ -260,3 +348,28 @@ def test_the_quick_tier_needs_only_the_venv() -> None:
     assert {"tests/core/test_index.py", "tests/dns/test_fuzz_respond.py"} <= names, names
     protocol = (ROOT / "tests" / "dns" / "conftest.py").read_text()
     assert 'pytest.param("in-process", marks=pytest.mark.quick)' in protocol
+
+
+@pytest.mark.parametrize("source", [
+    # what the quick tier once ran without seeing it: tsig-keygen, dig and kdig
+    "import subprocess\npytestmark = pytest.mark.quick\n"
+    "def test_a():\n    subprocess.run(['tsig-keygen', 'k'])\n",
+    "import subprocess\ndef keygen():\n    return subprocess.check_output(['dig'])\n"
+    "@pytest.mark.quick\ndef test_a():\n    keygen()\n",
+    "from shutil import which\n@pytest.mark.quick\ndef test_a():\n    which('kdig')\n",
+    "from testkit.dig import dig\npytestmark = pytest.mark.quick\n"
+    "def test_a():\n    dig('x')\n",
+    "import asyncio\npytestmark = pytest.mark.quick\n"
+    "async def test_a():\n    await asyncio.create_subprocess_exec('named')\n",
+])
+def test_the_quick_guard_sees_every_way_to_start_a_program(source: str) -> None:
+    assert quick_violations(ast.parse(source))
+
+
+def test_the_quick_guard_lets_the_venvs_python_and_unmarked_tests_be() -> None:
+    assert not quick_violations(ast.parse(
+        "import subprocess, sys\npytestmark = pytest.mark.quick\n"
+        "def test_a():\n    subprocess.run([sys.executable, '-c', 'pass'])\n"))
+    assert not quick_violations(ast.parse(
+        "import subprocess\ndef test_a():\n    subprocess.run(['dig'])\n"
+        "@pytest.mark.quick\ndef test_b():\n    pass\n"))

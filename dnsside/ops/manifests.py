@@ -138,6 +138,12 @@ class InstallOptions:
         return self.settings.get(flag("--links-namespace").env) or LINKS_NAMESPACE
 
     @property
+    def config_data(self) -> dict[str, str]:
+        """The dnsside ConfigMap's data: the environment ``serve`` reads in the pods."""
+        return {flag("--cluster-name").env: self.cluster_name,
+                **dict(sorted(self.baked.items()))}
+
+    @property
     def lameduck(self) -> float:
         lameduck = flag("--lameduck")
         raw = self.settings.get(lameduck.env)
@@ -239,7 +245,7 @@ def _links_rbac(opts: InstallOptions, name: str, sa_name: str) -> list[dict[str,
 
 
 def _config_map(opts: InstallOptions) -> dict[str, Any]:
-    data = {flag("--cluster-name").env: opts.cluster_name, **dict(sorted(opts.baked.items()))}
+    data = opts.config_data
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(NAME, opts.ns),
             "data": data}
 

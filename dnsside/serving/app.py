@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 import socket
 import time
 from typing import TYPE_CHECKING
 
-from dnsside.config import Config, networks, parse_hostport
+from dnsside.config import Config, flag, networks, parse_hostport
 from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
 from dnsside.core.index import Index, IndexOptions, Observer
 from dnsside.core.publishing import make_responder
@@ -44,6 +45,10 @@ if TYPE_CHECKING:
     from dnsside.sources.remote import FlatNetworkSource
 
 log = logging.getLogger("dnsside")
+# Said when the API server cannot even be looked for: what a newcomer without a cluster runs.
+NO_CLUSTER_HINT = ("without a cluster, `--source FILE` serves a YAML/JSON file of Services "
+                   "and EndpointSlices (e.g. examples/demo-east.yaml), and ./scripts/demo.sh "
+                   "runs a demo")
 
 
 def index_options(config: Config) -> IndexOptions:
@@ -200,6 +205,20 @@ class App:
         return None
 
     async def start(self) -> None:
+        """Bind the DNS and HTTP sockets; an address that cannot be bound is one line
+        naming the flag (:func:`bind_error`)."""
+        try:
+            await self._start_dns()
+        except OSError as exc:
+            raise bind_error(exc, "--listen", self.config.listen) from None
+        log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
+                 ", ".join(self.config.ns_addresses))
+        try:
+            await self._start_http()
+        except OSError as exc:
+            raise bind_error(exc, "--http-listen", self.config.http_listen) from None
+
+    async def _start_dns(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = parse_hostport(self.config.listen, "--listen")
         for bind_host in _families(host):
@@ -215,8 +234,8 @@ class App:
             self._closers.append(tcp)
             self._udp.append(await self._udp_server(bind_host, port))
             log.info("dns listening on udp+tcp %s", _fmt(bind_host, port))
-        log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
-                 ", ".join(self.config.ns_addresses))
+
+    async def _start_http(self) -> None:
         from dnsside.core.explain import Explainer
 
         http = HttpServer(self.not_ready_because, Explainer(self.index).explain,
@@ -318,7 +337,10 @@ class App:
         code = 0
         if consumer in done and consumer.exception() is not None:
             exc = consumer.exception()
-            log.error("source %s failed: %s", self.source.name, exc)
+            from dnsside.kubeapi.client import KubeConfigError
+
+            hint = f"; {NO_CLUSTER_HINT}" if isinstance(exc, KubeConfigError) else ""
+            log.error("source %s failed: %s%s", self.source.name, exc, hint)
             code = 1
         await self.shutdown(consumer)
         stopper.cancel()
@@ -348,6 +370,29 @@ class App:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await consumer
         log.info("stopped")
+
+
+def bind_error(exc: OSError, flag_name: str, value: str) -> OSError:
+    """``exc`` from binding ``flag_name``'s address as one line that names the flag, the
+    address, the likely cause and the way out (the default DNS port, 5353, is also
+    mDNS's: an avahi or systemd-resolved responder often holds it)."""
+    _, port = parse_hostport(value, flag_name)
+    way_out = f"choose another with {flag_name} or {flag(flag_name).env}"
+    if exc.errno == errno.EADDRINUSE:
+        mdns = "; an mDNS responder (avahi, systemd-resolved) uses 5353" if port == 5353 else ""
+        why = f"address in use: another process listens there{mdns}; {way_out}"
+    elif exc.errno == errno.EACCES:
+        why = (f"permission denied: a port below 1024 needs root or CAP_NET_BIND_SERVICE; "
+               f"{way_out}")
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = f"this host has no such address; {way_out}"
+    else:
+        why = f"cannot bind: {exc.strerror or exc}; {way_out}"
+    if flag_name == "--listen":
+        why += " (scripts/demo.sh honours DNSSIDE_LISTEN too)"
+    error = OSError(f"{flag_name} {value}: {why}")  # (with the errno, str() would lead with it)
+    error.errno = exc.errno
+    return error
 
 
 def _families(host: str) -> tuple[str, ...]:

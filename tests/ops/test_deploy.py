@@ -497,6 +497,7 @@ def test_args_and_configmap_parse_with_the_real_cli(
     """The container args and the ConfigMap's DNSSIDE_* keys are accepted by
     dnsside's own argument parser, the way the kubelet would pass them."""
     from dnsside.cli import build_parser
+    from dnsside.flagvalues import checked_config
 
     if where == "base":
         (c,) = base_deployment()["spec"]["template"]["spec"]["containers"]
@@ -519,7 +520,9 @@ def test_args_and_configmap_parse_with_the_real_cli(
     assert ns.command == "serve"
     assert ns.listen == flags["--listen"]
     assert ns.http_listen == flags["--http-listen"]
-    assert ns.cluster_name == cm["data"]["DNSSIDE_CLUSTER_NAME"]
+    # What serve runs with there (dnsside.flagvalues: the variables checked as flags are).
+    config = checked_config(ns.command, vars(ns), cm["data"])
+    assert config.cluster_name == cm["data"]["DNSSIDE_CLUSTER_NAME"]
 
 
 # --------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import yaml
 
 from dnsside import __version__
 from dnsside.config import flag
+from dnsside.flagvalues import flag_values
 from dnsside.ops import cli as ops_cli
 from dnsside.ops import deploy, manifests, monitoring
 from dnsside.ops.corefile import upstream
@@ -270,6 +271,15 @@ def test_install_errors_name_the_option() -> None:
     assert code == 0 and "warning" in err
 
 
+# Values install checks as serve does (dnsside.flagvalues): a name where a name will do.
+SAMPLE_TEXTS = {"--explain-from": ("10.0.0.0/8", "192.0.2.0/24"),
+                "--allow-transfer": ("10.0.0.0/8", "192.0.2.0/24"),
+                "--notify": ("10.0.0.9:53", "192.0.2.9:53"),
+                "--ns-address": ("10.0.0.5", "192.0.2.5"),
+                "--watch-namespace": ("default", "shared"),
+                "--flat-network-namespaces": ("default", "shared")}
+
+
 def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
     """Install command-line words for one serve flag, and the value serve reads back."""
     if isinstance(action, argparse._StoreTrueAction):
@@ -282,9 +292,9 @@ def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
     elif convert is float:
         texts = ["2.5"]
     else:
-        texts = ["x.example."]
+        texts = list(SAMPLE_TEXTS.get(option, ("x.example.", "second")))
     if isinstance(action, argparse._AppendAction):
-        texts = [texts[0], "3" if convert in (int, float) else "second"]
+        texts = [texts[0], "3" if convert in (int, float) else texts[-1]]
         words = [w for t in texts for w in (option, t)]
         return words, [convert(t) for t in texts]
     return [option, texts[0]], convert(texts[0])
@@ -323,8 +333,9 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
         for key, value in data.items():
             monkeypatch.setenv(key, value)
         args = build_parser().parse_args(container(objs)["args"])
-        assert getattr(args, action.dest) == expected, f.option
-        assert args.cluster_name == "east"
+        values = flag_values(args.command, vars(args), data)
+        assert values[action.dest] == expected, f.option
+        assert values["cluster_name"] == "east"
 
 
 @pytest.mark.parametrize("mode", manifests.MODES)

@@ -1,0 +1,84 @@
+"""`dnsside install` refuses, in the line `dnsside serve` would print and before printing
+anything, every value the pods would refuse (a crash loop after `kubectl apply` is far
+from the typo): it reads the ConfigMap it would write through dnsside.flagvalues, as serve
+reads its environment."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+from dnsside.cli import main
+from dnsside.config import SERVE
+from dnsside.flagvalues import checked_config
+from dnsside.ops.cli import RENAMED, BakeableFlag, bakeable_flags
+from tests.test_flagvalues import BAD_TEXT
+
+pytestmark = pytest.mark.quick
+
+
+def run(*words: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(words))
+        except SystemExit as exc:  # argparse's own refusals (a type, a choice)
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def bad_words(option: str, serve_flag: str) -> list[str] | None:
+    """A value of ``option`` the pods would refuse once baked; None for a switch, which has
+    none on its own (a switch needing another is refused by install's own checks)."""
+    from dnsside.config import flag
+
+    f = flag(serve_flag)
+    if f.switch:
+        return None
+    if f.choices or f.type in (int, float):
+        return [f"{option}=-1"]  # a choice, or a number out of range
+    text = BAD_TEXT[serve_flag]
+    assert text is not None or serve_flag == "--tsig-key-file", serve_flag
+    return [option, text if text is not None else "/nonexistent/key"]
+
+
+@pytest.mark.parametrize("baked", bakeable_flags(), ids=lambda b: b.option)
+def test_every_baked_flag_with_a_bad_value_is_refused_as_serve_refuses_it(
+        baked: BakeableFlag) -> None:
+    words = bad_words(baked.option, baked.serve_flag)
+    if words is None:
+        return
+    needs = ["--flat-network"] if baked.serve_flag.startswith(("--flat-network-",)) else []
+    code, out, err = run("install", "--cluster-name", "east", *needs, *words)
+    assert code == 2 and out == "", (words, out)
+    if baked.flag.choices or baked.serve_flag == "--tsig-key-file":
+        return  # argparse's invalid choice; the key file's own line (test_install_tsig.py)
+    # The same line serve prints for the same value on its command line.
+    value: object = words[-1].partition("=")[2] if "=" in words[-1] else words[-1]
+    if baked.flag.type in (int, float):
+        value = baked.flag.type(value)
+    given = {baked.flag.dest: [value] if baked.flag.repeatable else value,
+             "flat_network": True if needs else None}
+    with pytest.raises(ValueError) as exc:
+        checked_config(SERVE, given, {})
+    serve_line = str(exc.value).replace("--namespace", RENAMED["--namespace"])
+    assert err == f"dnsside: {serve_line}\n", words
+
+
+@pytest.mark.parametrize("words,line", [
+    (["--allow-transfer", "notacidr"], "--allow-transfer 'notacidr' is not a network such as "
+                                       "10.0.0.0/8 or ::1/128"),
+    (["--zone", "a..b"], "--zone 'a..b': the label '' is not a host name label (letters, "
+                         "digits and '-', at most 63, '-' not first or last)"),
+    (["--ttl=-5"], "--ttl must be >= 0"),
+    (["--notify", "nohost"], "--notify 'nohost': expected HOST:PORT, e.g. 127.0.0.1:5353 or "
+                             "[::1]:5353"),
+    (["--explain-from", "bogus"], "--explain-from 'bogus' is not a network such as "
+                                  "10.0.0.0/8 or ::1/128"),
+    (["--watch-namespace", "Default"], "--watch-namespace 'Default' is not a namespace name "
+                                       "(a lower-case DNS label: letters, digits and '-')"),
+])
+def test_the_reported_mistakes(words: list[str], line: str) -> None:
+    assert run("install", "--cluster-name", "east", *words) == (2, "", f"dnsside: {line}\n")
