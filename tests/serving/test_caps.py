@@ -1,0 +1,52 @@
+"""What one client is for the connection and transfer caps, and which connection a full
+cap closes (dnsside/serving/caps.py), without sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnsside.serving.caps import ConnectionCaps, client_of
+
+pytestmark = pytest.mark.quick
+
+
+@pytest.mark.parametrize(("host", "client"), [
+    ("10.1.2.3", "10.1.2.3"),
+    ("::ffff:10.1.2.3", "10.1.2.3"),  # a dual-stack listener's IPv4 peer
+    ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),  # the same host's /64
+    ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+    ("fe80::1%eth0", "fe80::/64"),
+    ("not an address", "not an address"),
+])
+def test_a_client_is_an_ipv4_address_or_an_ipv6_64(host: str, client: str) -> None:
+    assert client_of(host) == client
+
+
+class Conn:
+    def __init__(self, name: str) -> None:
+        self.name, self.aborted = name, False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def test_a_full_cap_closes_the_quietest_of_that_client_or_of_the_heaviest() -> None:
+    caps = ConnectionCaps("test", total=5, per_client=3, total_flag="--t", client_flag="--c")
+    a = [Conn(f"a{i}") for i in range(4)]
+    b = [Conn(f"b{i}") for i in range(2)]
+    for conn in a[:3]:
+        caps.admit(conn, "10.0.0.1")
+    caps.touch(a[0])  # a0 answered a query: a1 is now the quietest
+    caps.admit(a[3], "10.0.0.1")  # at its cap: its own quietest goes
+    assert [c for c in a if c.aborted] == [a[1]] and len(caps) == 3
+    for conn in b:
+        caps.admit(conn, "2001:db8::1")
+    c = Conn("c")
+    caps.admit(c, "10.0.0.3")  # every slot taken: the heaviest client's quietest goes
+    assert [x for x in [*a, *b] if x.aborted] == [a[1], a[2]] and len(caps) == 5
+    caps.release(a[1])  # already released when it was closed: idempotent
+    assert len(caps) == 5
