@@ -1,12 +1,14 @@
 """Connection caps: what one client is, and which connection goes when the slots are full.
 
 A global cap alone lets one client take every slot (issue 33: 520 idle connections
-from one address left another 2 TCP answers of 123). So each client has its own cap
-below the global one, and a full cap never refuses the newcomer: it closes the
-connection that has been quiet longest, of the newcomer's own client when that client
-is at its cap, else of the client holding the most. A client that opens more than its
-share only ever closes its own connections; a busy client's fresh connection is never
-the one that goes, as long as somebody holds a quieter one.
+from one address left another 2 TCP answers of 193 in 10 s). So each client has its own
+cap below the global one, and a full cap never refuses the newcomer: it closes the idle
+connection that has been quiet longest, of the newcomer's own client when that client is
+at its cap, else of the client holding the most. A client that opens more than its share
+only ever closes its own connections; a busy client's fresh connection is never the one
+that goes, as long as somebody holds a quieter one. A connection sending a zone transfer
+is not idle (closing it for a newcomer would have the next transfer packed again, each
+time): it goes at its idle timeout if its client stops reading.
 
 The subtle point is what "a client" is. An IPv4 address is one. An IPv6 host is
 usually given a whole /64 (SLAAC, privacy addresses, Kubernetes' per-node pod ranges
@@ -20,6 +22,7 @@ start it with a soft limit of 1,024 descriptors and a far higher hard one, so
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import resource
@@ -34,6 +37,7 @@ IPV6_CLIENT_PREFIX = 64  # one IPv6 host's usual share, counted as one client
 _LOGGED_CLIENTS = 256  # clients named in the log at their cap, once each; then counted
 
 
+@functools.lru_cache(maxsize=4096)  # a client re-opening connections is parsed once
 def client_of(host: str) -> str:
     """The client ``host`` counts as: the address for IPv4 (and IPv4-mapped IPv6), the
     /64 for IPv6; an unparsable host (a Unix socket's) is its own client."""
@@ -78,7 +82,19 @@ def raise_open_files(connections: int) -> int:
 
 
 class Closable(Protocol):
+    @property
+    def busy(self) -> bool:
+        """Not idle: sending what it was asked for (a zone transfer), never closed for a
+        newcomer (an unread one loses its slot at its idle timeout)."""
+        ...
+
     def abort(self) -> None: ...
+
+
+def _idlest(held: OrderedDict[Closable, None]) -> Closable | None:
+    """The quietest connection of ``held`` that is not busy (busy ones are few: at most
+    --transfer-max-per-client), or None."""
+    return next((c for c in held if not c.busy), None)
 
 
 class ConnectionCaps:
@@ -99,7 +115,9 @@ class ConnectionCaps:
         self.client_by_conn: dict[Closable, str] = {}
         self._client_closed = metrics.DROPPED.labels(reason=f"{what}_client_cap")
         self._total_closed = metrics.DROPPED.labels(reason=f"{what}_connection_cap")
-        self._open = metrics.OPEN_CONNECTIONS.labels(listener=what)
+        # read at scrape time: nothing per connection
+        metrics.OPEN_CONNECTIONS.labels(listener=what).set_function(
+            lambda: len(self.client_by_conn))
         self._logged: set[str] = set()
         self._full_told = False  # the global cap's notice, again once it is half free
 
@@ -112,17 +130,26 @@ class ConnectionCaps:
         client = client_of(host)
         held = self.clients.get(client)
         if held is not None and len(held) >= self.per_client:
-            self._close(next(iter(held)))
             self._client_closed.inc()
             self._tell_client(client)
+            victim = _idlest(held)
+            if victim is None:  # every one busy: the newcomer waits for one to end
+                conn.abort()
+                return client
+            self._close(victim)
         elif len(self.client_by_conn) >= self.total:
-            heaviest = max(self.clients.values(), key=len)
-            self._close(next(iter(heaviest)))
             self._total_closed.inc()
             self._tell_full()
+            victim = _idlest(max(self.clients.values(), key=len))
+            if victim is None:
+                victim = next((v for v in map(_idlest, self.clients.values())
+                               if v is not None), None)
+            if victim is None:
+                conn.abort()
+                return client
+            self._close(victim)
         self.clients.setdefault(client, OrderedDict())[conn] = None
         self.client_by_conn[conn] = client
-        self._open.set(len(self.client_by_conn))
         return client
 
     def touch(self, conn: Closable) -> None:
@@ -140,7 +167,6 @@ class ConnectionCaps:
         held.pop(conn, None)
         if not held:
             del self.clients[client]
-        self._open.set(len(self.client_by_conn))
         if self._full_told and len(self.client_by_conn) <= self.total // 2:
             self._full_told = False
 

@@ -99,6 +99,8 @@ class HttpConnection(asyncio.Protocol):
     probe, and each one costs the event loop what accepting and closing it costs; here
     that is a few microseconds."""
 
+    busy = False  # (the caps) any HTTP connection may be closed for a newcomer
+
     def __init__(self, server: HttpServer) -> None:
         self.server = server
         self.head = bytearray()

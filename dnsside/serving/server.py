@@ -293,6 +293,11 @@ class TcpConnection(asyncio.Protocol):
         self.shared.open.add(self)
         self._arm()
 
+    @property
+    def busy(self) -> bool:
+        """Sending a zone transfer: not idle, so not closed for a newcomer (the caps)."""
+        return self.sending is not None
+
     def _arm(self) -> None:
         """Activity: the idle timer starts again, and this is the client's last connection
         to be closed for a new one."""

@@ -24,8 +24,8 @@ def test_a_client_is_an_ipv4_address_or_an_ipv6_64(host: str, client: str) -> No
 
 
 class Conn:
-    def __init__(self, name: str) -> None:
-        self.name, self.aborted = name, False
+    def __init__(self, name: str, busy: bool = False) -> None:
+        self.name, self.aborted, self.busy = name, False, busy
 
     def abort(self) -> None:
         self.aborted = True
@@ -50,3 +50,18 @@ def test_a_full_cap_closes_the_quietest_of_that_client_or_of_the_heaviest() -> N
     assert [x for x in [*a, *b] if x.aborted] == [a[1], a[2]] and len(caps) == 5
     caps.release(a[1])  # already released when it was closed: idempotent
     assert len(caps) == 5
+
+
+def test_a_connection_sending_a_transfer_is_never_the_one_closed() -> None:
+    """Busy (a transfer under way) is not idle: the next quietest goes; with every one
+    busy, the newcomer is closed instead."""
+    caps = ConnectionCaps("test", total=3, per_client=2, total_flag="--t", client_flag="--c")
+    sending, idle, new = Conn("sending", busy=True), Conn("idle"), Conn("new")
+    caps.admit(sending, "10.0.0.1")
+    caps.admit(idle, "10.0.0.1")
+    caps.admit(new, "10.0.0.1")
+    assert (sending.aborted, idle.aborted, new.aborted) == (False, True, False)
+    new.busy = True
+    late = Conn("late")
+    caps.admit(late, "10.0.0.1")
+    assert late.aborted and not sending.aborted and not new.aborted and len(caps) == 2
