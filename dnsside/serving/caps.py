@@ -6,7 +6,10 @@ cap below the global one, and a full cap never refuses the newcomer: it closes t
 connection that has been quiet longest, of the newcomer's own client when that client is
 at its cap, else of the client holding the most. A client that opens more than its share
 only ever closes its own connections; a busy client's fresh connection is never the one
-that goes, as long as somebody holds a quieter one. A connection sending a zone transfer
+that goes, as long as somebody holds a quieter one. A client that had its whole share
+closed for newcomers within a second re-opens them as fast as they are closed: for the
+rest of that second its newcomers are closed instead, unread (reading and answering
+each is what a flood of them costs everyone else). A connection sending a zone transfer
 is not idle (closing it for a newcomer would have the next transfer packed again, each
 time): it goes at its idle timeout if its client stops reading.
 
@@ -26,7 +29,9 @@ import functools
 import ipaddress
 import logging
 import resource
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Protocol
 
 from dnsside.telemetry import metrics
@@ -106,7 +111,7 @@ class ConnectionCaps:
     ``client_flag`` are the flags an operator raises."""
 
     def __init__(self, what: str, total: int, per_client: int, total_flag: str,
-                 client_flag: str) -> None:
+                 client_flag: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.what = what
         self.total = max(1, total)
         self.per_client = max(1, min(per_client, self.total))
@@ -120,6 +125,9 @@ class ConnectionCaps:
             lambda: len(self.client_by_conn))
         self._logged: set[str] = set()
         self._full_told = False  # the global cap's notice, again once it is half free
+        # Per client at its cap: (start of the second, connections closed for it since).
+        self._churn: dict[str, tuple[float, int]] = {}
+        self._clock = clock
 
     def __len__(self) -> int:
         return len(self.client_by_conn)
@@ -133,7 +141,10 @@ class ConnectionCaps:
             self._client_closed.inc()
             self._tell_client(client)
             victim = _idlest(held)
-            if victim is None:  # every one busy: the newcomer waits for one to end
+            if victim is None or self._churning(client):
+                # Every one busy (the newcomer waits for one to end), or the client re-opens
+                # connections as fast as they are closed: the newcomer goes, unread, which
+                # costs the event loop an accept and a close, not a query and its answer.
                 conn.abort()
                 return client
             self._close(victim)
@@ -152,6 +163,17 @@ class ConnectionCaps:
         self.client_by_conn[conn] = client
         return client
 
+    def _churning(self, client: str) -> bool:
+        """``client`` had its whole share closed for newcomers within the last second."""
+        now = self._clock()
+        start, closed = self._churn.get(client, (now, 0))
+        if now - start >= 1.0:
+            start, closed = now, 0
+        if closed >= self.per_client:
+            return True
+        self._churn[client] = (start, closed + 1)
+        return False
+
     def touch(self, conn: Closable) -> None:
         """``conn`` was active (answered a query, took a transfer's slice): last to go."""
         client = self.client_by_conn.get(conn)
@@ -167,6 +189,7 @@ class ConnectionCaps:
         held.pop(conn, None)
         if not held:
             del self.clients[client]
+            self._churn.pop(client, None)
         if self._full_told and len(self.client_by_conn) <= self.total // 2:
             self._full_told = False
 

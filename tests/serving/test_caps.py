@@ -65,3 +65,27 @@ def test_a_connection_sending_a_transfer_is_never_the_one_closed() -> None:
     late = Conn("late")
     caps.admit(late, "10.0.0.1")
     assert late.aborted and not sending.aborted and not new.aborted and len(caps) == 2
+
+
+def test_a_client_reopening_its_share_within_a_second_loses_its_newcomers() -> None:
+    """Its whole share closed for newcomers within a second: for the rest of that second
+    its newcomers are closed unread (reading and answering each is what a flood of them
+    costs the others); a second later the quietest goes again."""
+    now = [100.0]
+    caps = ConnectionCaps("test", total=10, per_client=3, total_flag="--t", client_flag="--c",
+                          clock=lambda: now[0])
+    first = [Conn(f"first{i}") for i in range(3)]
+    second = [Conn(f"second{i}") for i in range(3)]
+    for conn in first + second:
+        caps.admit(conn, "10.0.0.1")
+    assert all(c.aborted for c in first) and not any(c.aborted for c in second)
+    flood = Conn("flood")
+    caps.admit(flood, "10.0.0.1")
+    assert flood.aborted and not any(c.aborted for c in second)
+    other = Conn("other")
+    caps.admit(other, "10.0.0.2")  # another client is not affected
+    assert not other.aborted
+    now[0] += 1.0
+    later = Conn("later")
+    caps.admit(later, "10.0.0.1")
+    assert not later.aborted and second[0].aborted
