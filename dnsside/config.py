@@ -205,8 +205,22 @@ FLAGS: tuple[Flag, ...] = (
          _SERVING, metavar="N"),
     Flag("--tcp-idle-timeout", float, 10.0, "seconds a TCP connection may stay idle",
          _SERVING, metavar="SECONDS"),
-    Flag("--tcp-max-connections", int, 512, "most DNS-over-TCP connections open at once",
+    Flag("--tcp-max-connections", int, 512, "most DNS-over-TCP connections open at once; "
+         "when all are taken, the quietest connection of the client holding the most is "
+         "closed for a new one", _SERVING, metavar="N"),
+    Flag("--tcp-max-connections-per-client", int, 64, "most DNS-over-TCP connections one "
+         "client (an IPv4 address, an IPv6 /64) holds; its quietest one is closed for a new "
+         "one", _SERVING, metavar="N"),
+    Flag("--http-max-connections", int, 128, "most HTTP connections open at once; when all "
+         "are taken, the quietest connection of the client holding the most is closed for a "
+         "new one", _SERVING, metavar="N"),
+    Flag("--http-max-connections-per-client", int, 16, "most HTTP connections one client "
+         "(an IPv4 address, an IPv6 /64) holds; its quietest one is closed for a new one",
          _SERVING, metavar="N"),
+    Flag("--transfer-max", int, 10, "most zone transfers under way at once (BIND's "
+         "transfers-out); one more is REFUSED", _SERVING, metavar="N"),
+    Flag("--transfer-max-per-client", int, 2, "most zone transfers under way at once to one "
+         "client (an IPv4 address, an IPv6 /64); one more is REFUSED", _SERVING, metavar="N"),
     Flag("--query-log", bool, False, "log every query (slow)", _SERVING),
     Flag("--gateway-probe", str, "auto", "probe each link's gateway and leave out the members "
          "behind a failing one (auto: on with --source kube, off with a file)", _SERVING,
@@ -427,6 +441,11 @@ class Config:
     links_namespace: str = default("--links-namespace")  # where Links count
     tcp_idle_timeout: float = default("--tcp-idle-timeout")
     tcp_max_connections: int = default("--tcp-max-connections")
+    tcp_max_connections_per_client: int = default("--tcp-max-connections-per-client")
+    http_max_connections: int = default("--http-max-connections")
+    http_max_connections_per_client: int = default("--http-max-connections-per-client")
+    transfer_max: int = default("--transfer-max")
+    transfer_max_per_client: int = default("--transfer-max-per-client")
     query_log: bool = default("--query-log")
     reload_interval: float = default("--reload-interval")
     kube_backoff_cap: float = default("--kube-backoff-cap")
@@ -542,5 +561,15 @@ class Config:
         networks(self.allow_transfer, "--allow-transfer")
         for target in self.notify:
             parse_hostport(target, "--notify")
+        for name, number in (("--tcp-max-connections", self.tcp_max_connections),
+                             ("--tcp-max-connections-per-client",
+                              self.tcp_max_connections_per_client),
+                             ("--http-max-connections", self.http_max_connections),
+                             ("--http-max-connections-per-client",
+                              self.http_max_connections_per_client),
+                             ("--transfer-max", self.transfer_max),
+                             ("--transfer-max-per-client", self.transfer_max_per_client)):
+            if number < 1:
+                raise ValueError(f"{name} must be >= 1, not {number}")
         if self.ixfr_history < 0:
             raise ValueError(f"--ixfr-history must be >= 0, not {self.ixfr_history}")

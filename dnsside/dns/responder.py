@@ -104,6 +104,19 @@ def _hinfo_answer(ttl: int) -> Answer:
 
 _TSIG_MARK = b"\x00\xfa\x00\xff\x00\x00\x00\x00"
 
+# The query types counted under their own name (dnsside_queries_total's qtype); any other
+# a client sends is counted as OTHER_QTYPE, so no client chooses a series (issue 33).
+COUNTED_QTYPES = {0: "none", 1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX",
+                  16: "TXT", 28: "AAAA", 33: "SRV", 35: "NAPTR", 43: "DS", 48: "DNSKEY",
+                  64: "SVCB", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY", 257: "CAA"}
+OTHER_QTYPE = -1
+
+
+def counted(stat: tuple[int, int]) -> tuple[int, int]:
+    """The key ``stat`` (qtype, rcode) is counted under: the qtype folded into
+    OTHER_QTYPE unless it is one of COUNTED_QTYPES (the fast path's are: they own answers)."""
+    return stat if stat[0] in COUNTED_QTYPES else (OTHER_QTYPE, stat[1])
+
 
 class Responder:
     """Query bytes → reply bytes, from the tables the index keeps up to date.
@@ -216,7 +229,7 @@ class Responder:
         if reply is None:
             self.dropped += 1
             return None
-        (self.udp_counts if udp else self.tcp_counts)[stat] += 1
+        (self.udp_counts if udp else self.tcp_counts)[counted(stat)] += 1
         return reply
 
     def _respond_signed(self, data: bytes, udp: bool, verdict: Verdict) -> bytes | None:
@@ -230,7 +243,7 @@ class Responder:
         if reply is None:
             self.dropped += 1
             return None
-        counts[stat] += 1
+        counts[counted(stat)] += 1
         return ReplySigner(verdict.key, verdict.mac, verdict.now).sign(reply)
 
     def _slow(self, data: bytes, udp: bool) -> tuple[bytes | None, tuple[int, int]]:

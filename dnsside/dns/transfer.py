@@ -17,8 +17,9 @@ the tables (the event loop) gets one version, with the serial that goes with it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from dnsside.dns.versions import Record, ZoneVersions, spelled_out
 from dnsside.dns.wire import (
@@ -109,13 +110,31 @@ def failed(req: Request) -> bytes:
             + req.question)
 
 
-def axfr_records(req: Request, versions: ZoneVersions) -> list[Record]:
+class Records:
+    """A transfer's records as the sequences that hold them (the version's own tuple, the
+    history's differences, a SOA or two), in order: shared with the version, never copied,
+    so a transfer under way costs a few references, not a list of the zone."""
+
+    __slots__ = ("count", "parts")
+
+    def __init__(self, *parts: Sequence[Record]) -> None:
+        self.parts = parts
+        self.count = sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[Record]:
+        return chain.from_iterable(self.parts)
+
+
+def axfr_records(req: Request, versions: ZoneVersions) -> Records:
     """The current version whole: its SOA, every record, the SOA again."""
-    soa = _soa(req.zone, _current(versions))
-    return [soa, *versions.records(), soa]
+    soa = (_soa(req.zone, _current(versions)),)
+    return Records(soa, versions.records(), soa)
 
 
-def ixfr_records(req: Request, versions: ZoneVersions) -> list[Record] | None:
+def ixfr_records(req: Request, versions: ZoneVersions) -> Records | None:
     """The differences from the client's version to the current one (the SOA alone when it
     is current), or None when the history does not reach back to it."""
     serial = _current(versions)
@@ -124,17 +143,14 @@ def ixfr_records(req: Request, versions: ZoneVersions) -> list[Record] | None:
     if steps is None:
         return None
     zone = req.zone
-    current = _soa(zone, serial)
-    out = [current]
+    current = (_soa(zone, serial),)
     if not steps:
-        return out
+        return Records(current)
+    parts: list[Sequence[Record]] = [current]
     for step in steps:
-        out.append(_soa(zone, step.old))
-        out += step.removed
-        out.append(_soa(zone, step.new))
-        out += step.added
-    out.append(current)
-    return out
+        parts += ((_soa(zone, step.old),), step.removed, (_soa(zone, step.new),), step.added)
+    parts.append(current)
+    return Records(*parts)
 
 
 def _current(versions: ZoneVersions) -> int:
@@ -147,12 +163,12 @@ def _soa(zone: Zone, serial: int) -> Record:
     return AT_QUESTION + zone.soa_record(serial)[len(zone.wire):]
 
 
-def messages(req: Request, records: list[Record], limit: int = TCP_LIMIT) -> list[bytes]:
+def messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMIT) -> list[bytes]:
     """All of :func:`iter_messages` at once."""
     return list(iter_messages(req, records, limit))
 
 
-def iter_messages(req: Request, records: list[Record], limit: int = TCP_LIMIT
+def iter_messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMIT
                   ) -> Iterator[bytes]:
     """``records`` packed into as few messages of at most ``limit`` bytes as they fit in
     (RFC 5936 §2.2), each made when it is asked for: a large zone is sent while the rest

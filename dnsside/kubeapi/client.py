@@ -395,10 +395,16 @@ class Backoff:
 TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
 
 
+# Statuses an API server answers a list or watch with, named in the restarts metric's
+# reason; any other is http-other, since a linked cluster's server chooses its own.
+_NAMED_STATUSES = frozenset({400, 401, 403, 404, 405, 406, 409, 410, 413, 422, 429, 500,
+                             502, 503, 504})
+
+
 def error_reason(exc: BaseException) -> str:
-    """A short, low-cardinality reason for logs and the restarts metric."""
+    """A short reason from a known set, for logs and the restarts metric."""
     if isinstance(exc, ApiError):
-        return f"http-{exc.status}"
+        return f"http-{exc.status}" if exc.status in _NAMED_STATUSES else "http-other"
     if isinstance(exc, CapExceeded):
         return "capped"
     if isinstance(exc, TimeoutError):

@@ -127,10 +127,18 @@ class InstallOptions:
 
     @property
     def baked(self) -> dict[str, str]:
-        """What the ConfigMap holds beyond the cluster name."""
-        if self.tsig_key is None:
-            return dict(self.settings)
-        return {**self.settings, flag("--tsig-key-file").env: TSIG_KEY_PATH}
+        """What the ConfigMap holds beyond the cluster name. A sidecar's one DNS client is
+        CoreDNS over loopback, which forwards every node's TCP (NodeLocal DNSCache's
+        ``force_tcp``) on its own connections: the per-client TCP cap would cap CoreDNS
+        alone, so it is the global one there unless set."""
+        baked = dict(self.settings)
+        if self.mode == "sidecar":
+            total = flag("--tcp-max-connections")
+            baked.setdefault(flag("--tcp-max-connections-per-client").env,
+                             baked.get(total.env, str(total.default)))
+        if self.tsig_key is not None:
+            baked[flag("--tsig-key-file").env] = TSIG_KEY_PATH
+        return baked
 
     @property
     def links_namespace(self) -> str:

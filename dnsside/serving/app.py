@@ -30,6 +30,7 @@ from dnsside.core.publishing import make_responder
 from dnsside.dns.tsig import TsigKey
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.locality import Locality
+from dnsside.serving.caps import raise_open_files
 from dnsside.serving.http import HttpServer
 from dnsside.serving.notify import Notifier, notify_signer
 from dnsside.serving.reporting import IndexReporter
@@ -176,7 +177,9 @@ class App:
         self.tcp = TcpConnections(
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log,
             Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer"),
-                      self.index.versions, tsig),
+                      self.index.versions, tsig, config.transfer_max,
+                      config.transfer_max_per_client),
+            config.tcp_max_connections_per_client,
         )
         self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig))
                          if config.notify else None)
@@ -220,11 +223,12 @@ class App:
 
     async def _start_dns(self) -> None:
         loop = asyncio.get_running_loop()
+        raise_open_files(self.config.tcp_max_connections + self.config.http_max_connections)
         host, port = parse_hostport(self.config.listen, "--listen")
         for bind_host in _families(host):
             try:
                 tcp = await loop.create_server(self.tcp.protocol, bind_host, port,
-                                               reuse_address=True, backlog=1024)
+                                               reuse_address=True, backlog=_BACKLOG)
             except OSError as exc:
                 if bind_host != "::" or not self._closers:
                     raise
@@ -238,14 +242,17 @@ class App:
     async def _start_http(self) -> None:
         from dnsside.core.explain import Explainer
 
+        loop = asyncio.get_running_loop()
         http = HttpServer(self.not_ready_because, Explainer(self.index).explain,
-                          networks(self.config.explain_from, "--explain-from"))
+                          networks(self.config.explain_from, "--explain-from"),
+                          self.config.http_max_connections,
+                          self.config.http_max_connections_per_client)
         hhost, hport = parse_hostport(self.config.http_listen, "--http-listen")
         started = False
         for bind_host in _families(hhost):
             try:
-                hsrv = await asyncio.start_server(http.handle, bind_host, hport,
-                                                  reuse_address=True)
+                hsrv = await loop.create_server(http.protocol, bind_host, hport,
+                                                reuse_address=True, backlog=_BACKLOG)
             except OSError as exc:
                 if bind_host != "::" or not started:
                     raise
@@ -393,6 +400,12 @@ def bind_error(exc: OSError, flag_name: str, value: str) -> OSError:
     error = OSError(f"{flag_name} {value}: {why}")  # (with the errno, str() would lead with it)
     error.errno = exc.errno
     return error
+
+
+# Connections waiting to be accepted (the kernel caps it at net.core.somaxconn, 4096 since
+# Linux 5.4): a client that re-opens every connection closed for its cap keeps its share of
+# this queue full, and a SYN that meets a full queue waits a second for its retry.
+_BACKLOG = 4096
 
 
 def _families(host: str) -> tuple[str, ...]:

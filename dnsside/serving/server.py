@@ -1,11 +1,13 @@
 """DNS over UDP and TCP: these classes only move bytes to and from :class:`Responder`.
 
 TCP follows RFC 7766: two-byte length framing, any number of queries per
-connection (answered in order as they complete), an idle timeout, and a cap on
-concurrent connections. Against slowloris, the idle timer is reset
-only when a *complete* message has been answered, never by a stray byte, so a
-client that trickles a length prefix or half a message loses its slot after
-one idle timeout no matter how it paces itself.
+connection (answered in order as they complete), an idle timeout, and caps on
+concurrent connections, per client and in all (:mod:`dnsside.serving.caps`: a full cap
+closes the quietest connection, of that client or of the client holding the most, never
+the newcomer). Against slowloris, the idle timer is reset only when a *complete*
+message has been answered, never by a stray byte, so a client that trickles a length
+prefix or half a message loses its slot after one idle timeout no matter how it paces
+itself.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import cast
 from dnsside.dns.responder import Responder
 from dnsside.dns.transfer import looks_like_transfer
 from dnsside.serving import mmsg
+from dnsside.serving.caps import ConnectionCaps
 from dnsside.serving.transfer import Transfer, Transfers
 from dnsside.telemetry import metrics
 from dnsside.telemetry.udp import UdpCollector
@@ -232,20 +235,27 @@ _TCP_LATENCY = metrics.ANSWER_SECONDS.labels(transport="tcp")
 
 # Bytes of a zone transfer written in one go before other queries get their turn.
 TRANSFER_SLICE = 256 * 1024
+# The kernel's send buffer of a connection that takes a transfer (Linux doubles it): what
+# a client that does not read makes us pack before we stop (autotuned, the kernel would
+# take 4 MiB, about 60 messages, every time one asks and hangs up). Enough for 100 MB/s
+# at a 2 ms round trip.
+TRANSFER_SNDBUF = 128 * 1024
 
 
 class TcpConnections:
-    """Shared state of all TCP connections: the cap, the idle timeout, the open set."""
+    """Shared state of all TCP connections: the caps, the idle timeout, the open set."""
 
     def __init__(
         self, responder: Responder, idle_timeout: float = 10.0, max_connections: int = 512,
         log_queries: bool = False, transfers: Transfers | None = None,
+        max_per_client: int = 64,
     ) -> None:
         self.responder = responder
         # Zone transfers (AXFR, IXFR): several replies to one query; nobody may by default.
         self.transfers = transfers if transfers is not None else Transfers(responder)
         self.idle_timeout = idle_timeout
-        self.max_connections = max_connections
+        self.caps = ConnectionCaps("tcp", max_connections, max_per_client,
+                                   "--tcp-max-connections", "--tcp-max-connections-per-client")
         self.log_queries = log_queries
         self.open: set[TcpConnection] = set()
 
@@ -270,6 +280,7 @@ class TcpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.peer: tuple[str | int, ...] = ()
+        self.client = ""  # the peer as the caps count it (an IPv4 address, an IPv6 /64)
         self.paused = False  # the client is not reading its answers
         # A zone transfer being sent: its messages, made as they go (queries behind it
         # wait their turn, as they would behind any answer).
@@ -277,15 +288,20 @@ class TcpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        if len(self.shared.open) >= self.shared.max_connections:
-            metrics.DROPPED.labels(reason="tcp_connection_cap").inc()
-            self.transport.abort()
-            return
         self.peer = transport.get_extra_info("peername") or ()
+        self.client = self.shared.caps.admit(self, str(self.peer[0]) if self.peer else "")
         self.shared.open.add(self)
         self._arm()
 
+    @property
+    def busy(self) -> bool:
+        """Sending a zone transfer: not idle, so not closed for a newcomer (the caps)."""
+        return self.sending is not None
+
     def _arm(self) -> None:
+        """Activity: the idle timer starts again, and this is the client's last connection
+        to be closed for a new one."""
+        self.shared.caps.touch(self)
         if self.timer is not None:
             self.timer.cancel()
         loop = asyncio.get_running_loop()
@@ -310,8 +326,8 @@ class TcpConnection(asyncio.Protocol):
             del buf[: 2 + size]
             started = time.perf_counter()
             replies = (self.shared.transfers.answer(message, str(self.peer[0]) if self.peer
-                                                    else "") if looks_like_transfer(message)
-                       else None)
+                                                    else "", self.client)
+                       if looks_like_transfer(message) else None)
             if replies is None:
                 reply = self.shared.responder.respond(message, udp=False)
                 replies = [reply] if reply is not None else []
@@ -324,15 +340,25 @@ class TcpConnection(asyncio.Protocol):
                 _TCP_LATENCY.observe(time.perf_counter() - started)
             else:
                 self.sending = replies
+                if self.transport is not None:
+                    # One message in flight: the protocol is paused as soon as the kernel
+                    # does not take a whole message, and the next one is packed only once
+                    # it has (a client that does not read costs one message, not the zone).
+                    self.transport.set_write_buffer_limits(high=0)
+                    sock = self.transport.get_extra_info("socket")
+                    if sock is not None:
+                        with contextlib.suppress(OSError):
+                            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, TRANSFER_SNDBUF)
                 self._send_some()
         if answered:
             self._arm()
 
     def _send_some(self) -> None:
         """Write the transfer's next messages, about ``TRANSFER_SLICE`` bytes, then let the
-        event loop answer other queries before the next slice; stop while the client is
-        not reading (:meth:`resume_writing` goes on). Each slice it takes re-arms the idle
-        timer: a client slowly reading a large zone is not idle."""
+        event loop answer other queries before the next slice; stop as soon as the socket
+        does not take a whole message (:meth:`resume_writing` goes on once it has). Each
+        slice it takes re-arms the idle timer: a client slowly reading a large zone is not
+        idle."""
         sending, transport = self.sending, self.transport
         if sending is None or transport is None or self.paused:
             return
@@ -346,6 +372,7 @@ class TcpConnection(asyncio.Protocol):
                     asyncio.get_running_loop().call_soon(self._send_some)
                 return
         self.sending = None
+        transport.set_write_buffer_limits()  # the usual flow control again (below)
         self._arm()
         self._answer_buffered()  # queries that came in behind the transfer
 
@@ -384,6 +411,7 @@ class TcpConnection(asyncio.Protocol):
             sending, self.sending = self.sending, None
             sending.close()  # the transfer's log line says it was cut short
         self.shared.open.discard(self)
+        self.shared.caps.release(self)
 
 
 def _log_query(

@@ -9,16 +9,27 @@ Who may: nobody by default. ``--allow-transfer`` names networks; ``--tsig-key-fi
 asks every transfer for a valid TSIG with its key (alone, it lets any address with the
 key in; with ``--allow-transfer``, both must hold).
 
-The records and the messages are built in one synchronous call on the event loop, the
-only thread that changes the zones' versions, so a transfer holds one version whatever
-the index does next; the messages then leave through the transport's buffer (a transfer
-of the zone costs its size in memory while it drains).
+The records are taken in one synchronous call on the event loop, the only thread that
+changes the zones' versions, so a transfer holds one version whatever the index does
+next: a reference to the version's own records, not a copy. Its messages are packed one
+at a time, as the socket takes them (:mod:`dnsside.serving.server`), so a client that
+does not read costs one message.
+
+How many at once: at most ``--transfer-max`` transfers under way in all (BIND's
+``transfers-out`` default, 10) and ``--transfer-max-per-client`` per client (an IPv4
+address, an IPv6 /64). A transfer beyond either is REFUSED, as BIND does, counted
+(``result="busy"``) and logged once a client: a secondary asks again at its SOA retry
+or at the next NOTIFY, and another primary may serve it meanwhile; queueing it instead
+would let unread transfers hold connections and memory in a line nobody bounds. A
+transfer that fits in the socket at once (an IXFR after a NOTIFY, a small zone) is over
+before the next event, so the cap binds only transfers that wait for their client.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 
 from dnsside.config import IPNetwork, allowed_peer
@@ -27,13 +38,41 @@ from dnsside.dns.responder import Responder
 from dnsside.dns.tsig import ReplySigner, TsigKey, Verdict, error_reply, overhead, verify_request
 from dnsside.dns.versions import ZoneVersions, serial_newer
 from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
+from dnsside.serving.caps import client_of
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.transfer")
 
-# A transfer's messages, made as the connection asks for them; closing it (the client
-# went) says so in the log.
-Transfer = Generator[bytes, None, None]
+
+class Transfer:
+    """A transfer's messages, made as the connection asks for them. It holds its slot
+    (of ``--transfer-max`` and ``--transfer-max-per-client``) until the last message has
+    been taken or it is closed (the client went: the log line says it was cut short)."""
+
+    def __init__(self, messages: Generator[bytes, None, None], release: Callable[[], None]
+                 ) -> None:
+        self._messages = messages
+        self._release: Callable[[], None] | None = release
+
+    def __iter__(self) -> Transfer:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._messages)
+        except StopIteration:
+            self._end()
+            raise
+
+    def close(self) -> None:
+        self._messages.close()
+        self._end()
+
+    def _end(self) -> None:
+        if self._release is not None:
+            release, self._release = self._release, None
+            release()
+
 
 _LOGGED_PEERS = 256  # refusals named in the log, one line a client and reason; then counted
 
@@ -44,19 +83,24 @@ class Transfers:
 
     def __init__(self, responder: Responder, allow: Sequence[IPNetwork] = (),
                  versions: Mapping[bytes, ZoneVersions] | None = None,
-                 tsig: TsigKey | None = None) -> None:
+                 tsig: TsigKey | None = None, max_total: int = 10,
+                 max_per_client: int = 2) -> None:
         self.responder = responder
         self.allow = tuple(allow)
         self.versions: Mapping[bytes, ZoneVersions] = versions or {}
         self.tsig = tsig
+        self.max_total, self.max_per_client = max_total, max_per_client
+        self.under_way: Counter[str] = Counter()  # transfers being sent, by client
         self._refused_logged: set[tuple[str, str]] = set()  # (client, why) already logged
 
     @property
     def enabled(self) -> bool:
         return bool(self.allow) or self.tsig is not None
 
-    def answer(self, message: bytes, peer: str) -> Transfer | list[bytes] | None:
-        """The replies to ``message`` from ``peer`` when it asks for a transfer of one of
+    def answer(self, message: bytes, peer: str, client: str | None = None
+               ) -> Transfer | list[bytes] | None:
+        """The replies to ``message`` from ``peer`` (counted as ``client`` against the
+        caps: by default its address, or its /64) when it asks for a transfer of one of
         our zones (one REFUSED, NOTAUTH or SERVFAIL reply when it gets none), else None.
 
         A transfer's records are taken now, one version whole; its messages are an
@@ -90,6 +134,13 @@ class Transfers:
         if versions.broken is not None:
             return self._failed(req, peer, "a record cannot be transferred faithfully: "
                                 + versions.broken, sign)
+        client = client_of(peer) if client is None else client
+        if self.under_way[client] >= self.max_per_client:
+            return self._refused(req, message, peer, f"it has {self.under_way[client]} "
+                                 "transfers under way (--transfer-max-per-client)", "busy")
+        if self.under_way.total() >= self.max_total:
+            return self._refused(req, message, peer, f"{self.max_total} transfers are under "
+                                 "way (--transfer-max)", "busy")
         started = time.perf_counter()
         result = "ok"
         records = transfer.ixfr_records(req, versions) if req.qtype == IXFR else None
@@ -104,8 +155,23 @@ class Transfers:
         head = (f"transfer: {req.kind.upper()}{since} of {req.zone.origin} to {peer}: serial "
                 f"{versions.serial}, {what}, {len(records)} records")
         limit = TCP_LIMIT - (overhead(self.tsig) if self.tsig is not None else 0)
-        return _sent(head, started, (sign(m) for m in transfer.iter_messages(req, records,
-                                                                             limit)))
+        self.under_way[client] += 1
+        return Transfer(_sent(head, started, (sign(m) for m in transfer.iter_messages(
+            req, records, limit)), lambda: self._cut_logged(client)),
+            lambda: self._done(client))
+
+    def _cut_logged(self, client: str) -> bool:
+        """Whether a transfer to ``client`` cut short is logged: the first one a client (a
+        client that asks and hangs up at once would write a line a connection)."""
+        if (client, "cut") in self._refused_logged or len(self._refused_logged) >= _LOGGED_PEERS:
+            return False
+        self._refused_logged.add((client, "cut"))
+        return True
+
+    def _done(self, client: str) -> None:
+        self.under_way[client] -= 1
+        if self.under_way[client] <= 0:
+            del self.under_way[client]
 
     def _what(self, req: transfer.Request, serial: int, result: str, records: int, peer: str
               ) -> str:
@@ -174,9 +240,10 @@ def _unsigned(reply: bytes) -> bytes:
     return reply
 
 
-def _sent(head: str, started: float, replies: Iterator[bytes]) -> Transfer:
-    """``replies`` as they are sent, counted; one line when the last has gone (or the
-    client went first)."""
+def _sent(head: str, started: float, replies: Iterator[bytes], cut_logged: Callable[[], bool]
+          ) -> Generator[bytes, None, None]:
+    """``replies`` as they are sent, counted; one line when the last has gone, or when the
+    client went first (the first time a client does: ``cut_logged``, then at debug level)."""
     size = count = 0
     done = False
     try:
@@ -191,5 +258,7 @@ def _sent(head: str, started: float, replies: Iterator[bytes]) -> Transfer:
         if done:
             log.info("%s, %d bytes in %d messages, %.3f s", head, size, count, took)
         else:
-            log.warning("%s: cut short after %d bytes in %d messages, %.3f s (the client "
-                        "closed the connection)", head, size, count, took)
+            log.log(logging.WARNING if cut_logged() else logging.DEBUG,
+                    "%s: cut short after %d bytes in %d messages, %.3f s (the client closed "
+                    "the connection, or it was closed for a new one; told once a client)",
+                    head, size, count, took)

@@ -16,14 +16,16 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from dnsside import __version__
+from dnsside.dns.responder import COUNTED_QTYPES
 
 if TYPE_CHECKING:
     from dnsside.dns.responder import Responder
 
+# Label values from known sets only: a value a client could choose (a QTYPE, an RCODE we
+# never send) is "other", so the series stay a few dozen whatever is asked (issue 33).
+OTHER = "other"
 _RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED",
            9: "NOTAUTH", 16: "BADVERS"}
-_QTYPES = {0: "none", 1: "A", 2: "NS", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA",
-           33: "SRV", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY"}
 
 
 class QueryCollector(Collector):
@@ -41,11 +43,12 @@ class QueryCollector(Collector):
         )
         for transport, counts in (("udp", self.responder.udp_counts),
                                   ("tcp", self.responder.tcp_counts)):
+            series: dict[tuple[str, str], int] = {}
             for (qtype, rcode), n in list(counts.items()):
-                queries.add_metric(
-                    [_QTYPES.get(qtype, f"TYPE{qtype}"), _RCODES.get(rcode, str(rcode)), transport],
-                    n,
-                )
+                labels = (COUNTED_QTYPES.get(qtype, OTHER), _RCODES.get(rcode, OTHER))
+                series[labels] = series.get(labels, 0) + n
+            for (qtype_name, rcode_name), n in series.items():
+                queries.add_metric([qtype_name, rcode_name, transport], n)
         yield queries
         dropped = CounterMetricFamily(
             "dnsside_dropped_packets",
@@ -71,10 +74,24 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 DROPPED = Counter(
     "dnsside_dropped_connections",
-    "TCP connections closed at once because the connection cap was reached.",
+    "Connections closed to make room for a new one, by reason: tcp_client_cap, "
+    "http_client_cap (the client, an IPv4 address or an IPv6 /64, held its "
+    "--tcp/--http-max-connections-per-client: its quietest connection went), "
+    "tcp_connection_cap, http_connection_cap (every slot of --tcp/--http-max-connections "
+    "was taken: the quietest connection of the client holding the most went).",
     ["reason"],
     registry=REGISTRY,
 )
+OPEN_CONNECTIONS = Gauge(
+    "dnsside_open_connections",
+    "Connections open now, by listener (tcp: DNS over TCP; http).",
+    ["listener"],
+    registry=REGISTRY,
+)
+for _listener in ("tcp", "http"):  # every series from the start, at 0
+    OPEN_CONNECTIONS.labels(listener=_listener)
+    for _cap in ("client_cap", "connection_cap"):
+        DROPPED.labels(reason=f"{_listener}_{_cap}")
 ANSWER_SECONDS = Histogram(
     "dnsside_answer_duration_seconds",
     "Time from packet received to answer handed to the socket (sampled on the fast path).",
@@ -101,7 +118,8 @@ TRANSFERS = Counter(
     "dnsside_transfers",
     "Zone transfers asked for over TCP, by type (axfr, ixfr) and result (ok; full: an IXFR "
     "the history did not reach, answered with the whole zone; refused: the client is not in "
-    "--allow-transfer, or no transfer is allowed; badtsig: no valid TSIG with "
+    "--allow-transfer, or no transfer is allowed; busy: refused, --transfer-max or "
+    "--transfer-max-per-client transfers were under way; badtsig: no valid TSIG with "
     "--tsig-key-file; error: no version yet, or a record that cannot be transferred).",
     ["type", "result"],
     registry=REGISTRY,
@@ -112,7 +130,7 @@ TRANSFER_BYTES = Counter(
     registry=REGISTRY,
 )
 for _type in ("axfr", "ixfr"):  # every series from the start, at 0
-    for _result in ("ok", "refused", "badtsig", "error"):
+    for _result in ("ok", "refused", "busy", "badtsig", "error"):
         TRANSFERS.labels(type=_type, result=_result)
 TRANSFERS.labels(type="ixfr", result="full")
 NOTIFIES = Counter(

@@ -10,7 +10,6 @@ sent too; replies are read with dnspython and, where the rule is about bytes
 
 from __future__ import annotations
 
-import contextlib
 import json
 import struct
 import threading
@@ -31,7 +30,7 @@ from testkit.rawdns import (
     question_of,
     udp,
 )
-from testkit.serve import DEMO, NGINX, NGINX_A, ROACH, Dnsside, answers, expect_udp_io, wait_for
+from testkit.serve import DEMO, NGINX, NGINX_A, ROACH, Dnsside, answers, expect_udp_io
 
 AD = 0x0020
 
@@ -167,7 +166,9 @@ def test_tcp_trickling_a_message_does_not_extend_the_deadline(short_idle: Dnssid
 
 
 def test_tcp_connection_cap(tmp_path: Path) -> None:
-    """Connections beyond the cap are closed unanswered; UDP is unaffected; freed slots reopen."""
+    """Every slot taken: a new connection is served, and the one closed for it is the
+    quietest (the one whose last answer is oldest), never the newcomer (issue 33: refusing
+    the newcomer let one client keep everyone else out); UDP is unaffected."""
     with Dnsside("--source", str(DEMO), "--cluster-name", "east",
                  "--tcp-max-connections", "20", "--tcp-idle-timeout", "60") as s:
         held = [Tcp(s.host, s.port) for _ in range(20)]
@@ -175,25 +176,16 @@ def test_tcp_connection_cap(tmp_path: Path) -> None:
             for i, conn in enumerate(held):
                 reply = conn.exchange(query(NGINX, qid=i))
                 assert reply is not None and reply[:2] == struct.pack("!H", i)
-            for _ in range(3):
-                with Tcp(s.host, s.port) as extra:
-                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                        extra.send(query(NGINX, qid=999))
-                    assert extra.recv() is None, "a connection beyond the cap was served"
+            assert held[1].exchange(query(NGINX)) is not None  # held[1]: no longer quiet
+            for i in (0, 2, 3):
+                extra = Tcp(s.host, s.port)
+                held.append(extra)  # kept open: every slot stays taken
+                reply = extra.exchange(query(NGINX, qid=999))
+                assert reply is not None and reply[:2] == struct.pack("!H", 999)
+                assert held[i].recv() is None, f"the quietest connection ({i}) was not closed"
                 assert answers(parse(ask(s, query(NGINX)))) == NGINX_A  # UDP unaffected
-            for conn in held:  # the 20 are still served
+            for conn in [held[1], *held[4:]]:  # the others are still served
                 assert conn.exchange(query(NGINX)) is not None
-            for conn in held[:5]:
-                conn.close()
-            held = held[5:]
-
-            def fresh_connection_served() -> bool:
-                try:
-                    return tcp_answer(s) is not None
-                except (ConnectionResetError, BrokenPipeError, TimeoutError):
-                    return False
-
-            wait_for(fresh_connection_served, 10, "a freed slot to be reusable")
         finally:
             for conn in held:
                 conn.close()

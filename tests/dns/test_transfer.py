@@ -25,7 +25,7 @@ from dnsside.dns.responder import Responder
 from dnsside.dns.versions import Untransferable, answer_records
 from dnsside.dns.wire import AT_QUESTION, NOERROR, SRV, Answer, rr_head, to_wire
 from dnsside.model.events import Delete, Kind, Upsert
-from dnsside.serving.transfer import Transfers
+from dnsside.serving.transfer import Transfer, Transfers
 from dnsside.sources.file import load_records
 from dnsside.telemetry import metrics
 from testkit.inprocess import file_index
@@ -391,3 +391,47 @@ def test_a_transfer_is_packed_as_it_is_sent_and_one_cut_short_says_so(
     assert next(iter(replies)) == whole[0]
     replies.close()  # the connection is lost
     assert f"records: cut short after {len(whole[0])} bytes in 1 messages" in caplog.text
+
+
+def rcode(replies: object) -> int:
+    assert isinstance(replies, list) and len(replies) == 1
+    return parse(replies[0]).rcode()
+
+
+def test_transfers_are_capped_per_client_and_in_all_and_share_the_versions_records(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 33: 500 unread transfers held 500 copies of the zone. At most
+    --transfer-max-per-client (2) transfers under way to one client (an IPv6 /64 is one)
+    and --transfer-max (3) in all; one more is REFUSED, counted `busy` and logged once a
+    client; a slot comes back when a transfer ends or is cut short. Every transfer refers
+    to the version's own records, never a copy."""
+    idx, _ = transferring()
+    idx.cut_version(1000)
+    allowed = Transfers(idx.responder, networks(["127.0.0.0/8", "2001:db8::/32"],
+                                                "--allow-transfer"),
+                        idx.versions, max_total=3, max_per_client=2)
+    wire = query("svc-global", AXFR)
+    busy = count("axfr", "busy")
+    first, second = allowed.answer(wire, "2001:db8::1"), allowed.answer(wire, "2001:db8::2")
+    assert isinstance(first, Transfer) and isinstance(second, Transfer)
+    assert rcode(allowed.answer(wire, "2001:db8::3")) == dns.rcode.REFUSED  # the same /64
+    third = allowed.answer(wire, "127.0.0.4")
+    assert isinstance(third, Transfer)
+    assert rcode(allowed.answer(wire, "127.0.0.5")) == dns.rcode.REFUSED  # 3 in all
+    assert rcode(allowed.answer(wire, "127.0.0.5")) == dns.rcode.REFUSED
+    assert count("axfr", "busy") == busy + 3
+    assert caplog.text.count("refused to 127.0.0.5, 3 transfers are under way "
+                             "(--transfer-max)") == 1
+    assert "refused to 2001:db8::3, it has 2 transfers under way " \
+           "(--transfer-max-per-client)" in caplog.text
+    next(first)
+    first.close()  # the client went
+    assert isinstance(allowed.answer(wire, "127.0.0.5"), Transfer)
+    assert len(list(second)) == 1  # the whole zone sent: its slot is free
+    assert isinstance(allowed.answer(wire, "2001:db8::3"), Transfer)
+    versions = idx.versions[to_wire("svc-global")]
+    req = transfer.request(wire, idx.responder.zone_by_wire)
+    assert req is not None
+    shared = versions.records()
+    assert versions.records() is shared
+    assert any(part is shared for part in transfer.axfr_records(req, versions).parts)

@@ -181,12 +181,30 @@ def _grants(objs: list[dict[str, Any]]) -> set[tuple[str, str, str, str, tuple[s
             for rule in o["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
 
 
+# A sidecar's one DNS client is CoreDNS: its per-client TCP cap is the global one.
+SIDECAR_DATA = {"sidecar": {"DNSSIDE_TCP_MAX_CONNECTIONS_PER_CLIENT": "512"}}
+
+
+@pytest.mark.parametrize("mode", manifests.MODES)
+def test_a_sidecars_per_client_tcp_cap_is_the_global_one(mode: str) -> None:
+    """Issue 33's per-client TCP cap is for a listener many clients reach; the sidecar's
+    only client is its CoreDNS over loopback, which carries every node's TCP."""
+    data = one(install("--cluster-name", "east", "--mode", mode, "--tcp-max-connections",
+                       "300"), "ConfigMap")["data"]
+    wanted = "300" if mode == "sidecar" else None
+    assert data.get("DNSSIDE_TCP_MAX_CONNECTIONS_PER_CLIENT") == wanted
+    chosen = one(install("--cluster-name", "east", "--mode", mode,
+                         "--tcp-max-connections-per-client", "20"), "ConfigMap")["data"]
+    assert chosen["DNSSIDE_TCP_MAX_CONNECTIONS_PER_CLIENT"] == "20"
+
+
 @pytest.mark.parametrize("mode", manifests.MODES)
 def test_flat_network_reads_secrets_in_the_links_namespace_only(mode: str) -> None:
     plain = install("--cluster-name", "east", "--mode", mode)
     objs = install("--cluster-name", "east", "--mode", mode, "--flat-network")
     assert one(objs, "ConfigMap")["data"] == {"DNSSIDE_CLUSTER_NAME": "east",
-                                              "DNSSIDE_FLAT_NETWORK": "true"}
+                                              "DNSSIDE_FLAT_NETWORK": "true",
+                                              **SIDECAR_DATA.get(mode, {})}
     # What the ClusterRole grants is unchanged; only a namespaced Role is added, get only
     # (dnsside reads each Link's Secret by name and never lists the others there).
     assert _grants(objs) - _grants(plain) == {

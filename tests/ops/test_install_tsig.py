@@ -53,8 +53,9 @@ def test_the_key_goes_into_a_secret_mounted_read_only(tmp_path: Path, mode: str)
     assert secret["metadata"]["namespace"] == ns
     assert base64.b64decode(secret["data"]["key"]).decode() == text
     # The ConfigMap names the file in the container; the key is nowhere but the Secret.
+    sidecar = {"DNSSIDE_TCP_MAX_CONNECTIONS_PER_CLIENT": "512"} if mode == "sidecar" else {}
     assert one(objs, "ConfigMap")["data"] == {"DNSSIDE_CLUSTER_NAME": "east",
-                                              "DNSSIDE_TSIG_KEY_FILE": CONTAINER_KEY}
+                                              "DNSSIDE_TSIG_KEY_FILE": CONTAINER_KEY, **sidecar}
     others = yaml.safe_dump_all([o for o in objs if o["kind"] != "Secret"])
     assert secret_b64 not in others and secret["data"]["key"] not in others
     assert str(path) not in others
