@@ -220,10 +220,12 @@ class App:
             await self._start_http()
         except OSError as exc:
             raise bind_error(exc, "--http-listen", self.config.http_listen) from None
+        # After both binds, so that an address in use stays the one line a user reads; no
+        # more than the few connections accepted while binding can have come before it.
+        raise_open_files(self.config.tcp_max_connections + self.config.http_max_connections)
 
     async def _start_dns(self) -> None:
         loop = asyncio.get_running_loop()
-        raise_open_files(self.config.tcp_max_connections + self.config.http_max_connections)
         host, port = parse_hostport(self.config.listen, "--listen")
         for bind_host in _families(host):
             try:
