@@ -38,6 +38,7 @@ from dnsside.kubeapi.dataclient import DataClient
 from dnsside.kubeapi.kubeconfig import load as load_client
 from dnsside.kubeapi.linkcreds import Refused, Unusable
 from dnsside.kubeapi.linkcreds import parse as parse_credentials
+from dnsside.model.printable import printable
 
 log = logging.getLogger("dnsside.kube")
 
@@ -87,6 +88,9 @@ class ApiError(Exception):
     def __init__(
         self, status: int, reason: str, message: str, retry_after: float | None = None
     ) -> None:
+        # The server's words (a linked cluster's may be hostile): escaped once, here, for
+        # every log line, state detail and `explain` text they reach.
+        reason, message = printable(reason, 128), printable(message)
         super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
         self.status = status
         self.reason = reason
@@ -377,10 +381,20 @@ class Backoff:
 TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
 
 
+# The HTTP statuses an API server answers a watch or a list with, by name in the restarts
+# metric's reason; any other (a watch ERROR event's code is whatever its server wrote) is
+# folded into its class, so a linked cluster cannot add series.
+_KNOWN_STATUSES = frozenset({400, 401, 403, 404, 405, 406, 409, 410, 413, 422, 429,
+                             500, 501, 502, 503, 504})
+
+
 def error_reason(exc: BaseException) -> str:
-    """A short, low-cardinality reason for logs and the restarts metric."""
+    """A short, low-cardinality reason for logs and the restarts metric (a fixed set)."""
     if isinstance(exc, ApiError):
-        return f"http-{exc.status}"
+        if exc.status in _KNOWN_STATUSES:
+            return f"http-{exc.status}"
+        return "http-4xx" if 400 <= exc.status < 500 else (
+            "http-5xx" if 500 <= exc.status < 600 else "http-other")
     if isinstance(exc, CapExceeded):
         return "capped"
     if isinstance(exc, TimeoutError):
@@ -395,8 +409,11 @@ def error_reason(exc: BaseException) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
+    """An error as a log line or a state's detail says it: escaped (a TLS error, a
+    connection error or an API's Status carries text the server chose)."""
     text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
+    return printable(text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}",
+                     1024)
 
 
 class WatchLines:
