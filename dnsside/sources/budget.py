@@ -206,6 +206,7 @@ class EventBudget:
             self.flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.flusher
+            self.flusher = None  # (a task cancelled before it ran never reached its finally)
         self.held.clear()
         with contextlib.suppress(KeyError):
             metrics.REMOTE_THROTTLED.remove(self.cluster)
