@@ -182,15 +182,16 @@ class EventBudget:
 
     async def _flush(self) -> None:
         """While throttled: the held events as one batch when the budget allows, a second
-        apart at least; an interval with none ends it."""
+        apart at least; an interval with none, once the debt is paid, ends it (so that the
+        next change, applied at once, does not put it straight back)."""
         try:
             while True:
                 await asyncio.sleep(self.interval)
-                if not self.held:
-                    break
                 self.applies.refill(self.clock())
                 if self.applies.tokens < 0:  # in debt: wait until it is paid
                     await asyncio.sleep(-self.applies.tokens / self.share)
+                if not self.held:
+                    break
                 batch, self.held = list(self.held.values()), {}
                 self.batches += 1
                 await self.put(batch)
