@@ -681,6 +681,11 @@ def test_a_linked_clusters_text_cannot_forge_a_log_line(
         for text in srv.lines:
             assert not text.lstrip().startswith(("2026-11-28 15:00:00", FORGED)), text
             assert "\x1b" not in text, text
+    # `dnsside explain`'s text, on an operator's terminal: the member's object named escaped.
+    done = run_cli(["explain", "db-0.north." + DB, "--source", "kube", "--kubeconfig",
+                    east.kubeconfig, "--cluster-name", "east", "--flat-network"])
+    assert "EndpointSlice data/x\\nWARNING dnsside.index" in done.stdout, done.stdout
+    assert not any(text.startswith(FORGED) for text in done.stdout.splitlines()), done.stdout
 
 
 def test_an_event_flood_costs_only_its_own_clusters_freshness(
