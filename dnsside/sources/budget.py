@@ -3,11 +3,10 @@
 The caps (:mod:`dnsside.sources.limits`) bound sizes and times; they do not stop an API
 server that re-sends a slice as fast as dnsside reads it. Each event costs twice: its
 line is decoded and parsed (in proportion to its endpoints), and its batch is applied
-to the index, which rebuilds and re-encodes every global service it touches (in
-proportion to that service's members, however small the event: 280 ms for a change of
-a 12,000-member service on the test machine). Only the second cost can be known without
-guessing: the index measures it. So a cluster gets an :class:`EventBudget` with two
-token buckets:
+to the index, which rebuilds and re-encodes every global service it touches (280 ms for
+a 12,000-endpoint slice re-sent, on the test machine). The second cost depends on what
+the index holds, so it is not guessed: the index measures it. So a cluster gets an
+:class:`EventBudget` with two token buckets:
 
 - *index time*: the seconds the index spent applying the cluster's batches (the
   source is told after each, :meth:`EventBudget.charge`) may be
@@ -16,9 +15,10 @@ token buckets:
   index at once. Past it the cluster is **throttled**: its events are held and
   coalesced, the latest state of each object winning (an upsert after a delete of the
   same object replaces it, and the other way round), and the held ones are applied as
-  one batch once the budget allows it, a second apart at least. So however fast it
-  sends and however big the services it touches, it takes its share of the event loop
-  and no more; what it pays is freshness.
+  one batch once the budget allows it, a second apart at least and
+  :data:`BURST_SECONDS` at most. So however fast it sends and however big the services
+  it touches, it takes its share of the event loop (give or take one batch) and no
+  more; what it pays is freshness, a few seconds.
 - *reads*: the lines of its watch streams and the endpoints they carry,
   :data:`READ_ENDPOINTS_PER_SECOND` a second (a burst of one second's worth): past
   that, its stream is read later (the reader waits; TCP's flow control holds the server
@@ -122,7 +122,8 @@ class EventBudget:
                  put: Callable[[list[Change]], Awaitable[None]], *,
                  read_rate: float = READ_ENDPOINTS_PER_SECOND,
                  interval: float = FLUSH_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 notify: Callable[[bool], Awaitable[None]] | None = None) -> None:
         self.cluster = cluster
         self.share = share
         self.applies = Bucket(share, share * BURST_SECONDS)  # seconds of index time
@@ -130,6 +131,7 @@ class EventBudget:
         self.put = put
         self.interval = interval
         self.clock = clock
+        self.notify = notify  # told when throttling starts (True) and stops (False)
         self.held: dict[ChangeKey, Change] = {}
         self.flusher: asyncio.Task[None] | None = None
         self.throttled_events = 0  # held since throttling started
@@ -150,12 +152,13 @@ class EventBudget:
         elif not self.throttled and self.applies.tokens > 0:
             await self.put(changes)
         else:
-            self.hold(changes)
+            await self.hold(changes)
         if wait > 0:
             await asyncio.sleep(wait)
 
-    def hold(self, changes: list[Change]) -> None:
-        if not self.throttled:
+    async def hold(self, changes: list[Change]) -> None:
+        started = not self.throttled
+        if started:
             self.throttled_events = self.batches = 0
             metrics.REMOTE_THROTTLED.labels(cluster=self.cluster).set(1)
             log.warning(
@@ -169,10 +172,17 @@ class EventBudget:
         coalesce(self.held, changes)
         self.throttled_events += len(changes)
         metrics.REMOTE_THROTTLED_EVENTS.labels(cluster=self.cluster).inc(len(changes))
+        if started and self.notify is not None:
+            await self.notify(True)
 
     def charge(self, seconds: float) -> None:
-        """The index spent ``seconds`` applying a batch of this cluster's events."""
+        """The index spent ``seconds`` applying a batch of this cluster's events. The debt
+        stops at one burst: batches queued before the throttle started are charged after
+        it, and a rebuild longer than a burst cannot be split, so a throttled cluster
+        waits :data:`BURST_SECONDS` between two batches at most (its freshness is bounded;
+        its share, over a burst, is kept within one batch's cost)."""
         self.applies.owe(seconds, self.clock())
+        self.applies.tokens = max(self.applies.tokens, -self.applies.burst)
 
     def superseded(self, kinds: Iterable[Kind]) -> None:
         """A complete list of ``kinds`` follows: what is held of them is older, dropped."""
@@ -200,6 +210,8 @@ class EventBudget:
         metrics.REMOTE_THROTTLED.labels(cluster=self.cluster).set(0)
         log.info("cluster %s: flat network: no longer throttled (%d events were applied in "
                  "%d batches)", self.cluster, self.throttled_events, self.batches)
+        if self.notify is not None:
+            await self.notify(False)
 
     async def close(self) -> None:
         """The cluster's watch ended (its Link changed or went): nothing more is applied."""

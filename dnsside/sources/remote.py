@@ -361,17 +361,24 @@ class _LinkedCluster:
         # not "synced" until its watches have followed it for a while without that (or
         # every retry would say synced, then capped), and the retries keep backing off.
         self.refused = False
-        self.budget = EventBudget(self.cluster, source.index_share, self.put_changes)
+        self.budget = EventBudget(self.cluster, source.index_share, self.put_changes,
+                                  notify=self.throttle_changed)
+        self.last: tuple[RemoteState, str, str] = (RemoteState.CONNECTING, "", "")
 
     async def put_changes(self, changes: list[Change]) -> None:
         await self.queue.put([Remote(self.cluster, change) for change in changes])
 
+    async def throttle_changed(self, throttled: bool) -> None:
+        """Tell the index (for `explain`): the last state again, throttled or not."""
+        await self.queue.put([self.status(*self.last)])
+
     def status(self, state: RemoteState, detail: str = "", cap: str = "") -> RemoteStatus:
         # The detail quotes the linked cluster's words (a Status, a TLS error): escaped, as
         # it reaches the log, `explain` and `dnsside check`.
+        self.last = (state, detail, cap)
         return RemoteStatus(self.cluster, state, printable(detail, 1024),
                             self.target.secret_ref, self.source.weakened.get(self.cluster, ()),
-                            cap)
+                            cap, self.budget.throttled)
 
     def tls_weakened(self, weakened: tuple[str, ...]) -> None:
         """Warn once per cluster (and change) that its Secret weakens TLS, as the operator
