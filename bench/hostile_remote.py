@@ -304,7 +304,9 @@ def run(attack: str, tmp: Path) -> None:
                 key = re.sub(r"^\S+ \S+ ", "", line)[:90]
                 shown[key] = shown.get(key, 0) + 1
             for m in ("dnsside_index_update_duration_seconds_sum",
-                      "dnsside_index_update_duration_seconds_count"):
+                      "dnsside_index_update_duration_seconds_count",
+                      'dnsside_index_update_duration_seconds_bucket{le="0.1"}',
+                      'dnsside_index_update_duration_seconds_bucket{le="1.0"}'):
                 print(f"{m} = {srv.series(m)}")
             if os.environ.get("PROFILE"):
                 srv.proc.send_signal(10)

@@ -163,7 +163,8 @@ FLAGS: tuple[Flag, ...] = (
          "share of the time (0-1) the index may spend applying one linked cluster's watch "
          "events (a burst of four seconds' worth); past it the cluster is throttled: its "
          "events are coalesced (the latest state of each object) and applied as its share "
-         "allows, so a flood costs that cluster's freshness, not everyone's latency",
+         "allows (1 to 20 s apart), so a flood costs that cluster's freshness, not "
+         "everyone's latency",
          _SOURCE, metavar="FRACTION"),
     Flag("--kube-backoff-cap", float, 30.0,
          "longest wait, in seconds, between retries against the API server", _SOURCE,

@@ -15,10 +15,10 @@ the index holds, so it is not guessed: the index measures it. So a cluster gets 
   index at once. Past it the cluster is **throttled**: its events are held and
   coalesced, the latest state of each object winning (an upsert after a delete of the
   same object replaces it, and the other way round), and the held ones are applied as
-  one batch once the budget allows it, a second apart at least and
-  :data:`BURST_SECONDS` at most. So however fast it sends and however big the services
+  one batch once the budget allows it, a second apart at least and :data:`MAX_WAIT`
+  seconds at most. So however fast it sends and however big the services
   it touches, it takes its share of the event loop (give or take one batch) and no
-  more; what it pays is freshness, a few seconds.
+  more; what it pays is freshness, seconds.
 - *reads*: the lines of its watch streams and the endpoints they carry,
   :data:`READ_ENDPOINTS_PER_SECOND` a second (a burst of one second's worth): past
   that, its stream is read later (the reader waits; TCP's flow control holds the server
@@ -52,6 +52,7 @@ log = logging.getLogger("dnsside.remote")
 
 READ_ENDPOINTS_PER_SECOND = 20_000  # lines and endpoints: about 40 ms of decoding a second
 BURST_SECONDS = 4.0  # the index-time bucket holds this many seconds of the share
+MAX_WAIT = 20.0  # seconds a throttled cluster's batch waits at most (its debt's floor)
 FLUSH_INTERVAL = 1.0  # seconds between two batches of a throttled cluster
 
 Change = Upsert | Delete
@@ -177,12 +178,11 @@ class EventBudget:
 
     def charge(self, seconds: float) -> None:
         """The index spent ``seconds`` applying a batch of this cluster's events. The debt
-        stops at one burst: batches queued before the throttle started are charged after
-        it, and a rebuild longer than a burst cannot be split, so a throttled cluster
-        waits :data:`BURST_SECONDS` between two batches at most (its freshness is bounded;
-        its share, over a burst, is kept within one batch's cost)."""
+        stops at :data:`MAX_WAIT` seconds of the share: a throttled cluster's batches are
+        that far apart at most, so its lag is bounded, and its share is kept as long as
+        one batch costs less than that much (a second at the default 5 %)."""
         self.applies.owe(seconds, self.clock())
-        self.applies.tokens = max(self.applies.tokens, -self.applies.burst)
+        self.applies.tokens = max(self.applies.tokens, -self.share * MAX_WAIT)
 
     def superseded(self, kinds: Iterable[Kind]) -> None:
         """A complete list of ``kinds`` follows: what is held of them is older, dropped."""
@@ -225,5 +225,5 @@ class EventBudget:
             metrics.REMOTE_THROTTLED.remove(self.cluster)
 
 
-__all__ = ["FLUSH_INTERVAL", "READ_ENDPOINTS_PER_SECOND", "Bucket", "EventBudget",
+__all__ = ["FLUSH_INTERVAL", "MAX_WAIT", "READ_ENDPOINTS_PER_SECOND", "Bucket", "EventBudget",
            "coalesce"]

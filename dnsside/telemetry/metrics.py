@@ -233,7 +233,7 @@ REMOTE_THROTTLED = Gauge(
     "dnsside_remote_throttled",
     "--flat-network: 1 while applying the linked cluster's watch events takes more than "
     "--flat-network-index-share of the time: they are coalesced and applied as that share "
-    "allows, a second apart at least; 0 otherwise.",
+    "allows, 1 to 20 seconds apart; 0 otherwise.",
     ["cluster"],
     registry=REGISTRY,
 )
