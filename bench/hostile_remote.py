@@ -242,11 +242,8 @@ def run(attack: str, tmp: Path) -> None:
     hostile = North()
     level = "debug" if attack == "bookmarks-debug" else "info"
     try:
-        entry = (("/tmp/remote-prof/probe_entry.py",) if os.environ.get("PROFILE")
-                 else ("-m", "dnsside"))
         with Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name",
-                     "east", "--flat-network", "--log-level", level, timeout=60,
-                     entry=entry) as srv:
+                     "east", "--flat-network", "--log-level", level, timeout=60) as srv:
             wait_for(lambda: srv.series('dnsside_remote_synced{cluster="north"}') == 1
                      and srv.series('dnsside_remote_synced{cluster="west"}') == 1, 60,
                      "both synced")
@@ -308,9 +305,6 @@ def run(attack: str, tmp: Path) -> None:
                       'dnsside_index_update_duration_seconds_bucket{le="0.1"}',
                       'dnsside_index_update_duration_seconds_bucket{le="1.0"}'):
                 print(f"{m} = {srv.series(m)}")
-            if os.environ.get("PROFILE"):
-                srv.proc.send_signal(10)
-                srv.proc.wait(10)
             for key, n in sorted(shown.items(), key=lambda kv: -kv[1])[:6]:
                 print(f"  {n:7d} x {key}")
     finally:
