@@ -170,6 +170,13 @@ FLAGS: tuple[Flag, ...] = (
          "seconds a linked cluster's API may take to send one list (all its pages) or one "
          "watch event (first byte to last): a list that never ends or a trickle is cut there",
          _SOURCE, metavar="SECONDS"),
+    Flag("--flat-network-index-share", float, 0.05,
+         "share of the time (0-1) the index may spend applying one linked cluster's watch "
+         "events (a burst of four seconds' worth); past it the cluster is throttled: its "
+         "events are coalesced (the latest state of each object) and applied as its share "
+         "allows (1 to 20 s apart), so a flood costs that cluster's freshness, not "
+         "everyone's latency",
+         _SOURCE, metavar="FRACTION"),
     Flag("--kube-backoff-cap", float, 30.0,
          "longest wait, in seconds, between retries against the API server", _SOURCE,
          metavar="SECONDS"),
@@ -459,6 +466,7 @@ class Config:
     flat_network_max_objects: int = default("--flat-network-max-objects")
     flat_network_max_object_bytes: int = default("--flat-network-max-object-bytes")
     flat_network_timeout: float = default("--flat-network-timeout")
+    flat_network_index_share: float = default("--flat-network-index-share")
     gateway_probe: str = default("--gateway-probe")  # on, off, or auto: on for kube only
     gateway_probe_period: float = default("--gateway-probe-period")
     gateway_probe_timeout: float = default("--gateway-probe-timeout")
@@ -542,9 +550,13 @@ class Config:
                              ("--flat-network-max-objects", self.flat_network_max_objects),
                              ("--flat-network-max-object-bytes",
                               self.flat_network_max_object_bytes),
-                             ("--flat-network-timeout", self.flat_network_timeout)):
+                             ("--flat-network-timeout", self.flat_network_timeout),
+                             ("--flat-network-index-share", self.flat_network_index_share)):
             if not number > 0:
                 raise ValueError(f"{name} must be > 0, not {number}")
+        if self.flat_network_index_share > 1:
+            raise ValueError("--flat-network-index-share is a fraction of the time: at most 1, "
+                             f"not {self.flat_network_index_share}")
         if self.ttl < 0:
             raise ValueError("--ttl must be >= 0")
         for name, value in (("--gateway-probe-period", self.gateway_probe_period),

@@ -20,6 +20,7 @@ from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Gateway
 from dnsside.model.linkerd import Via
+from dnsside.model.printable import printable
 
 
 class Explainer:
@@ -306,7 +307,11 @@ def render(report: dict[str, Any]) -> str:
                          + "  " + r[-1] for r in rows)
     for warning in report.get("warnings") or []:
         lines.append(f"Warning:         {warning}")
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    # One line each, whatever the objects' names hold (a linked cluster chose some of them).
+    return "\n".join(printable(line.rstrip(), _LINE) for line in lines) + "\n"
+
+
+_LINE = 64 * 1024  # characters of one line of the report: escaped, never cut in practice
 
 
 def _count(n: int, noun: str) -> str:

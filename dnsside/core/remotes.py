@@ -174,6 +174,9 @@ class FlatNetwork:
         text += f": {status.detail}" if status.detail else ""
         if status.weakened:  # --insecure-remote-tls let its Secret do it
             text += "; TLS weakened (--insecure-remote-tls): " + "; ".join(status.weakened)
+        if status.throttled:
+            text += ("; throttled: its changes come faster than --flat-network-index-share "
+                     "allows, so they are coalesced and its answers lag")
         return text
 
     def scope(self, namespace: str) -> str:

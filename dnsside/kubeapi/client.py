@@ -40,6 +40,7 @@ from dnsside.kubeapi.dataclient import DataClient
 from dnsside.kubeapi.kubeconfig import load as load_client
 from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES, Refused, Unusable
 from dnsside.kubeapi.linkcreds import parse as parse_credentials
+from dnsside.model.printable import printable
 
 log = logging.getLogger("dnsside.kube")
 
@@ -93,6 +94,9 @@ class ApiError(Exception):
     def __init__(
         self, status: int, reason: str, message: str, retry_after: float | None = None
     ) -> None:
+        # The server's words (a linked cluster's may be hostile): escaped once, here, for
+        # every log line, state detail and `explain` text they reach.
+        reason, message = printable(reason, 128), printable(message)
         super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
         self.status = status
         self.reason = reason
@@ -395,16 +399,20 @@ class Backoff:
 TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
 
 
-# Statuses an API server answers a list or watch with, named in the restarts metric's
-# reason; any other is http-other, since a linked cluster's server chooses its own.
-_NAMED_STATUSES = frozenset({400, 401, 403, 404, 405, 406, 409, 410, 413, 422, 429, 500,
-                             502, 503, 504})
+# The HTTP statuses an API server answers a watch or a list with, by name in the restarts
+# metric's reason; any other (a watch ERROR event's code is whatever its server wrote) is
+# folded into its class, so a linked cluster cannot add series.
+_KNOWN_STATUSES = frozenset({400, 401, 403, 404, 405, 406, 409, 410, 413, 422, 429,
+                             500, 501, 502, 503, 504})
 
 
 def error_reason(exc: BaseException) -> str:
-    """A short reason from a known set, for logs and the restarts metric."""
+    """A short, low-cardinality reason for logs and the restarts metric (a fixed set)."""
     if isinstance(exc, ApiError):
-        return f"http-{exc.status}" if exc.status in _NAMED_STATUSES else "http-other"
+        if exc.status in _KNOWN_STATUSES:
+            return f"http-{exc.status}"
+        return "http-4xx" if 400 <= exc.status < 500 else (
+            "http-5xx" if 500 <= exc.status < 600 else "http-other")
     if isinstance(exc, CapExceeded):
         return "capped"
     if isinstance(exc, TimeoutError):
@@ -419,8 +427,11 @@ def error_reason(exc: BaseException) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
+    """An error as a log line or a state's detail says it: escaped (a TLS error, a
+    connection error or an API's Status carries text the server chose)."""
     text = str(exc) or type(exc).__name__
-    return text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}"
+    return printable(text if isinstance(exc, ApiError) else f"{type(exc).__name__}: {text}",
+                     1024)
 
 
 class WatchLines:

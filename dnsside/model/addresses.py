@@ -27,7 +27,18 @@ ff00::/8                               multicast                   multicast
 ::ffff:0:0:0/96                        IPv4-translated (RFC 2765)  its IPv4's
 64:ff9b::/96                           NAT64 well-known (RFC 6052) its IPv4's
 2002::/16                              6to4 (RFC 3056), bits 16-47 its IPv4's
+168.63.129.16/32                       Azure's host endpoint       cloud-metadata
+100.100.100.200/32                     Alibaba Cloud's metadata    cloud-metadata
+fd00:ec2::254/128                      AWS's metadata over IPv6    cloud-metadata
 =====================================  ==========================  ===============
+
+The last three are the documented metadata and host endpoints outside link-local (SPEC
+§3): ordinary-looking private or unique-local addresses that a pod network could in
+principle hold, but that on those clouds answer with the node's credentials (AWS's
+``fd00:ec2::254`` on Nitro instances with IPv6 metadata, Azure's WireServer
+``168.63.129.16``, Alibaba's ``100.100.100.200``). Only those exact addresses are
+refused, never their ranges; the IPv6 forms carrying one (``::ffff:168.63.129.16``) are
+judged by it.
 
 So ``::ffff:127.0.0.1``, ``::127.0.0.1``, ``64:ff9b::a9fe:a9fe`` and ``2002:7f00:1::``
 are loopback, loopback, link-local and loopback; ``::2`` is unspecified (0.0.0.2).
@@ -75,6 +86,11 @@ class Unsafe(enum.StrEnum):
     LINK_LOCAL = "link-local"
     MULTICAST = "multicast"
     BROADCAST = "broadcast"
+    CLOUD_METADATA = "cloud-metadata"
+
+
+# The documented cloud metadata and host endpoints outside link-local, in canonical text.
+CLOUD_METADATA = frozenset({"168.63.129.16", "100.100.100.200", "fd00:ec2::254"})
 
 
 # The canonical text of each IPv4 first octet → its verdict: a reason, None (fine),
@@ -84,6 +100,8 @@ _FIRST_OCTET["0"] = Unsafe.UNSPECIFIED
 _FIRST_OCTET["127"] = Unsafe.LOOPBACK
 _FIRST_OCTET["169"] = ""
 _FIRST_OCTET["255"] = ""
+_FIRST_OCTET["168"] = ""  # 168.63.129.16
+_FIRST_OCTET["100"] = ""  # 100.100.100.200
 for _n in range(224, 240):
     _FIRST_OCTET[str(_n)] = Unsafe.MULTICAST
 
@@ -100,10 +118,12 @@ def unsafe_address(address: str) -> Unsafe | None:
         if verdict is None or type(verdict) is Unsafe:
             if rest.count(".") == 2:  # a.b.c.d: the common case ends here
                 return verdict
-        elif verdict == "":
+        elif verdict == "" and rest.count(".") == 2:
             if head == "169":
                 return Unsafe.LINK_LOCAL if rest.startswith("254.") else None
-            return Unsafe.BROADCAST if rest == "255.255.255" else None
+            if head == "255":
+                return Unsafe.BROADCAST if rest == "255.255.255" else None
+            return Unsafe.CLOUD_METADATA if address in CLOUD_METADATA else None
         return _slow(address)  # not canonical dotted-quad text, or an IPv6 with a dot
     head = address.partition(":")[0]
     if not head or len(head) > 4:
@@ -118,6 +138,9 @@ def unsafe_address(address: str) -> Unsafe | None:
         return Unsafe.LINK_LOCAL
     if first in (0x2002, 0x64) or first == 0:
         return _slow(address)  # 6to4, NAT64, or a zero first group spelled out
+    if first == 0xFD00:  # fd00:ec2::254, however spelt; the rest of fd00::/16 is fine
+        second = address.split(":", 2)[1]
+        return _slow(address) if second and int(second, 16) == 0xEC2 else None
     return None
 
 
@@ -150,6 +173,8 @@ def _slow(address: str) -> Unsafe | None:
         return Unsafe.MULTICAST
     if ip.is_link_local:
         return Unsafe.LINK_LOCAL
+    if str(ip) in CLOUD_METADATA:
+        return Unsafe.CLOUD_METADATA
     found = _embedded(ip)
     return unsafe_address(str(found[1])) if found is not None else None
 
@@ -163,4 +188,4 @@ def describe(address: str, reason: Unsafe) -> str:
     return f"{address} ({reason}: {found[0]} {found[1]})"
 
 
-__all__ = ["Unsafe", "describe", "unsafe_address"]
+__all__ = ["CLOUD_METADATA", "Unsafe", "describe", "unsafe_address"]

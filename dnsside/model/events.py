@@ -134,6 +134,9 @@ class RemoteStatus:
     # http://, proxy-url), one phrase each; () when it does not.
     weakened: tuple[str, ...] = ()
     cap: str = ""  # CAPPED: which cap (dnsside.sources.limits.CAPS)
+    # Its watch events are held and coalesced: they come faster than its share of the
+    # index's time allows (dnsside.sources.budget). Not a state: it is told by the source.
+    throttled: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,6 +103,18 @@ ALERTS: tuple[Alert, ...] = (
           "{{ $labels.pod }} is neither all nor local-first",
           "--locality applies to those services instead; the log and `dnsside check` name "
           "each Service and its value: set all or local-first, or remove it."),
+    # dnsside_remote_throttled{cluster} is 1 while that cluster's watch events are coalesced
+    # because applying them would take more than --flat-network-index-share of the time.
+    Alert("DnssideRemoteThrottled",
+          "max by (namespace, pod, cluster) (dnsside_remote_throttled) == 1", "15m", "warning",
+          "dnsside has throttled linked cluster {{ $labels.cluster }}'s watch events for 15 "
+          "minutes",
+          "Its API server sends changes faster than dnsside applies them within "
+          "--flat-network-index-share: its events are coalesced and applied as that share "
+          "allows, so its answers lag; the other clusters' answers and the queries are not "
+          "affected. Look at that cluster's churn (a controller rewriting EndpointSlices in a "
+          "loop) or at who controls its API server; raise --flat-network-index-share only for "
+          "a legitimate churn."),
     Alert("DnssideServfail",
           "sum by (namespace, pod) (rate(dnsside_queries_total{rcode=\"SERVFAIL\"}[5m])) "
           "/ sum by (namespace, pod) (rate(dnsside_queries_total[5m])) > 0.01", "5m",

@@ -100,7 +100,8 @@ class LinkedClusters:
         self.source: FlatNetworkSource = FlatNetworkSource(
             lambda: index.links.values() if index.synced else (),
             config.kubeconfig, config.namespaces, pacing(config),
-            insecure_tls=config.insecure_remote_tls, limits=flat_network_limits(config))
+            insecure_tls=config.insecure_remote_tls, limits=flat_network_limits(config),
+            index_share=config.flat_network_index_share)
 
     def links_changed(self) -> None:
         """The index may hold other Links now: start, restart or stop clusters' watches."""
@@ -316,8 +317,12 @@ class App:
 
     async def _consume(self, source: Source) -> None:
         name = source.name
+        flat = self.flat.source if self.flat is not None and source is self.flat.source else None
         async for batch in source.events():
+            started = time.perf_counter()
             self.index.apply(batch)
+            if flat is not None:  # what a linked cluster's events cost is its budget's
+                flat.applied(batch, time.perf_counter() - started)
             self.versioning.changed()
             if source is self.source:
                 metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())

@@ -22,9 +22,11 @@ from dnsside.core.diagnosis import ConfigWarning, Exclusion
 from dnsside.core.index import IndexReport
 from dnsside.core.locality import Spill
 from dnsside.core.view import ReportView
+from dnsside.model.printable import printable
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.index")  # where operators have always found these lines
+_TOLD_CHARACTERS = 64 * 1024  # a notice listing many members is long, never this long
 
 
 class IndexReporter:
@@ -42,7 +44,10 @@ class IndexReporter:
 
     def __call__(self, index: ReportView, report: IndexReport) -> None:
         for told in report.told:
-            (log.warning if told.notice.warning else log.info)("%s", told.text)
+            # A notice names objects, and a linked cluster (or the mirrors Linkerd copies
+            # from it) chose their names: one line each, whatever they hold.
+            (log.warning if told.notice.warning else log.info)(
+                "%s", printable(told.text, _TOLD_CHARACTERS))
         metrics.INDEX_UPDATE_SECONDS.observe(report.seconds)
         self._links(index)
         if index.flat.status or self._remotes_shown:

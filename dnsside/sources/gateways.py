@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from dnsside.model.events import Event, Gateway, GatewayState
+from dnsside.model.printable import printable
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.probe")
@@ -226,8 +227,8 @@ class GatewayProber:
                 return False, f"HTTP {resp.status}"
         except TimeoutError:
             return False, f"no answer within {self.timeout:g}s"
-        except aiohttp.ClientError as exc:
-            return False, str(exc) or type(exc).__name__
+        except aiohttp.ClientError as exc:  # (may quote what the linked gateway sent)
+            return False, printable(str(exc) or type(exc).__name__, 256)
         except OSError as exc:
             return False, exc.strerror or str(exc)
 

@@ -45,6 +45,7 @@ from dnsside.kubeapi.caps import (
 )
 from dnsside.model.events import Delete, Kind, Upsert
 from dnsside.model.linkerd import Record, SliceRecord
+from dnsside.model.printable import printable
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.remote")
@@ -70,6 +71,11 @@ def _endpoints(record: Record) -> int:
 
 _TOLD_MAX = 1000  # distinct refusals a linked cluster gets a warning line for
 
+# Why a watch event or list item of a linked cluster is ignored: the fixed values of
+# dnsside_remote_ignored_objects_total's reason label (with "invalid" and "namespace").
+UNKNOWN_TYPE, NO_NAME, NOT_OBJECT = "unknown-type", "no-name", "not-object"
+IGNORED_REASONS = ("invalid", "namespace", UNKNOWN_TYPE, NO_NAME, NOT_OBJECT)
+
 
 class Gate:
     """What one linked cluster brings in: its objects in the namespaces served, within its
@@ -81,6 +87,7 @@ class Gate:
         self.held: dict[Kind, Tally] = {}
         self._ignored: set[str] = set()  # namespaces told about once
         self._refused: set[str] = set()  # objects refused as malformed, told about once
+        self._ignored_events: set[str] = set()  # reasons of ignored events, told about once
 
     def refused(self, where: str, message: str) -> None:
         """An object the cluster sent that cannot be served (a name that is no DNS label, a
@@ -88,6 +95,7 @@ class Gate:
         every list and watch event that repeats it (bounded: a hostile API may send
         endless distinct ones, and the count still says so)."""
         metrics.REMOTE_IGNORED.labels(cluster=self.cluster, reason="invalid").inc()
+        message = printable(message)  # its names are the cluster's: no newline reaches the log
         what = message.removeprefix(where + ": ")  # the same object by list or by watch
         if what in self._refused or len(self._refused) >= _TOLD_MAX:
             log.debug("skipping %s", message)
@@ -95,6 +103,18 @@ class Gate:
         self._refused.add(what)
         log.warning("skipping %s (told once; counted in dnsside_remote_ignored_objects_total)",
                     message)
+
+    def ignored(self, where: str, reason: str, what: str) -> None:
+        """A watch event or list item the cluster sent that means nothing (``reason``, one of
+        :data:`IGNORED_REASONS`): counted every time, told once per reason, however many
+        come (one line each was 50 MB of log a second)."""
+        metrics.REMOTE_IGNORED.labels(cluster=self.cluster, reason=reason).inc()
+        if reason in self._ignored_events:
+            return
+        self._ignored_events.add(reason)
+        log.warning("%s: skipping %s (told once per cluster and reason; counted in "
+                    "dnsside_remote_ignored_objects_total{reason=%r})", where, printable(what),
+                    reason)
 
     def listing(self) -> Tally:
         """A fresh count for a list of one resource (it replaces what that one held)."""
@@ -156,5 +176,5 @@ class Gate:
         return False
 
 
-__all__ = ["BYTES", "CAPS", "ENDPOINTS", "OBJECTS", "TIME", "CapExceeded",
-           "Gate", "Limits", "Tally"]
+__all__ = ["BYTES", "CAPS", "ENDPOINTS", "IGNORED_REASONS", "NOT_OBJECT", "NO_NAME", "OBJECTS",
+           "TIME", "UNKNOWN_TYPE", "CapExceeded", "Gate", "Limits", "Tally"]

@@ -5,7 +5,7 @@ says what happened; these say how long to wait.
 In each, a server that fails *fast* must not get dnsside
 asking in a tight loop. A retry waits a jittered exponential backoff (longer when the
 server says Retry-After); a stream closed cleanly is reopened at once only when it
-lived or delivered something; a relist after a 410 goes out at once only when the watch
+lived (seconds) or carried a change; a relist after a 410 goes out at once only when the watch
 it ends ran for a while.
 """
 
@@ -15,6 +15,10 @@ import random
 from dataclasses import dataclass
 
 from dnsside.kubeapi.client import ApiError, Backoff
+
+# Seconds a watch stream must have lived to be reopened at once without having carried a
+# change (an API server closes them after timeoutSeconds, minutes).
+WATCH_LIVED = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +44,14 @@ class Pacing:
             delay = max(delay, min(exc.retry_after, self.backoff_cap))
         return delay
 
-    @staticmethod
-    def reopen_delay(backoff: Backoff, progressed: bool, lived: float) -> float:
+    def reopen_delay(self, backoff: Backoff, changed: bool, lived: float) -> float:
         """The wait before reopening a watch the server closed cleanly (timeoutSeconds): none
-        when the stream delivered anything or lived a second, else the next backoff step
-        (a server that closes every stream at once)."""
-        if progressed or lived >= 1.0:
+        when the stream carried a change (an object added, modified or deleted) or lived
+        :data:`WATCH_LIVED` seconds (or the whole ``watch_timeout`` asked for, when shorter),
+        else the next backoff step, as client-go's reflector does. A bookmark is no change:
+        a server that answers each watch with one bookmark and closes it was asked again at
+        once, 2,000 times a second (issue 33)."""
+        if changed or lived >= min(WATCH_LIVED, self.watch_timeout):
             backoff.reset()
             return 0.0
         return backoff.next()

@@ -56,7 +56,9 @@ from dnsside.model.events import (
     Upsert,
 )
 from dnsside.model.linkerd import ObjectError, Record
-from dnsside.sources.limits import Gate, Tally
+from dnsside.model.printable import printable
+from dnsside.sources.budget import EventBudget
+from dnsside.sources.limits import NO_NAME, NOT_OBJECT, UNKNOWN_TYPE, Gate, Tally
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing, RelistPacing
 from dnsside.telemetry import metrics
 
@@ -101,7 +103,8 @@ class WatchHealth(Protocol):
 
 @dataclass(slots=True)
 class _Cursor:
-    """Where a watch resumes, and whether the current stream delivered anything."""
+    """Where a watch resumes, and whether the current stream changed anything (a bookmark
+    or an ignored event moves the resourceVersion, but is no change)."""
 
     resource_version: str
     progressed: bool = False
@@ -126,6 +129,7 @@ class Reflector:
         fatal: Callable[[Exception], bool] = _never,
         retry_level: int = logging.WARNING,
         gate: Gate | None = None,
+        budget: EventBudget | None = None,
     ) -> None:
         self.queue = queue
         self.namespaces = tuple(namespaces)
@@ -138,6 +142,8 @@ class Reflector:
         # notice of its own (told once), so its retries are debug lines.
         self.retry_level = retry_level
         self.gate = gate  # a linked cluster's caps and namespaces (None: trusted, the local API)
+        self.budget = budget  # a linked cluster's rate of watch events (None: the local API)
+        self._told: set[str] = set()  # the local API's ignored events, told once per reason
 
     def _restarted(self, res: Resource, reason: str) -> None:
         metrics.WATCH_RESTARTS.labels(resource=self.label + res.plural, reason=reason).inc()
@@ -184,6 +190,8 @@ class Reflector:
             with paused():
                 records, versions = await self.list_resource(api, res)
             log.info("relisted %s%s: %d objects", self.label, res.plural, len(records))
+            if self.budget is not None:
+                self.budget.superseded((res.kind,))  # held events are older than the list
             await self.put([Replace(frozenset({res.kind}), tuple(records))])
             del records  # not kept through the watches that follow (see KubeSource._run)
 
@@ -321,7 +329,7 @@ class Reflector:
 
     def parse_item(self, res: Resource, obj: Any, where: str) -> Record | None:
         if not isinstance(obj, Mapping):
-            log.warning("%s: skipping an item that is not an object", where)
+            self.ignored(where, NOT_OBJECT, "a list item that is not an object")
             return None
         try:
             return res.parse(obj, where)
@@ -334,8 +342,17 @@ class Reflector:
         """An object that cannot be used: logged (a linked cluster's once per object)."""
         if gate is not None:
             gate.refused(where, message)
-        else:
-            log.warning("skipping %s%s", message, note)
+        else:  # the local API's, whose mirrored objects' names a linked cluster wrote
+            log.warning("skipping %s%s", printable(message), note)
+
+    def ignored(self, where: str, reason: str, what: str) -> None:
+        """A watch event or list item that means nothing: told once per reason (and, for a
+        linked cluster, counted), never once per event."""
+        if self.gate is not None:
+            return self.gate.ignored(where, reason, what)
+        if reason not in self._told:
+            self._told.add(reason)
+            log.warning("%s: skipping %s (told once)", where, printable(what))
 
     async def watch(
         self,
@@ -358,6 +375,7 @@ class Reflector:
         backoff = self.pacing.backoff(self._rng)
         loop = asyncio.get_running_loop()
         down = False
+        early = False  # the server closes the streams at once: told once, till one lives
 
         async def reopened() -> None:
             nonlocal down
@@ -398,22 +416,27 @@ class Reflector:
                 await self.report_and_wait(exc, message, delay,
                                            health.down(where, message) if health else ())
                 continue
-            # The server closed the stream cleanly (timeoutSeconds): reopen at once,
-            # unless it keeps doing so without delivering anything.
-            self._restarted(res, "closed")
-            delay = self.pacing.reopen_delay(backoff, cursor.progressed, loop.time() - opened)
-            log.info(
-                "%s: stream closed by the server; resuming from resourceVersion %s%s",
-                where, cursor.resource_version, f" in {delay:.1f}s" if delay else "",
-            )
+            # The server closed the stream cleanly (timeoutSeconds): reopen at once if it
+            # lived or changed something, else after a backoff (client-go's reflector).
+            lived = loop.time() - opened
+            delay = self.pacing.reopen_delay(backoff, cursor.progressed, lived)
+            self._restarted(res, "closed-early" if delay else "closed")
+            if delay and not early:
+                log.warning("%s: the server closed the stream after %.1fs without a change; "
+                            "reopening such streams with backoff (up to %gs; told once, "
+                            "counted in dnsside_watch_restarts_total{reason=\"closed-early\"})",
+                            where, lived, self.pacing.backoff_cap)
+            elif not delay:
+                log.info("%s: stream closed by the server; resuming from resourceVersion %s",
+                         where, cursor.resource_version)
+            early = bool(delay)
             if delay:
                 await asyncio.sleep(delay)
 
     async def report_and_wait(self, exc: BaseException, message: str, delay: float,
                               also: Sequence[Event] = ()) -> None:
-        """Log a failed request (with a traceback only when it is not an expected network or
-        API error), tell the index (``also``, when the failure means more to it), and back
-        off before the retry."""
+        """Log a failed request (a traceback only for an unexpected error), tell the index
+        (``also``: what the failure means to it), back off before the retry."""
         if isinstance(exc, TRANSIENT):
             log.log(self.retry_level, "%s", message)
         else:
@@ -429,8 +452,8 @@ class Reflector:
         cursor: _Cursor,
         opened: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """One watch request: read events until the server closes the stream; ``opened``
-        is awaited once the server accepted it."""
+        """One watch request, read until the server closes it; ``opened`` is awaited once
+        the server accepted it."""
         where = self.where(res, "watch", namespace)
         # Jitter the server-side timeout (like client-go) so watches don't renew in step.
         seconds = max(1, round(self.pacing.watch_timeout * self._rng.uniform(1.0, 1.25)))
@@ -475,7 +498,9 @@ class Reflector:
                 if event_time is not None and lines.pending and (found or not was):
                     began = loop.time()
                 if found:
-                    await self._deliver(self._decode(res, namespace, found, cursor, where))
+                    await self._deliver(self._decode(res, namespace, found, cursor, where),
+                                        len(found))
+                    began = loop.time()  # (the budget may have made the reader wait)
             tail = lines.rest()
             if tail.strip():
                 await self._deliver(self._decode(res, namespace, [tail], cursor, where))
@@ -497,10 +522,11 @@ class Reflector:
             raise CapExceeded(TIME, f"{where}: a watch event still incomplete after "
                               f"{seconds:g} s (--flat-network-timeout)") from None
 
-    async def _deliver(self, decoded: tuple[list[Event], Exception | None]) -> None:
+    async def _deliver(self, decoded: tuple[list[Upsert | Delete], Exception | None],
+                       lines: int = 0) -> None:
         batch, error = decoded
-        if batch:
-            await self.put(batch)
+        if self.budget is not None or batch:  # a linked cluster's: within its budget
+            await (self.budget.admit(batch, lines) if self.budget else self.put(batch))
         if error is not None:
             raise error
 
@@ -511,13 +537,13 @@ class Reflector:
         lines: list[bytes],
         cursor: _Cursor,
         where: str,
-    ) -> tuple[list[Event], Exception | None]:
+    ) -> tuple[list[Upsert | Delete], Exception | None]:
         """Events of complete lines, and the error that ends the stream, if any.
 
         Events before an error are valid (the cursor already moved past them), so
         the caller delivers them first, then raises the error.
         """
-        batch: list[Event] = []
+        batch: list[Upsert | Delete] = []
         for line in lines:
             if not line.strip():
                 continue
@@ -526,24 +552,16 @@ class Reflector:
             except ValueError as exc:
                 return batch, ValueError(f"{where}: an event that is not JSON ({exc})")
             try:
-                self._event(res, namespace, event, cursor, where, batch, self.gate)
+                self._event(res, namespace, event, cursor, where, batch)
             except (RelistNeeded, ApiError, ValueError) as exc:
                 return batch, exc
         return batch, None
 
-    @staticmethod
-    def _event(
-        res: Resource,
-        namespace: str | None,
-        event: Any,
-        cursor: _Cursor,
-        where: str,
-        batch: list[Event],
-        gate: Gate | None = None,
-    ) -> None:
+    def _event(self, res: Resource, namespace: str | None, event: Any, cursor: _Cursor,
+               where: str, batch: list[Upsert | Delete]) -> None:
         if not isinstance(event, Mapping) or not isinstance(event.get("object"), Mapping):
             raise ValueError(f"{where}: a watch event without an object")
-        kind, obj = event.get("type"), event["object"]
+        kind, obj, gate = event.get("type"), event["object"], self.gate
         if kind == "ERROR":
             error = ApiError.from_status(obj, 500)
             if error.expired:
@@ -551,35 +569,32 @@ class Reflector:
             raise error
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
-            raise ValueError(f"{where}: a {kind} event without metadata")
+            raise ValueError(f"{where}: a {printable(str(kind), 32)} event without metadata")
         version = meta.get("resourceVersion")
         ns, name = meta.get("namespace"), meta.get("name")
+        change: Upsert | Delete | None = None
         if kind in ("ADDED", "MODIFIED"):
             try:
                 record = res.parse(obj, where)
             except ObjectError as exc:
-                Reflector.skipped(where, str(exc), gate,
-                                  f" ({kind} event: the previous state is kept)")
+                self.skipped(where, str(exc), gate, f" ({kind} event: the previous state is kept)")
             else:
-                change: Upsert | Delete | None = None
                 if record is not None:
                     change = Upsert(record)
                 elif isinstance(ns, str) and isinstance(name, str):  # no longer one to keep
                     change = Delete(res.kind, ns, name)
-                if change is not None and (gate is None or gate.event(res.kind, change, where)):
-                    batch.append(change)
         elif kind == "DELETED":
             if isinstance(ns, str) and isinstance(name, str) and ns and name:
-                gone = Delete(res.kind, ns, name)
-                if gate is None or gate.event(res.kind, gone, where):
-                    batch.append(gone)
+                change = Delete(res.kind, ns, name)
             else:
-                log.warning("%s: skipping a DELETED event without namespace/name", where)
+                self.ignored(where, NO_NAME, "a DELETED event without namespace/name")
         elif kind != "BOOKMARK":
-            log.warning("%s: skipping an event of unknown type %r", where, kind)
+            self.ignored(where, UNKNOWN_TYPE, f"an event of unknown type {kind!r}")
+        if change is not None and (gate is None or gate.event(res.kind, change, where)):
+            batch.append(change)
+            cursor.progressed = True  # a change: the stream was worth it
         if isinstance(version, str) and version:
             cursor.resource_version = version
-        cursor.progressed = True
 
 
 _PARSE_BATCH = 50  # items parsed between two turns of the event loop while listing

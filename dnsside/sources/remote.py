@@ -30,10 +30,9 @@ import contextlib
 import logging
 import random
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 from urllib.parse import quote
 
 from dnsside.core.gcpause import paused
@@ -68,7 +67,9 @@ from dnsside.model.linkerd import (
     parse_endpoints,
     parse_slice,
 )
+from dnsside.model.printable import printable
 from dnsside.model.selectors import LabelSelector
+from dnsside.sources.budget import Change, EventBudget
 from dnsside.sources.limits import Gate
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing
 from dnsside.sources.reflector import Reflector, Resource
@@ -131,7 +132,8 @@ def _untrusted(cluster: str, link: str, exc: Exception) -> str | None:
     if not isinstance(exc, ssl.SSLCertVerificationError):  # aiohttp's wraps it as one
         return None
     return (f"the API server of cluster {cluster} failed TLS verification against the "
-            f"Secret's certificate-authority-data and server name (Link {link}): {exc}")
+            f"Secret's certificate-authority-data and server name (Link {link}): "
+            + printable(str(exc)))
 
 
 def _gives_up(exc: Exception) -> bool:
@@ -237,6 +239,7 @@ class FlatNetworkSource:
         first_lists_wait: float = 5.0,
         insecure_tls: bool = False,
         limits: Limits | None = None,
+        index_share: float = 0.05,
     ) -> None:
         self.links = links
         self.kubeconfig = kubeconfig
@@ -248,6 +251,8 @@ class FlatNetworkSource:
             served)
         self.namespaces = tuple(dict.fromkeys(wanted))
         self.pacing = pacing
+        self.index_share = index_share  # --flat-network-index-share (dnsside.sources.budget)
+        self.budgets: dict[str, EventBudget] = {}  # the running clusters
         self.queue_size = queue_size
         self.secret_recheck = secret_recheck  # seconds between two reads of a synced Secret
         self.first_lists = FirstLists(first_lists_wait)
@@ -262,6 +267,19 @@ class FlatNetworkSource:
         """The index applied a batch: look at its Links again (cheap when they did not
         change)."""
         self._changed.set()
+
+    def applied(self, batch: Sequence[Event], seconds: float) -> None:
+        """The index spent ``seconds`` on ``batch`` (one of this source's): charged to the
+        budget of each cluster whose watch events it held, by their number. A list
+        (``Replace``) is not charged: relists have their own pacing."""
+        counts: dict[str, int] = {}
+        for e in batch:
+            if isinstance(e, Remote) and not isinstance(e.event, Replace):
+                counts[e.cluster] = counts.get(e.cluster, 0) + 1
+        total = sum(counts.values())
+        for cluster, n in counts.items():
+            if (budget := self.budgets.get(cluster)) is not None:
+                budget.charge(seconds * n / total)
 
     async def events(self) -> AsyncIterator[list[Event]]:
         local = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
@@ -346,10 +364,24 @@ class _LinkedCluster:
         # The kubeconfig text last refused and why: a retry that reads the same text gets
         # the same verdict without parsing it again (the Secret is still read each time).
         self.refused_kubeconfig: tuple[str, CredentialsError] | None = None
+        self.budget = EventBudget(self.cluster, source.index_share, self.put_changes,
+                                  notify=self.throttle_changed)
+        self.last: tuple[RemoteState, str, str] = (RemoteState.CONNECTING, "", "")
+
+    async def put_changes(self, changes: list[Change]) -> None:
+        await self.queue.put([Remote(self.cluster, change) for change in changes])
+
+    async def throttle_changed(self, throttled: bool) -> None:
+        """Tell the index (for `explain`): the last state again, throttled or not."""
+        await self.queue.put([self.status(*self.last)])
 
     def status(self, state: RemoteState, detail: str = "", cap: str = "") -> RemoteStatus:
-        return RemoteStatus(self.cluster, state, detail, self.target.secret_ref,
-                            self.source.weakened.get(self.cluster, ()), cap)
+        # The detail quotes the linked cluster's words (a Status, a TLS error): escaped, as
+        # it reaches the log, `explain` and `dnsside check`.
+        self.last = (state, detail, cap)
+        return RemoteStatus(self.cluster, state, printable(detail, 1024),
+                            self.target.secret_ref, self.source.weakened.get(self.cluster, ()),
+                            cap, self.budget.throttled)
 
     def tls_weakened(self, weakened: tuple[str, ...]) -> None:
         """Warn once per cluster (and change) that its Secret weakens TLS, as the operator
@@ -366,6 +398,15 @@ class _LinkedCluster:
     async def run(self) -> None:
         """Connect, sync and follow, forever; every failure is reported and retried after a
         backoff, the Secret read again first."""
+        self.source.budgets[self.cluster] = self.budget
+        try:
+            await self._run()
+        finally:
+            if self.source.budgets.get(self.cluster) is self.budget:
+                del self.source.budgets[self.cluster]
+            await self.budget.close()
+
+    async def _run(self) -> None:
         await self.queue.put([self.status(RemoteState.CONNECTING)])
         if self.target.selector_error:
             log.warning("cluster %s: %s: it selects nothing, so no Service of %s is served "
@@ -485,9 +526,10 @@ class _LinkedCluster:
         reflector = Reflector(
             self.queue, source.namespaces, source.pacing, rng=source.rng,
             wrap=partial(Remote, cluster), label=f"cluster {cluster}: ", fatal=_gives_up,
-            retry_level=logging.DEBUG, gate=Gate(cluster, source.limits))
+            retry_level=logging.DEBUG, gate=Gate(cluster, source.limits), budget=self.budget)
         services = Resource(Kind.SERVICE, "services", "/api/v1",
-                            partial(_remote_service, cluster, self.target.selector))
+                            partial(parse_remote_service, cluster=cluster,
+                                    selector=self.target.selector))
         slices = ENDPOINTSLICES
         try:
             with paused():  # records that live on: no GC passes over them (dnsside.core.gcpause)
@@ -508,6 +550,7 @@ class _LinkedCluster:
         records: tuple[Record, ...] = (*service_records, *slice_records)
         del service_records, slice_records
         replace = Remote(cluster, Replace(frozenset({Kind.SERVICE, Kind.SLICE}), records))
+        self.budget.superseded((Kind.SERVICE, Kind.SLICE))  # held from a previous connection
         await self.queue.put([replace] if self.refused else [replace,
                                                              self.status(RemoteState.SYNCED)])
         del records, replace
@@ -545,11 +588,6 @@ class _LinkedCluster:
             raise CredentialsError(_rejection(cluster, first)) from None
         except* Exception as group:  # a cap, a malformed relist: the cluster's state says it
             raise _leaf(group) from None
-
-
-def _remote_service(cluster: str, selector: LabelSelector, obj: Mapping[str, Any],
-                    where: str) -> Record | None:
-    return parse_remote_service(obj, where, cluster, selector)
 
 
 def _rejection(cluster: str, exc: ApiError) -> str:

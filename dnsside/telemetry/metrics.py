@@ -261,9 +261,26 @@ REMOTE_CAP_HITS = Counter(
 )
 REMOTE_IGNORED = Counter(
     "dnsside_remote_ignored_objects_total",
-    "--flat-network: objects a linked cluster sent that are not served, by cluster and reason "
-    "(namespace: not one of --flat-network-namespaces).",
+    "--flat-network: objects and watch events a linked cluster sent that are not served, by "
+    "cluster and reason (namespace: not one of --flat-network-namespaces; invalid: an object "
+    "that cannot be used; unknown-type: a watch event of no type Kubernetes sends; no-name: "
+    "a DELETED event without namespace or name; not-object: a list item that is no object).",
     ["cluster", "reason"],
+    registry=REGISTRY,
+)
+REMOTE_THROTTLED = Gauge(
+    "dnsside_remote_throttled",
+    "--flat-network: 1 while applying the linked cluster's watch events takes more than "
+    "--flat-network-index-share of the time: they are coalesced and applied as that share "
+    "allows, 1 to 20 seconds apart; 0 otherwise.",
+    ["cluster"],
+    registry=REGISTRY,
+)
+REMOTE_THROTTLED_EVENTS = Counter(
+    "dnsside_remote_throttled_events_total",
+    "--flat-network: watch events of a linked cluster held while it was throttled (each "
+    "applied a second late at most, or replaced by a later state of its object).",
+    ["cluster"],
     registry=REGISTRY,
 )
 ORPHANED_MIRRORS = Gauge(

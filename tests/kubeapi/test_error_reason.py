@@ -10,9 +10,10 @@ from dnsside.kubeapi.client import ApiError, error_reason
 pytestmark = pytest.mark.quick
 
 
-def test_a_status_nobody_names_is_http_other() -> None:
+def test_a_status_nobody_names_is_its_class() -> None:
     assert error_reason(ApiError(410, "Gone", "too old")) == "http-410"
     assert error_reason(ApiError(503, "Service Unavailable", "")) == "http-503"
-    assert {error_reason(ApiError(status, "x", "")) for status in range(100, 1000)
-            if status not in (400, 401, 403, 404, 405, 406, 409, 410, 413, 422, 429, 500,
-                              502, 503, 504)} == {"http-other"}
+    named = {400, 401, 403, 404, 405, 406, 409, 410, 413, 422, 429, 500, 501, 502, 503, 504}
+    reasons = {error_reason(ApiError(status, "x", "")) for status in range(100, 1000)
+               if status not in named}
+    assert reasons == {"http-4xx", "http-5xx", "http-other"}

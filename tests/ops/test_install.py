@@ -795,6 +795,9 @@ FIRING = {
         [(f'dnsside_remote_credentials_valid{{{L},cluster="west"}}', "1x30"),
          (f'dnsside_remote_synced{{{L},cluster="west"}}', "1x5 0x25")],
         "20m", {"cluster": "west"}),
+    "DnssideRemoteThrottled": (
+        [(f'dnsside_remote_throttled{{{L},cluster="north"}}', "0x5 1x25")], "25m",
+        {"cluster": "north"}),
 }
 # Series on which one alert fires and another, which would say the same twice, must not:
 # (series, eval_time, the alert that fires with its extra labels, the alert that stays silent).
@@ -828,6 +831,8 @@ HEALTHY = [
     (f'dnsside_remote_synced{{{L},cluster="west"}}', "0x2 1x20 0x5 1x32"),
     (f'dnsside_remote_credentials_valid{{{L},cluster="north"}}', "1x20 0x1 1x38"),
     (f'dnsside_remote_synced{{{L},cluster="north"}}', "1x20 0x1 1x38"),
+    # A burst of churn throttled for a few minutes: no alert.
+    (f'dnsside_remote_throttled{{{L},cluster="north"}}', "0x20 1x5 0x35"),
 ]
 
 

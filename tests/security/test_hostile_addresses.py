@@ -1,7 +1,8 @@
 """No trap address in any answer, from any source.
 
 An address no pod or Service can own (unspecified, loopback, link-local, multicast, the
-limited broadcast, and IPv6 forms carrying one) is refused wherever it comes from: a local
+limited broadcast, the documented cloud metadata endpoints outside link-local, and IPv6
+forms carrying one) is refused wherever it comes from: a local
 EndpointSlice, a local ClusterIP, each kind of mirror (gateway, per-pod, remote-discovery,
 federated) and a linked cluster's own slices or Endpoints (--flat-network). Seen from
 outside: real DNS queries, /debug/explain, /metrics and the log of a running dnsside; the
@@ -49,6 +50,8 @@ IPV4_TRAPS = {
     "169.254.169.254": Unsafe.LINK_LOCAL, "169.254.0.1": Unsafe.LINK_LOCAL,
     "224.0.0.1": Unsafe.MULTICAST, "239.255.255.250": Unsafe.MULTICAST,
     "255.255.255.255": Unsafe.BROADCAST,
+    # The documented cloud metadata and host endpoints outside link-local (SPEC §3).
+    "168.63.129.16": Unsafe.CLOUD_METADATA, "100.100.100.200": Unsafe.CLOUD_METADATA,
 }
 IPV6_TRAPS = {
     "::": Unsafe.UNSPECIFIED, "::1": Unsafe.LOOPBACK,
@@ -62,11 +65,15 @@ IPV6_TRAPS = {
     "::ffff:0:127.0.0.1": Unsafe.LOOPBACK,  # IPv4-translated
     "64:ff9b::a9fe:a9fe": Unsafe.LINK_LOCAL, "64:ff9b::7f00:1": Unsafe.LOOPBACK,  # NAT64
     "2002:7f00:1::": Unsafe.LOOPBACK, "2002:a9fe:a9fe::1": Unsafe.LINK_LOCAL,  # 6to4
+    "fd00:ec2::254": Unsafe.CLOUD_METADATA, "::ffff:168.63.129.16": Unsafe.CLOUD_METADATA,
 }
 FINE = ["10.42.0.1", "192.168.1.1", "100.64.0.1", "8.8.8.8", "240.0.0.1", "169.253.255.255",
         "223.255.255.255", "255.255.255.254", "126.255.255.255", "128.0.0.1", "1.0.0.0",
         "fd00::1", "2001:db8::1", "fec0::1", "fe7f::1", "fec0::", "feff::", "::ffff:10.0.0.1",
-        "::10.1.2.3", "64:ff9b::a01:203", "2002:a00:1::", "64:ff9b:1::7f00:1", "2001::1"]
+        "::10.1.2.3", "64:ff9b::a01:203", "2002:a00:1::", "64:ff9b:1::7f00:1", "2001::1",
+        # Only the metadata endpoints themselves, never their neighbours.
+        "168.63.129.15", "168.63.129.17", "100.100.100.199", "100.100.100.201",
+        "fd00:ec2::253", "fd00:ec2::1:254", "fd00:10:244::254"]
 
 
 @pytest.mark.parametrize("address, reason", [*IPV4_TRAPS.items(), *IPV6_TRAPS.items()])
@@ -95,7 +102,8 @@ def test_an_address_with_a_scope_is_no_address() -> None:
 _V4 = [(ipaddress.ip_network(n), r) for n, r in (
     ("0.0.0.0/8", Unsafe.UNSPECIFIED), ("127.0.0.0/8", Unsafe.LOOPBACK),
     ("169.254.0.0/16", Unsafe.LINK_LOCAL), ("224.0.0.0/4", Unsafe.MULTICAST),
-    ("255.255.255.255/32", Unsafe.BROADCAST))]
+    ("255.255.255.255/32", Unsafe.BROADCAST), ("168.63.129.16/32", Unsafe.CLOUD_METADATA),
+    ("100.100.100.200/32", Unsafe.CLOUD_METADATA))]
 
 
 def _reference_v4(ip: ipaddress.IPv4Address) -> Unsafe | None:
@@ -113,6 +121,8 @@ def _reference_v6(ip: ipaddress.IPv6Address) -> Unsafe | None:
         return Unsafe.LINK_LOCAL
     if ip in ipaddress.ip_network("ff00::/8"):
         return Unsafe.MULTICAST
+    if ip == ipaddress.IPv6Address("fd00:ec2::254"):
+        return Unsafe.CLOUD_METADATA
     for prefix in ("::ffff:0:0/96", "::/96", "::ffff:0:0:0/96", "64:ff9b::/96"):
         if ip in ipaddress.ip_network(prefix):
             return _reference_v4(ipaddress.IPv4Address(n & 0xFFFFFFFF))
@@ -123,7 +133,8 @@ def _reference_v6(ip: ipaddress.IPv6Address) -> Unsafe | None:
 
 TRAP_NETWORKS = ["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "fe80::/10",
                  "ff00::/8", "::ffff:0:0/96", "::/96", "::ffff:0:0:0/96", "64:ff9b::/96",
-                 "2002::/16", "169.0.0.0/8", "255.0.0.0/8", "10.0.0.0/8", "fc00::/7"]
+                 "2002::/16", "169.0.0.0/8", "255.0.0.0/8", "10.0.0.0/8", "fc00::/7",
+                 "168.63.129.0/28", "100.100.100.192/28", "fd00:ec2::/120", "fd00::/16"]
 addresses = st.one_of(st.ip_addresses(), *(st.ip_addresses(network=n) for n in TRAP_NETWORKS))
 
 
@@ -285,6 +296,10 @@ def test_no_local_or_mirrored_trap_is_answered(tmp_path: Path) -> None:
             (f"rd.evil.{ZONE}", "unsafe address 0.0.0.0 (unspecified)"),
             (f"p-0.west.pods.evil.{ZONE}", "unsafe address 224.0.0.5 (multicast)"),
             (f"fed.evil.{ZONE}", "unsafe address 255.255.255.255 (broadcast)"),
+            (f"{HOST['168.63.129.16']}.east.db.evil.{ZONE}",
+             "unsafe address 168.63.129.16 (cloud-metadata)"),
+            (f"{HOST['fd00:ec2::254']}.east.db.evil.{ZONE}",
+             "unsafe address fd00:ec2::254 (cloud-metadata)"),
         ]:
             assert text in explain(srv, name), name
         # The good half of a dual-stack member is in the answer, beside its bad half.
@@ -299,6 +314,7 @@ def test_no_local_or_mirrored_trap_is_answered(tmp_path: Path) -> None:
             ("east", "link-local"): 2 + 5 + 2 + 1,  # api's two, dual-0's fe80::9
             ("east", "multicast"): 2 + 3,
             ("east", "broadcast"): 1 + 1,
+            ("east", "cloud-metadata"): 2 + 2,  # and fd00:ec2::254, ::ffff:168.63.129.16
             ("west", "loopback"): 1, ("west", "unspecified"): 1, ("west", "multicast"): 1,
             ("federated", "broadcast"): 1,
         }
@@ -308,7 +324,7 @@ def test_no_local_or_mirrored_trap_is_answered(tmp_path: Path) -> None:
                     "Service evil/dual", "Service evil/gw-west", "Service evil/rd-west",
                     "Service evil/p-0-west", "Service evil/fed-federated"):
             assert told(srv, obj) == 1, obj
-        line = srv.wait_log("EndpointSlice evil/db-v4: 9 unsafe addresses left out of every "
+        line = srv.wait_log("EndpointSlice evil/db-v4: 11 unsafe addresses left out of every "
                             "answer (no pod or Service can own one): ")
         assert "WARNING" in line and "cluster east: " in line
         assert f"{HOST['169.254.169.254']} 169.254.169.254 (link-local)" in line
@@ -352,9 +368,11 @@ REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror
 DB = "db.data.svc-global"
 EAST_DB = {"10.42.0.10", "10.42.0.11"}
 WEST_V4 = {"bad-0": "127.0.0.1", "bad-1": "169.254.169.254", "bad-2": "0.0.0.0",
-           "bad-3": "224.0.0.1", "bad-4": "255.255.255.255"}
+           "bad-3": "224.0.0.1", "bad-4": "255.255.255.255", "bad-5": "168.63.129.16",
+           "bad-6": "100.100.100.200"}
 WEST_V6 = {"bad6-0": "::1", "bad6-1": "fe80::1", "bad6-2": "ff02::1", "bad6-3": "::",
-           "bad6-4": "::ffff:169.254.169.254", "bad6-5": "2002:7f00:1::"}
+           "bad6-4": "::ffff:169.254.169.254", "bad6-5": "2002:7f00:1::",
+           "bad6-6": "fd00:ec2::254"}
 
 
 def west_objects() -> list[dict[str, Any]]:
@@ -419,7 +437,12 @@ def test_no_remote_trap_is_answered(clusters: tuple[ThreadedKube, ThreadedKube, 
         counts = metric_lines(srv, "dnsside_unsafe_addresses")
         assert {k: v for k, v in counts.items() if k[0] == "west"} == {
             ("west", "loopback"): 3, ("west", "link-local"): 3, ("west", "unspecified"): 2,
-            ("west", "multicast"): 2, ("west", "broadcast"): 1}
+            ("west", "multicast"): 2, ("west", "broadcast"): 1, ("west", "cloud-metadata"): 3}
+        # AWS's, Azure's and Alibaba's metadata endpoints outside link-local (issue 33).
+        for host, text in (("bad-5", "168.63.129.16 (cloud-metadata)"),
+                           ("bad-6", "100.100.100.200 (cloud-metadata)"),
+                           ("bad6-6", "fd00:ec2::254 (cloud-metadata)")):
+            assert f"unsafe address {text}" in explain(srv, f"{host}.west.{DB}"), host
         objects = ["db-v4", "db-v6"] if kind == "EndpointSlice" else ["db"]
         for name in objects:
             obj = f"{kind} data/{name} (its own API, --flat-network)"

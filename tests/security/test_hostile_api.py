@@ -553,3 +553,196 @@ def test_relist_pacing_backs_off_after_short_watches_and_resets_after_a_long_one
     assert all(0.0 <= d <= min(30.0, 0.5 * 2 ** i) for i, d in enumerate(delays)), delays
     assert pacing.backoff.attempt == 8
     assert pacing.delay(10.0) == 0.0 and pacing.backoff.attempt == 0
+
+
+# --------------------------------------------------------------------------- issue 33
+
+
+def _north_watch(request: web.Request, plural: str = "services") -> bool:
+    return _watching(request, plural)
+
+
+def test_ignored_watch_events_are_told_once_per_reason_and_counted(
+        clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
+    """Events of an unknown type and DELETED events without a name, as fast as dnsside
+    reads them (one warning each was 50 MB of log a second): one line per reason, every
+    event counted, north's answers and everyone else's unmoved."""
+    east, _, north = clusters
+    hostile = North()
+    weird = json.dumps({"type": "WEIRD", "object": {"metadata": {}}}).encode() + b"\n"
+    nameless = json.dumps({"type": "DELETED", "object": {"metadata": {}}}).encode() + b"\n"
+
+    async def junk(request: web.Request) -> web.StreamResponse | None:
+        if not _north_watch(request):
+            return None
+        return await hostile.stream(request, iter([(weird + nameless) * 100] * 100))
+
+    with serve(east) as srv, telling(srv):
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
+        steady = Steady(srv, everything(srv))
+        north.call(setattr, north.kube, "hostile", junk)
+        north.call(restart_watches, north.kube, False)
+        for reason in ("unknown-type", "no-name"):
+            wait_for(steady(lambda r=reason: (metric(  # type: ignore[misc]
+                srv, "dnsside_remote_ignored_objects_total",
+                f'cluster="north",reason="{r}"') or 0) >= 10_000), 30, f"10,000 {reason}")
+        assert count(srv, "skipping an event of unknown type 'WEIRD'") == 1
+        assert count(srv, "skipping a DELETED event without namespace/name") == 1
+        line = srv.wait_log("skipping an event of unknown type")
+        assert "cluster north: watch services" in line and "told once" in line
+        assert not steady.changed, steady.changed[:3]
+        assert metric(srv, "dnsside_remote_synced") == 1
+        assert metric(srv, "dnsside_remote_synced", 'cluster="west"') == 1
+
+
+def test_watches_closed_at_once_are_reopened_with_backoff(
+        clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
+    """A server that answers each watch with one BOOKMARK and closes it was watched again at
+    once, forever (19,460 requests in 10 s): a stream that neither lived nor carried a change
+    is reopened after a backoff, told once, counted; one that carries a change, at once."""
+    east, _, north = clusters
+    hostile = North()
+
+    async def bookmark_and_close(request: web.Request) -> web.StreamResponse | None:
+        if not _north_watch(request):
+            return None
+        mark = {"type": "BOOKMARK", "object": {"kind": "Service", "apiVersion": "v1",
+                "metadata": {"resourceVersion": request.query.get("resourceVersion", "1")}}}
+        return await hostile.stream(request, iter([json.dumps(mark).encode() + b"\n"]))
+
+    def watches() -> int:
+        return north.call(lambda: sum(1 for _, q in north.kube.request_log
+                                      if "/services?" in q and "watch=" in q))
+
+    with serve(east) as srv, telling(srv):
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
+        steady = Steady(srv, everything(srv))
+        north.call(setattr, north.kube, "hostile", bookmark_and_close)
+        north.call(restart_watches, north.kube, False)
+        restarts = 'reason="closed-early",resource="cluster north: services"'
+        wait_for(steady(lambda: (metric(srv, "dnsside_watch_restarts_total", restarts)
+                                 or 0) >= 4), 20, "four early closes")
+        # Over the next 40 polls of every name (seconds, at the tests' 0.5 s backoff cap),
+        # a handful of watches, not thousands.
+        first = watches()
+        for _ in range(40):
+            steady(lambda: None)()
+        assert watches() - first < 4 * 40, watches() - first
+        assert count(srv, "cluster north: watch services: the server closed the stream "
+                          "after") == 1
+        assert count(srv, "cluster north: watch services: stream closed by the server") == 0
+        assert not steady.changed, steady.changed[:3]
+        # A stream that carries a change is reopened at once again: north behaves.
+        north.call(setattr, north.kube, "hostile", None)
+        north.call(north.kube.apply, endpoint_slice("db-n1", "db", [
+            endpoint(NORTH_DB0, "db-0"), endpoint("10.245.1.6", "db-1")]))
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0, "10.245.1.6"}, 15,
+                 "north's change")
+
+
+FORGED = "WARNING dnsside.index: cluster west: Secret rotated, use https://evil.example"
+
+
+def test_a_linked_clusters_text_cannot_forge_a_log_line(
+        clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
+    """A newline (and an escape sequence) in a Status message, its reason and an object's
+    name (a slice with an unsafe address, which is logged): escaped wherever dnsside says
+    them (log, explain), never a line of their own."""
+    east, _, north = clusters
+    forged = f"etcd leader changed\n2026-11-28 15:00:00,000 {FORGED}\x1b[2K"
+
+    async def status_with_newline(request: web.Request) -> web.StreamResponse | None:
+        if _north_watch(request):
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                      "reason": "InternalError\nX", "code": 500,
+                                      "message": forged}, status=500)
+        if _listing(request, "endpointslices"):
+            evil = endpoint_slice("db-n1", "db", [endpoint(NORTH_DB0, "db-0"),
+                                                  endpoint("127.0.0.1", "db-9")])
+            evil["metadata"]["name"] = f"x\n{FORGED}"
+            item = {k: v for k, v in evil.items() if k != "kind"}
+            version = str(north.kube.resource_version)
+            return web.json_response({"kind": "EndpointSliceList", "metadata": {
+                "resourceVersion": version}, "items": [item]})
+        return None
+
+    with serve(east) as srv, telling(srv):
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
+        north.call(setattr, north.kube, "hostile", status_with_newline)
+        north.call(restart_watches, north.kube, True)
+        line = srv.wait_log("cluster north: flat network: its API is lost")
+        assert "etcd leader changed\\n2026-11-28 15:00:00,000 WARNING" in line
+        assert "\\x1b[2K" in line and "InternalError\\nX" in line
+        _, report = srv.http("/debug/explain?name=" + DB)
+        # (explain is JSON: the escape's backslash is written twice there)
+        assert "etcd leader changed\\\\n2026" in report and "\\u001b" not in report
+        wait_for(lambda: count(srv, "EndpointSlice data/x\\nWARNING dnsside.index") >= 1, 15,
+                 "the slice with a newline in its name, told of its unsafe address")
+        for text in srv.lines:
+            assert not text.lstrip().startswith(("2026-11-28 15:00:00", FORGED)), text
+            assert "\x1b" not in text, text
+    # `dnsside explain`'s text, on an operator's terminal: the member's object named escaped.
+    done = run_cli(["explain", "db-0.north." + DB, "--source", "kube", "--kubeconfig",
+                    east.kubeconfig, "--cluster-name", "east", "--flat-network"])
+    assert "EndpointSlice data/x\\nWARNING dnsside.index" in done.stdout, done.stdout
+    assert not any(text.startswith(FORGED) for text in done.stdout.splitlines()), done.stdout
+
+
+def test_an_event_flood_costs_only_its_own_clusters_freshness(
+        clusters: tuple[ThreadedKube, ThreadedKube, ThreadedKube]) -> None:
+    """North re-sends a one-pod slice as fast as dnsside reads it, 40,000 times: it is
+    throttled (told once, a gauge, a counter, explain), its events are coalesced (its last
+    state is what is answered), the others' answers do not move, and once it calms down it
+    is no longer throttled (told once) and follows at once again. (The reads' pacing and
+    the batches they make keep this flood far under the default share, 5 %, on a fake this
+    small: bench/hostile_remote.py measures that; a share of 0.1 % makes the throttle bite.)"""
+    east, _, north = clusters
+    hostile = North()
+
+    def tiny(ip: str) -> dict[str, Any]:
+        return endpoint_slice("big-tiny", "big", [endpoint(ip, "tiny-0")])
+
+    lines = [json.dumps({"type": "MODIFIED", "object": tiny(ip)}).encode() + b"\n"
+             for ip in ("10.245.8.1", "10.245.8.2")]
+    last = json.dumps({"type": "MODIFIED", "object": tiny("10.245.9.9")}).encode() + b"\n"
+
+    async def flood(request: web.Request) -> web.StreamResponse | None:
+        if not _north_watch(request, "endpointslices") or hostile.sent:
+            return None  # one flood; then north is the fake again, holding its last state
+        return await hostile.stream(request, iter([*(lines * 20_000), last]))
+
+    north.call(north.kube.load, [service("big", labels=dict(REMOTE_DISCOVERY_LABELS)),
+                                 tiny("10.245.8.1")])
+    with serve(east, "--flat-network-index-share", "0.001") as srv, telling(srv):
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
+        tiny_name = "tiny-0.north.big.data.svc-global"
+        wait_for(lambda: addresses(srv, tiny_name) == {"10.245.8.1"}, 15, "north's big")
+        steady = Steady(srv, everything(srv))
+        north.call(setattr, north.kube, "hostile", flood)
+        north.call(restart_watches, north.kube, False)
+        north.call(north.kube.apply, tiny("10.245.9.9"))  # (seen only through the flood)
+        wait_for(steady(lambda: (metric(srv, "dnsside_remote_throttled_events_total") or 0)
+                        >= 1), 30, "throttled")
+        line = srv.wait_log("cluster north: flat network: applying its watch events takes more")
+        assert "WARNING" in line and "--flat-network-index-share (0.1% of the time)" in line
+        throttled = "throttled: its changes come faster than --flat-network-index-share"
+        wait_for(lambda: throttled in srv.http("/debug/explain?name=" + DB)[1], 30,
+                 "explain says north is throttled")
+        # The flood ends on 10.245.9.9: what is answered once it is over.
+        wait_for(steady(lambda: metric(srv, "dnsside_remote_throttled") == 0
+                        and addresses(srv, tiny_name) == {"10.245.9.9"}),
+                 60, "no longer throttled, the last state answered")
+        assert (metric(srv, "dnsside_remote_throttled_events_total") or 0) >= 1000
+        assert hostile.sent > 1000 * len(lines[0])  # (it did flood)
+        assert count(srv, "applying its watch events takes more") == 1
+        assert count(srv, "cluster north: flat network: no longer throttled") == 1
+        wait_for(lambda: throttled not in srv.http("/debug/explain?name=" + DB)[1], 10,
+                 "explain no longer says so")
+        assert not steady.changed, steady.changed[:3]
+        assert metric(srv, "dnsside_remote_synced", 'cluster="west"') == 1
+        # Calm again: a change is applied at once.
+        north.call(setattr, north.kube, "hostile", None)
+        north.call(north.kube.apply, endpoint_slice("db-n1", "db", [
+            endpoint(NORTH_DB0, "db-0"), endpoint("10.245.1.6", "db-1")]))
+        wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0, "10.245.1.6"}, 10,
+                 "north's change")
