@@ -295,7 +295,8 @@ SAMPLE_TEXTS = {"--explain-from": ("10.0.0.0/8", "192.0.2.0/24"),
                 "--notify": ("10.0.0.9:53", "192.0.2.9:53"),
                 "--ns-address": ("10.0.0.5", "192.0.2.5"),
                 "--watch-namespace": ("default", "shared"),
-                "--flat-network-namespaces": ("default", "shared")}
+                "--flat-network-namespaces": ("default", "shared"),
+                "--flat-network-index-share": ("0.25",)}  # a fraction: at most 1
 
 
 def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
@@ -307,6 +308,8 @@ def _sample(option: str, action: argparse.Action) -> tuple[list[str], Any]:
         texts = [str(c) for c in action.choices][-1:]
     elif convert is int:
         texts = ["7"]
+    elif option in SAMPLE_TEXTS:
+        texts = list(SAMPLE_TEXTS[option])
     elif convert is float:
         texts = ["2.5"]
     else:
