@@ -114,6 +114,10 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
             rrs = [AT_QUESTION + t for t in tails]
             if len(rrs) > _FIT_ALWAYS:
                 rrs = _fit(rrs, MAX_BODY)
+            if out.rotate and len(rrs) > 1:
+                # Each name its own turn (see dnsside.dns.wire.Ring): not shared.
+                out.answers[name + _TYPE_IN[rtype]] = Answer(NOERROR, rtype, rrs, rotate=True)
+                continue
             # The owner is a pointer to the question, so the same addresses make the same
             # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
             # One Answer object serves them all.
@@ -153,6 +157,7 @@ class ServiceAnswers:
     tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
     # Each cluster's name below each service name (one service, a few zones).
     clusters: dict[tuple[str, bytes], bytes] = field(default_factory=dict)
+    rotate: bool = False  # --round-robin: answers of several records rotate
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -164,7 +169,7 @@ def encode_service(
 ) -> ServiceAnswers:
     """Pre-encode every answer of ``gs`` in every zone, by each zone's naming scheme.
     No published member → no names."""
-    out = ServiceAnswers()
+    out = ServiceAnswers(rotate=options.round_robin)
     members = published(gs, options)
     if not members:
         return out
@@ -243,7 +248,7 @@ def _srv_answers(
     # One record per target and port number: two port names (or protocols) on one number
     # would otherwise repeat a record (RFC 2181 §5: an RRset holds no duplicates).
     distinct = list({(id(w), p.port): (w, p) for w, p in pairs}.values())
-    _put_srv(out, svc_name, distinct, options)
+    _put_srv(out, svc_name, svc_name, distinct, options)
     named: dict[tuple[str, str], list[tuple[_Target, Port]]] = {}
     for w, p in pairs:
         if p.name:
@@ -258,12 +263,18 @@ def _srv_answers(
         except ValueError:
             continue
         distinct = list({(id(w), p.port): (w, p) for w, p in group_pairs}.values())
-        _put_srv(out, name, distinct, options)
+        _put_srv(out, name, svc_name, distinct, options)
 
 
 def _put_srv(
-    out: ServiceAnswers, name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
+    out: ServiceAnswers, name: bytes, svc_name: bytes, pairs: list[tuple[_Target, Port]],
+    options: ZoneOptions,
 ) -> None:
+    """The SRV answer of ``name`` (``svc_name`` or a ``_port._proto`` name below it) and its
+    glue. A glue record's owner is a compression pointer: into the SRV record naming its
+    target when the answer keeps one order, else (the records rotate, and a pointer into
+    them would point at another record after a turn) the target's labels below
+    ``svc_name`` and a pointer to ``svc_name`` in the question, where every target ends."""
     ttl = options.ttl
     local_first = options.srv_priority == "local-first"
 
@@ -300,14 +311,21 @@ def _put_srv(
             target_at[target] = (offset + size + 2 + 10 + 6, w)
         answer.append(rr)
         size += len(rr)
+    rotate = out.rotate and len(answer) > 1
+    below = struct.pack("!H", 0xC000 | (12 + len(name) - len(svc_name)))
     additional: list[bytes] = []
     for target, (at, w) in target_at.items():
-        owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
+        if rotate:
+            owner = target[: len(target) - len(svc_name)] + below if target.endswith(
+                svc_name) else target
+        else:
+            owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
         additional += [owner + t for t in w.a]
         if w.aaaa:
             additional += [owner + t for t in w.aaaa]
     additional = _fit(additional, MAX_BODY - size)
-    out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional)
+    out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional,
+                                               rotate=rotate)
 
 
 _PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port

@@ -185,23 +185,46 @@ class Responder:
     def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
         """The reply: ``answer`` as a whole, else without its additional section, else
         TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
-        ``space`` is the size limit less ``opt``."""
+        ``space`` is the size limit less ``opt``. An answer with a ring starts at its
+        next record (one slice of its records twice over, see :class:`~dnsside.dns.wire.Ring`);
+        the others are sent as they are."""
         room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
         body: bytes | memoryview
-        if answer.size <= room:
-            counts, body = (answer.counts_edns if opt else answer.counts), answer.body
-        else:
-            tail = answer.tail  # an answer that can miss a limit has one (see Answer)
-            assert tail is not None
-            if tail.size_part <= room:
-                counts = tail.counts_part_edns if opt else tail.counts_part
-                body = memoryview(answer.body)[: tail.size_part - 12]
+        ring = answer.ring
+        if ring is None:
+            if answer.size <= room:
+                counts, body = (answer.counts_edns if opt else answer.counts), answer.body
             else:
-                flags |= TC
-                fit = bisect_right(tail.ends, room - 12)
-                counts = section_counts(fit, 0, 1 if opt else 0)
-                body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
+                tail = answer.tail  # an answer that can miss a limit has one (see Answer)
+                assert tail is not None
+                if tail.size_part <= room:
+                    counts = tail.counts_part_edns if opt else tail.counts_part
+                    body = memoryview(answer.body)[: tail.size_part - 12]
+                else:
+                    flags |= TC
+                    fit = bisect_right(tail.ends, room - 12)
+                    counts = section_counts(fit, 0, 1 if opt else 0)
+                    body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
+            return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
+                             opt))
+        turn = ring.turn
+        ring.turn = turn + 1  # two threads may both read one turn: a repeat, nothing worse
+        if answer.size <= room:
+            at = ring.bounds[turn % ring.n]
+            return b"".join((data[:2], flags.to_bytes(2, "big"),
+                             answer.counts_edns if opt else answer.counts, data[12:qend],
+                             ring.data[at : at + ring.length], ring.rest, opt))
+        tail = answer.tail
+        assert tail is not None
+        if tail.size_part <= room:
+            counts = tail.counts_part_edns if opt else tail.counts_part
+            at = ring.bounds[turn % ring.n]
+            body = ring.data[at : at + ring.length]
+        else:
+            flags |= TC
+            fit, body = ring.page(turn, room - 12)
+            counts = section_counts(fit, 0, 1 if opt else 0)
         return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:

@@ -9,6 +9,12 @@ An :class:`Answer` holds a reply minus its first four
 bytes and its question, so one encoding serves every query of a name whatever
 its ID and letter case; everything in it that names the question is a
 compression pointer to offset 12 (:data:`AT_QUESTION`).
+
+An answer that rotates (``--round-robin``, :class:`Ring`) also keeps its answer records
+twice, end to end, so the records from any one of them on are one slice; that is sound
+only because no record points into another (owners point at the question, SRV targets
+are spelled out, and the glue after them points at the question too, never into an SRV
+record that a rotation moves).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import functools
 import socket
 import struct
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
@@ -103,13 +110,16 @@ class Answer:
     that fit (RFC 2181 §9), so a stub resolver that never retries over TCP still
     gets addresses. Nearly every answer is small (one pod's address) and has none,
     so the slots for it live in the tail, not here.
+
+    ``ring`` is None for an answer that is always sent in one order (one record, a
+    negative answer, the apex, ``--round-robin off``); see :class:`Ring`.
     """
 
-    __slots__ = ("body", "counts", "counts_edns", "flags", "size", "stat", "tail")
+    __slots__ = ("body", "counts", "counts_edns", "flags", "ring", "size", "stat", "tail")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
-        additional: Sequence[bytes] = ()
+        additional: Sequence[bytes] = (), rotate: bool = False
     ) -> None:
         self.stat = stat_key(qtype, rcode)  # the key this answer is counted under, shared
         self.flags = REPLY_FLAGS[rcode]
@@ -118,9 +128,12 @@ class Answer:
         self.body = part + b"".join(additional) if ar else part
         self.counts, self.counts_edns = section_counts(an, ns, ar), section_counts(an, ns, ar + 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
+        # Only the answer section turns: an answer with an authority section is negative.
+        self.ring = (Ring(answer, part, self.body[len(part):]) if rotate and an > 1 and not ns
+                     else None)
         self.tail: _Tail | None = None
         if self.size + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
-            self.tail = _Tail(an, ns, 12 + len(part), answer)
+            self.tail = _Tail(an, ns, 12 + len(part), answer if self.ring is None else ())
 
     @property
     def rcode(self) -> int:
@@ -141,7 +154,7 @@ class _Tail:
         self.counts_part = section_counts(an, ns, 0)
         self.counts_part_edns = section_counts(an, ns, 1)
         self.ends: Sequence[int] = _NO_ENDS
-        if size_part + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+        if answer and size_part + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             end, ends = 0, []
             for rr in answer:
                 end += len(rr)
@@ -153,6 +166,60 @@ class _Tail:
 
 
 _NO_ENDS: tuple[int, ...] = ()
+
+
+class Ring:
+    """The answer records of an answer that rotates, and whose turn it is.
+
+    Each reply starts one record further on than the one before (``turn``, counted per
+    answer, so a name asked between others still gets every start in turn: a counter
+    shared by all names would give a name asked every second query only every second
+    start). ``data`` is the records twice, end to end, and ``bounds[k]`` where record
+    ``k`` starts in it (``2n + 1`` entries), so the records from ``k`` on, wrapped
+    around, are ``data[bounds[k] : bounds[k] + length]``: one slice, nothing encoded
+    per query. ``rest`` is what follows the answer records (the glue of an SRV answer),
+    sent in one order.
+
+    A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*:
+    the records that fit from a start chosen so that successive truncated replies of
+    one name tile the records (``pages`` of them cover the RRset, the first one of
+    each lap one record further on), see :meth:`page`.
+    """
+
+    __slots__ = ("bounds", "data", "length", "n", "rest", "turn")
+
+    def __init__(self, answer: Sequence[bytes], part: bytes, rest: bytes) -> None:
+        self.n = len(answer)
+        self.length = len(part)
+        twice = part + part
+        # A big answer (TCP only) is sliced without a copy; a small one is faster copied.
+        self.data: bytes | memoryview = twice if len(part) < 4096 else memoryview(twice)
+        self.rest = rest
+        end, bounds = 0, [0]
+        for rr in (*answer, *answer):
+            end += len(rr)
+            bounds.append(end)
+        self.bounds = array("I", bounds)
+        self.turn = 0  # the next reply's; grows for ever (no wrap to get wrong)
+
+    def page(self, turn: int, room: int) -> tuple[int, bytes | memoryview]:
+        """The records a truncated reply with ``room`` bytes for them carries at ``turn``,
+        and how many: whole records, from a start that makes successive turns tile the
+        RRset. With ``per`` records fitting from the first, a lap is ``pages`` replies
+        starting ``per`` records apart; lap ``L`` starts at record ``L``, so over many
+        laps every record comes first. Any ``pages`` successive turns cover every record
+        of an RRset of equal-sized records (A, AAAA) unless ``per`` divides ``n``
+        (then one more), as the records from ``L + 1`` of one lap on and those up to
+        ``L + 1 + j·per`` of the next join up."""
+        n, bounds = self.n, self.bounds
+        per = bisect_right(bounds, room, 0, n + 1) - 1
+        if per <= 0:
+            return 0, b""
+        pages = -(-n // per)
+        start = (turn // pages + (turn % pages) * per) % n
+        at = bounds[start]
+        fit = min(bisect_right(bounds, at + room, start, start + n + 1) - 1 - start, n)
+        return fit, self.data[at : bounds[start + fit]]
 # The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
 REPLY_FLAGS = {rcode: QR_AA | rcode for rcode in range(16)}
 
