@@ -271,10 +271,10 @@ def _put_srv(
     options: ZoneOptions,
 ) -> None:
     """The SRV answer of ``name`` (``svc_name`` or a ``_port._proto`` name below it) and its
-    glue. A glue record's owner is a compression pointer: into the SRV record naming its
-    target when the answer keeps one order, else (the records rotate, and a pointer into
-    them would point at another record after a turn) the target's labels below
-    ``svc_name`` and a pointer to ``svc_name`` in the question, where every target ends."""
+    glue. A glue record's owner is a compression pointer into the SRV record naming its
+    target when the answer keeps one order; when the records rotate, a pointer into them
+    would point at another record after a turn, so the owners point only at what stays
+    put (:func:`_still_glue`)."""
     ttl = options.ttl
     local_first = options.srv_priority == "local-first"
 
@@ -312,20 +312,52 @@ def _put_srv(
         answer.append(rr)
         size += len(rr)
     rotate = out.rotate and len(answer) > 1
-    below = struct.pack("!H", 0xC000 | (12 + len(name) - len(svc_name)))
     additional: list[bytes] = []
-    for target, (at, w) in target_at.items():
-        if rotate:
-            owner = target[: len(target) - len(svc_name)] + below if target.endswith(
-                svc_name) else target
-        else:
-            owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
-        additional += [owner + t for t in w.a]
-        if w.aaaa:
-            additional += [owner + t for t in w.aaaa]
+    if rotate:
+        additional = _still_glue([(target, w) for target, (_, w) in target_at.items()],
+                                 {svc_name: 12 + len(name) - len(svc_name)}, offset + size)
+    else:
+        for target, (at, w) in target_at.items():
+            owner = _pointer(at) if at < 0x4000 else target
+            additional += [owner + t for t in w.a]
+            if w.aaaa:
+                additional += [owner + t for t in w.aaaa]
     additional = _fit(additional, MAX_BODY - size)
     out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional,
                                                rotate=rotate)
 
 
 _PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port
+
+
+def _pointer(at: int) -> bytes:
+    return struct.pack("!H", 0xC000 | at)
+
+
+def _still_glue(targets: list[tuple[bytes, _Target]], known: dict[bytes, int],
+                at: int) -> list[bytes]:
+    """The glue of a rotating SRV answer, written from offset ``at`` of the reply (just past
+    the answer records, whose length no turn changes). Owners are compressed only against
+    names that do not move with a turn: ``known`` (the service name inside the question,
+    where every target ends) and the glue owners written before, so a target's second
+    address record is a pointer to its first, and a pod's owner its hostname label and a
+    pointer to its cluster's name, once written."""
+    out: list[bytes] = []
+    for target, w in targets:
+        tails = (*w.a, *w.aaaa)
+        if not tails:
+            continue
+        pos = 0
+        while target[pos] and target[pos:] not in known:
+            if at + pos < 0x4000:
+                known[target[pos:]] = at + pos
+            pos += target[pos] + 1
+        owner = target[:pos] + _pointer(known[target[pos:]]) if target[pos] else target
+        out.append(owner + tails[0])
+        at += len(owner) + len(tails[0])
+        if len(tails) > 1:
+            again = _pointer(known[target]) if target in known else owner
+            for tail in tails[1:]:
+                out.append(again + tail)
+                at += len(again) + len(tail)
+    return out
