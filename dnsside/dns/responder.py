@@ -186,8 +186,8 @@ class Responder:
         """The reply: ``answer`` as a whole, else without its additional section, else
         TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
         ``space`` is the size limit less ``opt``. An answer with a ring starts at its
-        next record (one slice of its records twice over, see :class:`~dnsside.dns.wire.Ring`);
-        the others are sent as they are."""
+        next record (a slice of its records kept twice, or two slices of its body: see
+        :class:`~dnsside.dns.wire.Ring`); the others are sent as they are."""
         room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
         body: bytes | memoryview
@@ -208,24 +208,31 @@ class Responder:
                     body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
-        turn = ring.turn
-        ring.turn = turn + 1  # two threads may both read one turn: a repeat, nothing worse
+        k = ring.turn
+        ring.turn = k + 1 if k + 1 < ring.n else 0
         if answer.size <= room:
-            at = ring.bounds[turn % ring.n]
+            at, twice = ring.bounds[k], ring.twice
+            if twice is not None:
+                return b"".join((data[:2], flags.to_bytes(2, "big"),
+                                 answer.counts_edns if opt else answer.counts, data[12:qend],
+                                 twice[at : at + ring.length], ring.rest, opt))
+            body, end = answer.body, ring.length
             return b"".join((data[:2], flags.to_bytes(2, "big"),
                              answer.counts_edns if opt else answer.counts, data[12:qend],
-                             ring.data[at : at + ring.length], ring.rest, opt))
+                             body[at:end], body[:at], body[end:], opt))
         tail = answer.tail
         assert tail is not None
         if tail.size_part <= room:
             counts = tail.counts_part_edns if opt else tail.counts_part
-            at = ring.bounds[turn % ring.n]
-            body = ring.data[at : at + ring.length]
+            at, body = ring.bounds[k], answer.body
+            first, second = body[at : ring.length], body[:at]
         else:
             flags |= TC
-            fit, body = ring.page(turn, room - 12)
+            ring.turn = k  # a page is no turn: the next whole answer starts where it would
+            fit, first, second = ring.page(answer.body, room - 12)
             counts = section_counts(fit, 0, 1 if opt else 0)
-        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
+        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], first,
+                         second, opt))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
         # A TSIG record's TYPE, CLASS (ANY) and TTL (0), found by bytes.find at C speed:

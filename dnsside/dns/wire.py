@@ -10,11 +10,11 @@ bytes and its question, so one encoding serves every query of a name whatever
 its ID and letter case; everything in it that names the question is a
 compression pointer to offset 12 (:data:`AT_QUESTION`).
 
-An answer that rotates (``--round-robin``, :class:`Ring`) also keeps its answer records
-twice, end to end, so the records from any one of them on are one slice; that is sound
-only because no record points into another (owners point at the question, SRV targets
-are spelled out, and the glue after them points at the question too, never into an SRV
-record that a rotation moves).
+An answer that rotates (``--round-robin``, :class:`Ring`) is sent from any one of its
+answer records on, wrapped around: slices of the same bytes. That is sound only because
+no record points into another (owners point at the question, SRV targets are spelled
+out) and nothing after them points into them (the glue of a rotating SRV answer points
+at the question or at glue before it, never into an SRV record that a turn moves).
 """
 
 from __future__ import annotations
@@ -169,57 +169,72 @@ _NO_ENDS: tuple[int, ...] = ()
 
 
 class Ring:
-    """The answer records of an answer that rotates, and whose turn it is.
+    """Where the answer records of an answer that rotates start, and whose turn it is.
 
-    Each reply starts one record further on than the one before (``turn``, counted per
-    answer, so a name asked between others still gets every start in turn: a counter
-    shared by all names would give a name asked every second query only every second
-    start). ``data`` is the records twice, end to end, and ``bounds[k]`` where record
-    ``k`` starts in it (``2n + 1`` entries), so the records from ``k`` on, wrapped
-    around, are ``data[bounds[k] : bounds[k] + length]``: one slice, nothing encoded
-    per query. ``rest`` is what follows the answer records (the glue of an SRV answer),
-    sent in one order.
+    Each reply starts one record further on than the one before (``turn``, per answer, so
+    a name asked between others still gets every start in turn: a counter shared by all
+    names would give a name asked every second query only every second start).
+    ``bounds[k]`` is where record ``k`` starts in the body (``bounds[n]``: where the
+    records end), so the records from ``k`` on, wrapped around, are two slices of the
+    body, nothing encoded per query. An answer whose records and glue take at most
+    :data:`TWICE_UP_TO` bytes (a UDP reply carries it whole: nearly every rotating
+    answer asked) also keeps its records ``twice``, end to end, and its glue as ``rest``:
+    one slice then. Bigger ones do not (they would double the memory of the large
+    RRsets, which are most of the bytes of a big zone).
 
-    A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*:
-    the records that fit from a start chosen so that successive truncated replies of
-    one name tile the records (``pages`` of them cover the RRset, the first one of
-    each lap one record further on), see :meth:`page`.
+    A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*,
+    counted apart (``pages``): the records that fit from a start chosen so that
+    successive truncated replies of one name tile the records, see :meth:`page`.
+
+    The UDP thread and the event loop's TCP may both move ``turn`` at once: the worst
+    that does is one start given twice.
     """
 
-    __slots__ = ("bounds", "data", "length", "n", "rest", "turn")
+    __slots__ = ("bounds", "length", "n", "pages", "rest", "turn", "twice")
 
     def __init__(self, answer: Sequence[bytes], part: bytes, rest: bytes) -> None:
         self.n = len(answer)
         self.length = len(part)
-        twice = part + part
-        # A big answer (TCP only) is sliced without a copy; a small one is faster copied.
-        self.data: bytes | memoryview = twice if len(part) < 4096 else memoryview(twice)
-        self.rest = rest
         end, bounds = 0, [0]
-        for rr in (*answer, *answer):
+        for rr in answer:
             end += len(rr)
             bounds.append(end)
         self.bounds = array("I", bounds)
-        self.turn = 0  # the next reply's; grows for ever (no wrap to get wrong)
+        small = len(part) + len(rest) <= TWICE_UP_TO
+        self.twice: bytes | None = part + part if small else None
+        self.rest = rest if small else b""
+        self.turn = 0  # the next reply's start, 0 .. n-1
+        self.pages = 0  # truncated replies so far
 
-    def page(self, turn: int, room: int) -> tuple[int, bytes | memoryview]:
-        """The records a truncated reply with ``room`` bytes for them carries at ``turn``,
-        and how many: whole records, from a start that makes successive turns tile the
-        RRset. With ``per`` records fitting from the first, a lap is ``pages`` replies
-        starting ``per`` records apart; lap ``L`` starts at record ``L``, so over many
-        laps every record comes first. Any ``pages`` successive turns cover every record
-        of an RRset of equal-sized records (A, AAAA) unless ``per`` divides ``n``
-        (then one more), as the records from ``L + 1`` of one lap on and those up to
+    def page(self, body: bytes, room: int) -> tuple[int, bytes, bytes]:
+        """The next truncated reply's records for ``body`` (the answer's) when ``room`` bytes
+        are left for them: how many, and their bytes in two pieces (the second when they
+        wrap around). Whole records, from a start that makes successive pages tile the
+        RRset: with ``per`` records fitting from the first, a lap is ``pages`` replies
+        starting ``per`` records apart, and lap ``L`` starts at record ``L``, so over many
+        laps every record comes first. Any ``pages`` successive pages cover every record
+        of an RRset of equal-sized records (A, AAAA) unless ``per`` divides ``n`` (then
+        one more), as the records from ``L + 1`` of one lap on and those up to
         ``L + 1 + j·per`` of the next join up."""
-        n, bounds = self.n, self.bounds
-        per = bisect_right(bounds, room, 0, n + 1) - 1
+        n, bounds, length, turn = self.n, self.bounds, self.length, self.pages
+        self.pages = turn + 1
+        per = bisect_right(bounds, room) - 1
         if per <= 0:
-            return 0, b""
+            return 0, b"", b""
         pages = -(-n // per)
         start = (turn // pages + (turn % pages) * per) % n
         at = bounds[start]
-        fit = min(bisect_right(bounds, at + room, start, start + n + 1) - 1 - start, n)
-        return fit, self.data[at : bounds[start + fit]]
+        end = bisect_right(bounds, at + room, start) - 1  # records start .. end-1 fit
+        if end < n:
+            return end - start, body[at : bounds[end]], b""
+        more = bisect_right(bounds, room - (length - at), 0, start + 1) - 1  # 0 .. more-1
+        return n - start + more, body[at:length], body[: bounds[more]]
+
+
+# An answer at most this big (records and glue) keeps its records twice: one slice a reply.
+TWICE_UP_TO = 512
+
+
 # The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
 REPLY_FLAGS = {rcode: QR_AA | rcode for rcode in range(16)}
 
