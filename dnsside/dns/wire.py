@@ -195,11 +195,16 @@ class Ring:
     def __init__(self, answer: Sequence[bytes], part: bytes, rest: bytes) -> None:
         self.n = len(answer)
         self.length = len(part)
-        end, bounds = 0, [0]
-        for rr in answer:
-            end += len(rr)
-            bounds.append(end)
-        self.bounds = array("I", bounds)
+        size = len(answer[0])
+        # Records of one size (every A or AAAA RRset, most SRV ones): a range holds their
+        # offsets in 48 bytes, and indexes and bisects like the array the others need.
+        self.bounds: Sequence[int] = range(0, len(part) + 1, size)
+        if any(len(rr) != size for rr in answer):
+            end, bounds = 0, [0]
+            for rr in answer:
+                end += len(rr)
+                bounds.append(end)
+            self.bounds = array("I", bounds)
         small = len(part) + len(rest) <= TWICE_UP_TO
         self.twice: bytes | None = part + part if small else None
         self.rest = rest if small else b""
