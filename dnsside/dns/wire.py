@@ -190,7 +190,8 @@ class Ring:
     that does is one start given twice.
     """
 
-    __slots__ = ("bounds", "length", "n", "pages", "rest", "turn", "twice")
+    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "rest", "room", "turn",
+                 "twice")
 
     def __init__(self, answer: Sequence[bytes], part: bytes, rest: bytes) -> None:
         self.n = len(answer)
@@ -210,24 +211,29 @@ class Ring:
         self.rest = rest if small else b""
         self.turn = 0  # the next reply's start, 0 .. n-1
         self.pages = 0  # truncated replies so far
+        # The last room a page was cut for, how many records fit it from the first, and the
+        # pages of a lap: a name is asked with one or two sizes, so worked out once each.
+        self.room = self.per = self.laps = 0
 
     def page(self, body: bytes, room: int) -> tuple[int, bytes, bytes]:
         """The next truncated reply's records for ``body`` (the answer's) when ``room`` bytes
         are left for them: how many, and their bytes in two pieces (the second when they
         wrap around). Whole records, from a start that makes successive pages tile the
-        RRset: with ``per`` records fitting from the first, a lap is ``pages`` replies
+        RRset: with ``per`` records fitting from the first, a lap is ``laps`` replies
         starting ``per`` records apart, and lap ``L`` starts at record ``L``, so over many
-        laps every record comes first. Any ``pages`` successive pages cover every record
+        laps every record comes first. Any ``laps`` successive pages cover every record
         of an RRset of equal-sized records (A, AAAA) unless ``per`` divides ``n`` (then
         one more), as the records from ``L + 1`` of one lap on and those up to
         ``L + 1 + j·per`` of the next join up."""
-        n, bounds, length, turn = self.n, self.bounds, self.length, self.pages
-        self.pages = turn + 1
-        per = bisect_right(bounds, room) - 1
+        n, bounds, length = self.n, self.bounds, self.length
+        if room != self.room:
+            per = bisect_right(bounds, room) - 1
+            self.room, self.per, self.laps = room, per, -(-n // per) if per > 0 else 1
+        per, laps, turn = self.per, self.laps, self.pages
         if per <= 0:
             return 0, b"", b""
-        pages = -(-n // per)
-        start = (turn // pages + (turn % pages) * per) % n
+        self.pages = turn + 1
+        start = (turn // laps + turn % laps * per) % n
         at = bounds[start]
         end = bisect_right(bounds, at + room, start) - 1  # records start .. end-1 fit
         if end < n:
@@ -236,8 +242,9 @@ class Ring:
         return n - start + more, body[at:length], body[: bounds[more]]
 
 
-# An answer at most this big (records and glue) keeps its records twice: one slice a reply.
-TWICE_UP_TO = 512
+# An answer at most this big (records and glue: what an EDNS reply carries whole) keeps its
+# records twice: one slice a reply.
+TWICE_UP_TO = 1232
 
 
 # The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
