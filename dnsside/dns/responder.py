@@ -208,6 +208,11 @@ class Responder:
                     body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
+        bodies = ring.bodies
+        if bodies is not None and answer.size <= room:
+            return b"".join((data[:2], flags.to_bytes(2, "big"),
+                             answer.counts_edns if opt else answer.counts, data[12:qend],
+                             next(bodies), opt))
         k = ring.turn
         ring.turn = k + 1 if k + 1 < ring.n else 0
         if answer.size <= room:

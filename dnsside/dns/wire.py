@@ -20,11 +20,12 @@ at the question or at glue before it, never into an SRV record that a turn moves
 from __future__ import annotations
 
 import functools
+import itertools
 import socket
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
                                                          255)
@@ -177,10 +178,12 @@ class Ring:
     ``bounds[k]`` is where record ``k`` starts in the body (``bounds[n]``: where the
     records end), so the records from ``k`` on, wrapped around, are two slices of the
     body, nothing encoded per query. An answer whose records and glue take at most
-    :data:`TWICE_UP_TO` bytes (a UDP reply carries it whole: nearly every rotating
-    answer asked) also keeps its records ``twice``, end to end, and its glue as ``rest``:
-    one slice then. Bigger ones do not (they would double the memory of the large
-    RRsets, which are most of the bytes of a big zone).
+    :data:`TWICE_UP_TO` bytes (an EDNS reply carries it whole) also keeps its records
+    ``twice``, end to end, and its glue as ``rest``: one slice then; one whose turns take
+    at most :data:`CYCLE_UP_TO` bytes together (a service of a few members, the answer
+    asked most) keeps each turn whole (``bodies``): a turn is one ``next()``. Bigger ones
+    do neither (they would double the memory of the large RRsets, which are most of the
+    bytes of a big zone).
 
     A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*,
     counted apart (``pages``): the records that fit from a start chosen so that
@@ -190,8 +193,8 @@ class Ring:
     that does is one start given twice.
     """
 
-    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "rest", "room", "turn",
-                 "twice")
+    __slots__ = ("bodies", "bounds", "laps", "length", "n", "pages", "per", "rest", "room",
+                 "turn", "twice")
 
     def __init__(self, answer: Sequence[bytes], part: bytes, rest: bytes) -> None:
         self.n = len(answer)
@@ -206,7 +209,14 @@ class Ring:
                 end += len(rr)
                 bounds.append(end)
             self.bounds = array("I", bounds)
-        small = len(part) + len(rest) <= TWICE_UP_TO
+        whole = len(part) + len(rest)
+        # The smallest (a service's few addresses: the answers asked most) keep each turn
+        # whole, an endless cycle of them: next() is the whole cost of a turn.
+        self.bodies: Iterator[bytes] | None = None
+        if self.n * whole <= CYCLE_UP_TO:
+            self.bodies = itertools.cycle(
+                [part[at:] + part[:at] + rest for at in self.bounds[: self.n]])
+        small = self.bodies is None and whole <= TWICE_UP_TO
         self.twice: bytes | None = part + part if small else None
         self.rest = rest if small else b""
         self.turn = 0  # the next reply's start, 0 .. n-1
@@ -245,6 +255,8 @@ class Ring:
 # An answer at most this big (records and glue: what an EDNS reply carries whole) keeps its
 # records twice: one slice a reply.
 TWICE_UP_TO = 1232
+# An answer whose turns take at most this many bytes together keeps every turn whole.
+CYCLE_UP_TO = 1024
 
 
 # The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
