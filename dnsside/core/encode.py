@@ -42,6 +42,7 @@ from dnsside.dns.wire import (
     SRV,
     A,
     Answer,
+    Ring,
     pack_addresses,
     rr_head,
 )
@@ -116,7 +117,7 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
                 rrs = _fit(rrs, MAX_BODY)
             if out.rotate and len(rrs) > 1:
                 # Each name its own turn (see dnsside.dns.wire.Ring): not shared.
-                out.answers[name + _TYPE_IN[rtype]] = Answer(NOERROR, rtype, rrs, rotate=True)
+                out.answers[name + _TYPE_IN[rtype]] = Ring(NOERROR, rtype, rrs)
                 continue
             # The owner is a pointer to the question, so the same addresses make the same
             # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
@@ -323,8 +324,8 @@ def _put_srv(
             if w.aaaa:
                 additional += [owner + t for t in w.aaaa]
     additional = _fit(additional, MAX_BODY - size)
-    out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional,
-                                               rotate=rotate)
+    out.answers[name + _TYPE_IN[SRV]] = (Ring(NOERROR, SRV, answer, additional) if rotate
+                                         else Answer(NOERROR, SRV, answer, (), additional))
 
 
 _PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port

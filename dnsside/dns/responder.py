@@ -208,15 +208,11 @@ class Responder:
                     body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
-        bodies = ring.bodies
-        if bodies is not None and answer.size <= room:
-            return b"".join((data[:2], flags.to_bytes(2, "big"),
-                             answer.counts_edns if opt else answer.counts, data[12:qend],
-                             next(bodies), opt))
-        k = ring.turn
+        k = ring.turn  # ring is answer: the same object
         ring.turn = k + 1 if k + 1 < ring.n else 0
         if answer.size <= room:
-            at, twice = ring.bounds[k], ring.twice
+            twice, step = ring.twice, ring.step
+            at = k * step if step else ring.bounds[k]
             if twice is not None:
                 return b"".join((data[:2], flags.to_bytes(2, "big"),
                                  answer.counts_edns if opt else answer.counts, data[12:qend],

@@ -20,12 +20,11 @@ at the question or at glue before it, never into an SRV record that a turn moves
 from __future__ import annotations
 
 import functools
-import itertools
 import socket
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
                                                          255)
@@ -113,14 +112,14 @@ class Answer:
     so the slots for it live in the tail, not here.
 
     ``ring`` is None for an answer that is always sent in one order (one record, a
-    negative answer, the apex, ``--round-robin off``); see :class:`Ring`.
+    negative answer, the apex, ``--round-robin off``); a :class:`Ring` is its own.
     """
 
     __slots__ = ("body", "counts", "counts_edns", "flags", "ring", "size", "stat", "tail")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
-        additional: Sequence[bytes] = (), rotate: bool = False
+        additional: Sequence[bytes] = ()
     ) -> None:
         self.stat = stat_key(qtype, rcode)  # the key this answer is counted under, shared
         self.flags = REPLY_FLAGS[rcode]
@@ -129,12 +128,12 @@ class Answer:
         self.body = part + b"".join(additional) if ar else part
         self.counts, self.counts_edns = section_counts(an, ns, ar), section_counts(an, ns, ar + 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
-        # Only the answer section turns: an answer with an authority section is negative.
-        self.ring = (Ring(answer, part, self.body[len(part):]) if rotate and an > 1 and not ns
-                     else None)
+        self.ring: Ring | None = None
         self.tail: _Tail | None = None
         if self.size + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
-            self.tail = _Tail(an, ns, 12 + len(part), answer if self.ring is None else ())
+            self.tail = _Tail(an, ns, 12 + len(part), answer if self.keeps_ends else ())
+
+    keeps_ends = True  # a Ring finds its records' ends in its own bounds
 
     @property
     def rcode(self) -> int:
@@ -169,21 +168,21 @@ class _Tail:
 _NO_ENDS: tuple[int, ...] = ()
 
 
-class Ring:
-    """Where the answer records of an answer that rotates start, and whose turn it is.
+class Ring(Answer):
+    """An answer that rotates (``--round-robin``, more than one answer record): its ``ring``
+    is itself, so the query path reads one object, as for any other answer.
 
     Each reply starts one record further on than the one before (``turn``, per answer, so
     a name asked between others still gets every start in turn: a counter shared by all
     names would give a name asked every second query only every second start).
     ``bounds[k]`` is where record ``k`` starts in the body (``bounds[n]``: where the
-    records end), so the records from ``k`` on, wrapped around, are two slices of the
-    body, nothing encoded per query. An answer whose records and glue take at most
+    records end; ``step`` the records' size when they all have one: every A and AAAA
+    RRset), so the records from ``k`` on, wrapped around, are two slices of the body,
+    nothing encoded per query. An answer whose records and glue take at most
     :data:`TWICE_UP_TO` bytes (an EDNS reply carries it whole) also keeps its records
-    ``twice``, end to end, and its glue as ``rest``: one slice then; one whose turns take
-    at most :data:`CYCLE_UP_TO` bytes together (a service of a few members, the answer
-    asked most) keeps each turn whole (``bodies``): a turn is one ``next()``. Bigger ones
-    do neither (they would double the memory of the large RRsets, which are most of the
-    bytes of a big zone).
+    ``twice``, end to end, and its glue as ``rest``: one slice then. Bigger ones do not
+    (they would double the memory of the large RRsets, which are most of the bytes of a
+    big zone).
 
     A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*,
     counted apart (``pages``): the records that fit from a start chosen so that
@@ -193,32 +192,33 @@ class Ring:
     that does is one start given twice.
     """
 
-    __slots__ = ("bodies", "bounds", "laps", "length", "n", "pages", "per", "rest", "room",
+    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "rest", "room", "step",
                  "turn", "twice")
+    keeps_ends = False
 
-    def __init__(self, answer: Sequence[bytes], part: bytes, rest: bytes) -> None:
+    def __init__(self, rcode: int, qtype: int, answer: Sequence[bytes],
+                 additional: Sequence[bytes] = ()) -> None:
+        super().__init__(rcode, qtype, answer, (), additional)
+        self.ring = self
         self.n = len(answer)
-        self.length = len(part)
+        part_end = sum(map(len, answer))
+        self.length = part_end
         size = len(answer[0])
         # Records of one size (every A or AAAA RRset, most SRV ones): a range holds their
         # offsets in 48 bytes, and indexes and bisects like the array the others need.
-        self.bounds: Sequence[int] = range(0, len(part) + 1, size)
+        self.step = size
+        self.bounds: Sequence[int] = range(0, part_end + 1, size)
         if any(len(rr) != size for rr in answer):
+            self.step = 0
             end, bounds = 0, [0]
             for rr in answer:
                 end += len(rr)
                 bounds.append(end)
             self.bounds = array("I", bounds)
-        whole = len(part) + len(rest)
-        # The smallest (a service's few addresses: the answers asked most) keep each turn
-        # whole, an endless cycle of them: next() is the whole cost of a turn.
-        self.bodies: Iterator[bytes] | None = None
-        if self.n * whole <= CYCLE_UP_TO:
-            self.bodies = itertools.cycle(
-                [part[at:] + part[:at] + rest for at in self.bounds[: self.n]])
-        small = self.bodies is None and whole <= TWICE_UP_TO
-        self.twice: bytes | None = part + part if small else None
-        self.rest = rest if small else b""
+        body = self.body
+        small = len(body) <= TWICE_UP_TO
+        self.twice: bytes | None = body[:part_end] * 2 if small else None
+        self.rest = body[part_end:] if small else b""
         self.turn = 0  # the next reply's start, 0 .. n-1
         self.pages = 0  # truncated replies so far
         # The last room a page was cut for, how many records fit it from the first, and the
@@ -255,8 +255,6 @@ class Ring:
 # An answer at most this big (records and glue: what an EDNS reply carries whole) keeps its
 # records twice: one slice a reply.
 TWICE_UP_TO = 1232
-# An answer whose turns take at most this many bytes together keeps every turn whole.
-CYCLE_UP_TO = 1024
 
 
 # The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
