@@ -7,7 +7,9 @@ Same machinery as ``bench/run.py`` (servers on core 0, dnsperf on core 1, the
 same query file and NSD zone), but all servers run at once and take turns at
 every rate of every repeat, so slow drifts of a shared machine hit them alike.
 Prints, per rate, the median CPU µs per answered query of each variant, the
-median of its per-repeat ratios to NSD, answered q/s and the worst loss.
+median of its per-repeat ratios to NSD, answered q/s and the worst loss; with
+``--base NAME``, also each variant's per-repeat ratios to that one (a change
+against the code before it, ``@PYTHONPATH`` pointing at the old checkout).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--size", type=int, default=10000, help="topology members (0: the demo)")
     p.add_argument("--no-nsd", action="store_true")
+    p.add_argument("--base", help="a variant's NAME: print the others' CPU per answer as "
+                   "ratios to it, per repeat and their median")
     args = p.parse_args()
     run.OUT.mkdir(exist_ok=True)
     variants = [v.split("=", 1) for v in args.variant] or [["dnsside", ""]]
@@ -98,6 +102,17 @@ def main() -> int:
             cell += f" L{lost}" if lost else ""
             cells.append(f"{cell:>22}")
         print(f"{rate or 'max':>7} " + " ".join(cells))
+    if args.base:
+        print(f"\nCPU per answer / {args.base}'s, per repeat (same rate, same repeat):")
+        for rate in rates:
+            base = raw[(args.base, rate)]
+            for name in names:
+                if name in (args.base, "nsd"):
+                    continue
+                ratios = [a.us_per_query / b.us_per_query
+                          for a, b in zip(raw[(name, rate)], base, strict=True)]
+                print(f"{rate or 'max':>7} {name}: median {statistics.median(ratios):.3f} "
+                      f"({' '.join(f'{r:.3f}' for r in ratios)})")
     return 0
 
 

@@ -239,6 +239,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--gateway-probe-failures", int, 2,
          "consecutive failed probes after which a gateway counts as failing", _SERVING,
          metavar="N"),
+    Flag("--round-robin", str, "on", "rotate A, AAAA and SRV answers: each answer starts "
+         "one record further on (off: always one order)", _SERVING, choices=("on", "off")),
     Flag("--no-uvloop", bool, False, "use asyncio's own event loop", _SERVING),
     Flag("--lameduck", float, 5.0, "after SIGTERM, stay not ready but keep answering this "
          "long, then stop", _SERVING, metavar="SECONDS"),
@@ -473,6 +475,7 @@ class Config:
     gateway_probe_failures: int = default("--gateway-probe-failures")
     lameduck: float = default("--lameduck")  # seconds answering after SIGTERM, not ready
     udp_io: str = default("--udp-io")  # batch (recvmmsg/sendmmsg) or plain (recvfrom/sendto)
+    round_robin: str = default("--round-robin")  # on: answers rotate; off: one order
 
     @classmethod
     def from_flags(cls, command: str, values: Mapping[str, Any],

@@ -19,10 +19,11 @@ fi
 # promtool from prometheus (the alert rules; its service is not started in a container);
 # the resolver matrix: BIND (named, named-checkzone), knot-resolver, PowerDNS Recursor, dnsmasq;
 # the zone-transfer secondaries: NSD, BIND and Knot (knotd, knotc);
-# sysctl (procps) and setpriv (util-linux): the manifest's pod on port 53 as non-root.
+# sysctl (procps) and setpriv (util-linux): the manifest's pod on port 53 as non-root;
+# musl-gcc (musl-tools): musl's getaddrinfo, a client that takes truncated answers as they are.
 packages=(bind9-dnsutils knot-dnsutils unbound nsd dnsperf shellcheck prometheus
           iproute2 dnsmasq-base golang-go openjdk-17-jdk-headless etcd-server etcd-client openssl
-          bind9 knot knot-resolver pdns-recursor procps util-linux)
+          bind9 knot knot-resolver pdns-recursor procps util-linux musl-tools)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

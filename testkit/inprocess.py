@@ -27,13 +27,15 @@ Server = Responder | Dnsside
 
 
 def file_index(source: Path, *, cluster_name: str = "east", mcs_zones: Sequence[str] = (),
-               allow_transfer: Sequence[str] = (), ixfr_history: int = 64) -> Index:
+               allow_transfer: Sequence[str] = (), ixfr_history: int = 64,
+               round_robin: str = "on") -> Index:
     """The index `dnsside serve --source SOURCE --cluster-name CLUSTER_NAME` builds, synced
     (with ``allow_transfer``, keeping the zones' versions; none is cut yet)."""
     config = Config(source=str(source), cluster_name=cluster_name)
     config.mcs_zones = tuple(mcs_zones)
     config.allow_transfer = tuple(allow_transfer)
     config.ixfr_history = ixfr_history
+    config.round_robin = round_robin
     options = index_options(config)
     index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
     records, warnings = load_records(source)
@@ -44,9 +46,10 @@ def file_index(source: Path, *, cluster_name: str = "east", mcs_zones: Sequence[
 
 
 def file_responder(source: Path, *, cluster_name: str = "east",
-                   mcs_zones: Sequence[str] = ()) -> Responder:
+                   mcs_zones: Sequence[str] = (), round_robin: str = "on") -> Responder:
     """What `dnsside serve --source SOURCE --cluster-name CLUSTER_NAME` answers once synced."""
-    return file_index(source, cluster_name=cluster_name, mcs_zones=mcs_zones).responder
+    return file_index(source, cluster_name=cluster_name, mcs_zones=mcs_zones,
+                      round_robin=round_robin).responder
 
 
 def ask(server: Server, wire: bytes, transport: str = "udp") -> bytes:

@@ -43,6 +43,7 @@ from dnsside.dns.wire import (
     SRV,
     A,
     Answer,
+    Ring,
     pack_addresses,
     rr_head,
 )
@@ -115,6 +116,10 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
             rrs = [AT_QUESTION + t for t in tails]
             if len(rrs) > _FIT_ALWAYS:
                 rrs = _fit(rrs, MAX_BODY)
+            if out.rotate and len(rrs) > 1:
+                # Each name its own turn (see dnsside.dns.wire.Ring): not shared.
+                out.answers[name + _TYPE_IN[rtype]] = Ring(NOERROR, rtype, rrs)
+                continue
             # The owner is a pointer to the question, so the same addresses make the same
             # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
             # One Answer object serves them all.
@@ -154,6 +159,7 @@ class ServiceAnswers:
     tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
     # Each cluster's name below each service name (one service, a few zones).
     clusters: dict[tuple[str, bytes], bytes] = field(default_factory=dict)
+    rotate: bool = False  # --round-robin: answers of several records rotate
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -165,7 +171,7 @@ def encode_service(
 ) -> ServiceAnswers:
     """Pre-encode every answer of ``gs`` in every zone, by each zone's naming scheme.
     No published member → no names."""
-    out = ServiceAnswers()
+    out = ServiceAnswers(rotate=options.round_robin)
     members = published(gs, options)
     if not members:
         return out
@@ -255,7 +261,7 @@ def _srv_answers(
     # One record per target and port number: two port names (or protocols) on one number
     # would otherwise repeat a record (RFC 2181 §5: an RRset holds no duplicates).
     distinct = list({(id(w), p.port): (w, p) for w, p in pairs}.values())
-    _put_srv(out, svc_name, distinct, options)
+    _put_srv(out, svc_name, svc_name, distinct, options)
     named: dict[tuple[str, str], list[tuple[_Target, Port]]] = {}
     for w, p in pairs:
         if p.name:
@@ -270,12 +276,18 @@ def _srv_answers(
         except ValueError:
             continue
         distinct = list({(id(w), p.port): (w, p) for w, p in group_pairs}.values())
-        _put_srv(out, name, distinct, options)
+        _put_srv(out, name, svc_name, distinct, options)
 
 
 def _put_srv(
-    out: ServiceAnswers, name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
+    out: ServiceAnswers, name: bytes, svc_name: bytes, pairs: list[tuple[_Target, Port]],
+    options: ZoneOptions,
 ) -> None:
+    """The SRV answer of ``name`` (``svc_name`` or a ``_port._proto`` name below it) and its
+    glue. A glue record's owner is a compression pointer into the SRV record naming its
+    target when the answer keeps one order; when the records rotate, a pointer into them
+    would point at another record after a turn, so the owners point only at what stays
+    put (:func:`_still_glue`)."""
     ttl = options.ttl
     local_first = options.srv_priority == "local-first"
 
@@ -312,14 +324,53 @@ def _put_srv(
             target_at[target] = (offset + size + 2 + 10 + 6, w)
         answer.append(rr)
         size += len(rr)
+    rotate = out.rotate and len(answer) > 1
     additional: list[bytes] = []
-    for target, (at, w) in target_at.items():
-        owner = struct.pack("!H", 0xC000 | at) if at < 0x4000 else target
-        additional += [owner + t for t in w.a]
-        if w.aaaa:
-            additional += [owner + t for t in w.aaaa]
+    if rotate:
+        additional = _still_glue([(target, w) for target, (_, w) in target_at.items()],
+                                 {svc_name: 12 + len(name) - len(svc_name)}, offset + size)
+    else:
+        for target, (at, w) in target_at.items():
+            owner = _pointer(at) if at < 0x4000 else target
+            additional += [owner + t for t in w.a]
+            if w.aaaa:
+                additional += [owner + t for t in w.aaaa]
     additional = _fit(additional, MAX_BODY - size)
-    out.answers[name + _TYPE_IN[SRV]] = Answer(NOERROR, SRV, answer, (), additional)
+    out.answers[name + _TYPE_IN[SRV]] = (Ring(NOERROR, SRV, answer, additional) if rotate
+                                         else Answer(NOERROR, SRV, answer, (), additional))
 
 
 _PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port
+
+
+def _pointer(at: int) -> bytes:
+    return struct.pack("!H", 0xC000 | at)
+
+
+def _still_glue(targets: list[tuple[bytes, _Target]], known: dict[bytes, int],
+                at: int) -> list[bytes]:
+    """The glue of a rotating SRV answer, written from offset ``at`` of the reply (just past
+    the answer records, whose length no turn changes). Owners are compressed only against
+    names that do not move with a turn: ``known`` (the service name inside the question,
+    where every target ends) and the glue owners written before, so a target's second
+    address record is a pointer to its first, and a pod's owner its hostname label and a
+    pointer to its cluster's name, once written."""
+    out: list[bytes] = []
+    for target, w in targets:
+        tails = (*w.a, *w.aaaa)
+        if not tails:
+            continue
+        pos = 0
+        while target[pos] and target[pos:] not in known:
+            if at + pos < 0x4000:
+                known[target[pos:]] = at + pos
+            pos += target[pos] + 1
+        owner = target[:pos] + _pointer(known[target[pos:]]) if target[pos] else target
+        out.append(owner + tails[0])
+        at += len(owner) + len(tails[0])
+        if len(tails) > 1:
+            again = _pointer(known[target]) if target in known else owner
+            for tail in tails[1:]:
+                out.append(again + tail)
+                at += len(again) + len(tail)
+    return out

@@ -198,24 +198,55 @@ class Responder:
     def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
         """The reply: ``answer`` as a whole, else without its additional section, else
         TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
-        ``space`` is the size limit less ``opt``."""
+        ``space`` is the size limit less ``opt``. An answer with a ring starts at its
+        next record (a slice of its records kept twice, or two slices of its body: see
+        :class:`~dnsside.dns.wire.Ring`); the others are sent as they are."""
         room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
         body: bytes | memoryview
-        if answer.size <= room:
-            counts, body = (answer.counts_edns if opt else answer.counts), answer.body
-        else:
-            tail = answer.tail  # an answer that can miss a limit has one (see Answer)
-            assert tail is not None
-            if tail.size_part <= room:
-                counts = tail.counts_part_edns if opt else tail.counts_part
-                body = memoryview(answer.body)[: tail.size_part - 12]
+        ring = answer.ring
+        if ring is None:
+            if answer.size <= room:
+                counts, body = (answer.counts_edns if opt else answer.counts), answer.body
             else:
-                flags |= TC
-                fit = bisect_right(tail.ends, room - 12)
-                counts = section_counts(fit, 0, 1 if opt else 0)
-                body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
-        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body, opt))
+                tail = answer.tail  # an answer that can miss a limit has one (see Answer)
+                assert tail is not None
+                if tail.size_part <= room:
+                    counts = tail.counts_part_edns if opt else tail.counts_part
+                    body = memoryview(answer.body)[: tail.size_part - 12]
+                else:
+                    flags |= TC
+                    fit = bisect_right(tail.ends, room - 12)
+                    counts = section_counts(fit, 0, 1 if opt else 0)
+                    body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
+            return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
+                             opt))
+        k = ring.turn  # ring is answer: the same object
+        ring.turn = k + 1 if k + 1 < ring.n else 0
+        if answer.size <= room:
+            twice, step = ring.twice, ring.step
+            at = k * step if step else ring.bounds[k]
+            if twice is not None:
+                return b"".join((data[:2], flags.to_bytes(2, "big"),
+                                 answer.counts_edns if opt else answer.counts, data[12:qend],
+                                 twice[at : at + ring.length], ring.rest, opt))
+            body, end = answer.body, ring.length
+            return b"".join((data[:2], flags.to_bytes(2, "big"),
+                             answer.counts_edns if opt else answer.counts, data[12:qend],
+                             body[at:end], body[:at], body[end:], opt))
+        tail = answer.tail
+        assert tail is not None
+        if tail.size_part <= room:
+            counts = tail.counts_part_edns if opt else tail.counts_part
+            at, body = ring.bounds[k], answer.body
+            first, second = body[at : ring.length], body[:at]
+        else:
+            flags |= TC
+            ring.turn = k  # a page is no turn: the next whole answer starts where it would
+            fit, first, second = ring.page(answer.body, room - 12)
+            counts = section_counts(fit, 0, 1 if opt else 0)
+        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], first,
+                         second, opt))
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
         # A TSIG record's TYPE, CLASS (ANY) and TTL (0), found by bytes.find at C speed:

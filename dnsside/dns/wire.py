@@ -9,6 +9,12 @@ An :class:`Answer` holds a reply minus its first four
 bytes and its question, so one encoding serves every query of a name whatever
 its ID and letter case; everything in it that names the question is a
 compression pointer to offset 12 (:data:`AT_QUESTION`).
+
+An answer that rotates (``--round-robin``, :class:`Ring`) is sent from any one of its
+answer records on, wrapped around: slices of the same bytes. That is sound only because
+no record points into another (owners point at the question, SRV targets are spelled
+out) and nothing after them points into them (the glue of a rotating SRV answer points
+at the question or at glue before it, never into an SRV record that a turn moves).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import functools
 import socket
 import struct
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
@@ -103,9 +110,12 @@ class Answer:
     that fit (RFC 2181 §9), so a stub resolver that never retries over TCP still
     gets addresses. Nearly every answer is small (one pod's address) and has none,
     so the slots for it live in the tail, not here.
+
+    ``ring`` is None for an answer that is always sent in one order (one record, a
+    negative answer, the apex, ``--round-robin off``); a :class:`Ring` is its own.
     """
 
-    __slots__ = ("body", "counts", "counts_edns", "flags", "size", "stat", "tail")
+    __slots__ = ("body", "counts", "counts_edns", "flags", "ring", "size", "stat", "tail")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
@@ -118,9 +128,12 @@ class Answer:
         self.body = part + b"".join(additional) if ar else part
         self.counts, self.counts_edns = section_counts(an, ns, ar), section_counts(an, ns, ar + 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
+        self.ring: Ring | None = None
         self.tail: _Tail | None = None
         if self.size + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
-            self.tail = _Tail(an, ns, 12 + len(part), answer)
+            self.tail = _Tail(an, ns, 12 + len(part), answer if self.keeps_ends else ())
+
+    keeps_ends = True  # a Ring finds its records' ends in its own bounds
 
     @property
     def rcode(self) -> int:
@@ -141,7 +154,7 @@ class _Tail:
         self.counts_part = section_counts(an, ns, 0)
         self.counts_part_edns = section_counts(an, ns, 1)
         self.ends: Sequence[int] = _NO_ENDS
-        if size_part + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
+        if answer and size_part + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             end, ends = 0, []
             for rr in answer:
                 end += len(rr)
@@ -153,6 +166,98 @@ class _Tail:
 
 
 _NO_ENDS: tuple[int, ...] = ()
+
+
+class Ring(Answer):
+    """An answer that rotates (``--round-robin``, more than one answer record): its ``ring``
+    is itself, so the query path reads one object, as for any other answer.
+
+    Each reply starts one record further on than the one before (``turn``, per answer, so
+    a name asked between others still gets every start in turn: a counter shared by all
+    names would give a name asked every second query only every second start).
+    ``bounds[k]`` is where record ``k`` starts in the body (``bounds[n]``: where the
+    records end; ``step`` the records' size when they all have one: every A and AAAA
+    RRset), so the records from ``k`` on, wrapped around, are two slices of the body,
+    nothing encoded per query. An answer whose records and glue take at most
+    :data:`TWICE_UP_TO` bytes (a service of a few members) also keeps its records
+    ``twice``, end to end, and its glue as ``rest``: one slice then. Bigger ones do not
+    (they would double the memory of the large RRsets, which are most of the bytes of a
+    big zone).
+
+    A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*,
+    counted apart (``pages``): the records that fit from a start chosen so that
+    successive truncated replies of one name tile the records, see :meth:`page`.
+
+    The UDP thread and the event loop's TCP may both move ``turn`` at once: the worst
+    that does is one start given twice.
+    """
+
+    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "rest", "room", "step",
+                 "turn", "twice")
+    keeps_ends = False
+
+    def __init__(self, rcode: int, qtype: int, answer: Sequence[bytes],
+                 additional: Sequence[bytes] = ()) -> None:
+        super().__init__(rcode, qtype, answer, (), additional)
+        self.ring = self
+        self.n = len(answer)
+        part_end = sum(map(len, answer))
+        self.length = part_end
+        size = len(answer[0])
+        # Records of one size (every A or AAAA RRset, most SRV ones): a range holds their
+        # offsets in 48 bytes, and indexes and bisects like the array the others need.
+        self.step = size
+        self.bounds: Sequence[int] = range(0, part_end + 1, size)
+        if any(len(rr) != size for rr in answer):
+            self.step = 0
+            end, bounds = 0, [0]
+            for rr in answer:
+                end += len(rr)
+                bounds.append(end)
+            self.bounds = array("H", bounds)  # a body is under 64 KiB (MAX_BODY)
+        body = self.body
+        small = len(body) <= TWICE_UP_TO
+        self.twice: bytes | None = body[:part_end] * 2 if small else None
+        self.rest = body[part_end:] if small else b""
+        self.turn = 0  # the next reply's start, 0 .. n-1
+        self.pages = 0  # truncated replies so far
+        # The last room a page was cut for, how many records fit it from the first, and the
+        # pages of a lap: a name is asked with one or two sizes, so worked out once each.
+        self.room = self.per = self.laps = 0
+
+    def page(self, body: bytes, room: int) -> tuple[int, bytes, bytes]:
+        """The next truncated reply's records for ``body`` (the answer's) when ``room`` bytes
+        are left for them: how many, and their bytes in two pieces (the second when they
+        wrap around). Whole records, from a start that makes successive pages tile the
+        RRset: with ``per`` records fitting from the first, a lap is ``laps`` replies
+        starting ``per`` records apart, and lap ``L`` starts at record ``L``, so over many
+        laps every record comes first. Any ``laps`` successive pages cover every record
+        of an RRset of equal-sized records (A, AAAA) unless ``per`` divides ``n`` (then
+        one more), as the records from ``L + 1`` of one lap on and those up to
+        ``L + 1 + j·per`` of the next join up."""
+        n, bounds, length = self.n, self.bounds, self.length
+        if room != self.room:
+            per = bisect_right(bounds, room) - 1
+            self.room, self.per, self.laps = room, per, -(-n // per) if per > 0 else 1
+        per, laps, turn = self.per, self.laps, self.pages
+        if per <= 0:
+            return 0, b"", b""
+        self.pages = turn + 1
+        start = (turn // laps + turn % laps * per) % n
+        at = bounds[start]
+        end = bisect_right(bounds, at + room, start) - 1  # records start .. end-1 fit
+        if end < n:
+            return end - start, body[at : bounds[end]], b""
+        more = bisect_right(bounds, room - (length - at), 0, start + 1) - 1  # 0 .. more-1
+        return n - start + more, body[at:length], body[: bounds[more]]
+
+
+# An answer at most this big (records and glue: a service of a few members) keeps its records
+# twice: one slice a reply. Bigger ones take two slices: their second copy would cost more
+# memory (7 % of the RSS at 100k members for up to 1232 bytes) than it saves CPU.
+TWICE_UP_TO = 512
+
+
 # The flags of an answer by its RCODE (QR, AA): one int object each, not one per answer.
 REPLY_FLAGS = {rcode: QR_AA | rcode for rcode in range(16)}
 

@@ -31,6 +31,9 @@ class ZoneOptions:
     ttl: int = 5
     publish_not_ready: bool = False
     srv_priority: str = "equal"  # or "local-first"
+    # --round-robin: A, AAAA and SRV answers of more than one record start one record
+    # further on each time (dnsside.dns.wire.Ring); False: always in one order.
+    round_robin: bool = True
     # Addresses of the zone's name server, the apex (validated, normalised IPv4/IPv6).
     ns_addresses: tuple[str, ...] = ("127.0.0.1",)
 

@@ -65,6 +65,7 @@ def index_options(config: Config) -> IndexOptions:
             ttl=config.ttl,
             publish_not_ready=config.publish_not_ready,
             srv_priority=config.srv_priority,
+            round_robin=config.round_robin == "on",
             ns_addresses=config.ns_addresses,
         ),
     )

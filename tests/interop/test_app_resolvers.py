@@ -154,21 +154,6 @@ def test_glibc_getaddrinfo_and_res_query(resolver_ns: Netns) -> None:
 # --------------------------------------------------------------------------- Go
 
 
-@pytest.fixture(scope="module")
-def go_resolve(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/interop/clients/resolve.go built with Debian's golang-go, offline (standard library
-    only, caches in tmp, GOPROXY=off)."""
-    tmp = tmp_path_factory.mktemp("go")
-    binary = tmp / "resolve"
-    env = {**os.environ, "GOCACHE": str(tmp / "cache"), "GOPATH": str(tmp / "gopath"),
-           "GOPROXY": "off", "GOFLAGS": "", "CGO_ENABLED": "0", "HOME": str(tmp)}
-    go = shutil.which("go") or "/usr/lib/go/bin/go"
-    built = subprocess.run([go, "build", "-o", str(binary), str(CLIENTS / "resolve.go")],
-                           env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr
-    return binary
-
-
 def test_go_pure_resolver(resolver_ns: Netns, go_resolve: Path) -> None:
     r = run_client(resolver_ns, [str(go_resolve), f"host:{WEB}", "host:web", "host:api.apps",
                                  f"ip4:{WEB}", f"ip6:{WEB}", f"srv:http:tcp:{WEB}",

@@ -2,7 +2,11 @@
 // that asks for records by type sees them. Run as a single-file source program:
 //   java Jndi.java dns://127.0.0.1:PORT/ "A|name" "AAAA|name" "SRV|name" "A AAAA|name"
 // Several types at once ("A AAAA") make JNDI send one ANY query and keep the asked
-// types from the answer. One JSON object per query on stdout.
+// types from the answer. One JSON object per query on stdout, with the first value of
+// each type in the order the answer gave them ("first"). "INET|name" asks
+// InetAddress.getAllByName (the JVM's own cache, then the system resolver) instead.
+import java.net.InetAddress;
+import java.net.UnknownHostException;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.Hashtable;
@@ -33,8 +37,20 @@ public class Jndi {
             StringBuilder out = new StringBuilder();
             out.append("{\"server\": ").append(quote(server));
             out.append(", \"query\": ").append(quote(args[i]));
+            if (query[0].equals("INET")) {
+                try {
+                    InetAddress[] all = InetAddress.getAllByName(query[1]);
+                    out.append(", \"first\": {\"A\": ").append(quote(all[0].getHostAddress()))
+                       .append("}");
+                } catch (UnknownHostException e) {
+                    out.append(", \"error\": ").append(quote(e.getClass().getName()));
+                }
+                System.out.println(out.append("}"));
+                continue;
+            }
             try {
                 Attributes attrs = ctx.getAttributes(query[1], types);
+                StringBuilder firsts = new StringBuilder();
                 out.append(", \"records\": {");
                 NamingEnumeration<? extends Attribute> all = attrs.getAll();
                 boolean first = true;
@@ -44,6 +60,8 @@ public class Jndi {
                     for (int v = 0; v < attr.size(); v++) {
                         values.add(String.valueOf(attr.get(v)));
                     }
+                    firsts.append(first ? "" : ", ").append(quote(attr.getID())).append(": ")
+                          .append(quote(values.isEmpty() ? "" : values.get(0)));
                     Collections.sort(values);
                     out.append(first ? "" : ", ").append(quote(attr.getID())).append(": [");
                     for (int v = 0; v < values.size(); v++) {
@@ -52,7 +70,7 @@ public class Jndi {
                     out.append("]");
                     first = false;
                 }
-                out.append("}");
+                out.append("}, \"first\": {").append(firsts).append("}");
             } catch (NamingException e) {
                 out.append(", \"error\": ").append(quote(e.getClass().getName()))
                    .append(", \"message\": ").append(quote(String.valueOf(e.getMessage())));

@@ -4,7 +4,8 @@
 //
 // Arguments: host:NAME (LookupHost: A and AAAA), ip4:NAME / ip6:NAME (LookupIP),
 // srv:SERVICE:PROTO:NAME (LookupSRV, "_SERVICE._PROTO.NAME"; empty SERVICE and PROTO
-// look NAME up as it is).
+// look NAME up as it is), dial:NAME:PORT (a TCP connection as net.Dial makes it, through
+// the same resolver: the address it reached).
 package main
 
 import (
@@ -51,6 +52,15 @@ func main() {
 			ips, err = resolver.LookupIP(ctx, kind, rest)
 			for _, ip := range ips {
 				r.Addresses = append(r.Addresses, ip.String())
+			}
+		case "dial":
+			var conn net.Conn
+			dialer := net.Dialer{Resolver: resolver}
+			conn, err = dialer.DialContext(ctx, "tcp", rest)
+			if err == nil {
+				host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
+				r.Addresses = []string{host}
+				conn.Close()
 			}
 		case "srv":
 			parts := strings.SplitN(rest, ":", 3)
