@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,6 +71,9 @@ def watch_responder(responder: Responder) -> QueryCollector:
 _collector: QueryCollector | None = None
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds...: read from
+# /proc at scrape time (nothing elsewhere), for the memory limit of docs/operating.md's sizing.
+ProcessCollector(registry=REGISTRY)
 
 DROPPED = Counter(
     "dnsside_dropped_connections",
