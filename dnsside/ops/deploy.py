@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from dnsside.ops.coredns import CorednsOptions, coredns_output
+from dnsside.ops.dashboard import FILE_NAME, dashboard_json
 from dnsside.ops.manifests import DNS_PORT, NAME, SIDECAR_DNS_PORT, InstallOptions, manifests
 from dnsside.ops.monitoring import monitoring
 from dnsside.ops.yamlout import Dumper, comment, to_yaml
@@ -79,5 +80,8 @@ def deploy_files() -> dict[str, str]:
     out["deploy/monitoring/monitoring.yaml"] = to_yaml(
         monitoring("standalone", NAME),
         GENERATED.format(command="dnsside install monitoring") + "\nPodMonitor + "
-        "PrometheusRule (prometheus-operator); runbooks: deploy/README.md, Alerts.")
+        "PrometheusRule (prometheus-operator); runbooks: deploy/README.md, Alerts;\n"
+        "the Grafana dashboard's ConfigMap, for Grafana's dashboard sidecar.")
+    # The same dashboard for Grafana's Import (its description carries the generated note).
+    out[f"deploy/monitoring/{FILE_NAME}"] = dashboard_json()
     return out

@@ -1,4 +1,5 @@
-"""``dnsside install monitoring``: a PodMonitor and the PrometheusRule with dnsside's alerts.
+"""``dnsside install monitoring``: a PodMonitor, the PrometheusRule with dnsside's alerts,
+and the Grafana dashboard's ConfigMap (:mod:`dnsside.ops.dashboard`).
 
 The one thing to keep in step: the metric names and labels in :data:`ALERTS` are
 :mod:`dnsside.telemetry.metrics`'s, and each alert's runbook line is repeated in
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnsside.core.diagnosis import CREDENTIALS_FIX, LINK_WATCH_DOWN_FIX, UNLINK
+from dnsside.ops.dashboard import dashboard_config_map
 from dnsside.ops.manifests import LABELS, NAME, meta
 
 
@@ -153,6 +155,9 @@ def pod_monitor(mode: str, namespace: str, labels: Mapping[str, str] | None = No
     }
 
 
-def monitoring(mode: str, namespace: str, labels: Mapping[str, str] | None = None
-               ) -> list[dict[str, Any]]:
-    return [pod_monitor(mode, namespace, labels), prometheus_rule(namespace, labels)]
+def monitoring(mode: str, namespace: str, labels: Mapping[str, str] | None = None,
+               dashboard_namespace: str | None = None) -> list[dict[str, Any]]:
+    """``dashboard_namespace``: where Grafana's dashboard sidecar looks (default
+    ``namespace``; the sidecar watches only Grafana's own unless told ALL)."""
+    return [pod_monitor(mode, namespace, labels), prometheus_rule(namespace, labels),
+            dashboard_config_map(dashboard_namespace or namespace, labels)]
