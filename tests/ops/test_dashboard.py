@@ -3,6 +3,9 @@
 * every panel's PromQL through `promtool check rules`, as recording rules, Grafana's
   variables replaced by what Grafana sends;
 * every metric a panel names is served on /metrics by a running dnsside;
+* against a real Prometheus scraping a running dnsside, the panels of what that dnsside
+  does (answers, latency, members, connections, locality, transfers, memory...) show
+  series, their legends' labels on them;
 * the JSON has the shape Grafana loads (a schema of our own: ids, gridPos, targets with
   expr, the datasource/namespace/pod variables), and the ConfigMap `dnsside install
   monitoring` prints carries it with the label Grafana's dashboard sidecar looks for.
@@ -13,6 +16,9 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +29,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsside.ops import dashboard as dash
+from testkit.resolvers import free_port
+from testkit.serve import NGINX, ROOT, Dnsside, demo_server, wait_for
 from tests.ops.test_install import cli, docs, one, promtool
-from testkit.serve import ROOT, demo_server
 
 # What Grafana puts in place of its variables before the query reaches Prometheus.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": "dnsside", "$pod": "dnsside-.*",
@@ -122,6 +129,89 @@ def test_every_panel_names_only_metrics_dnsside_serves() -> None:
     # Guards the guard: a misspelt name is caught.
     assert metric_names("sum(rate(dnsside_querys_total[1m]))") - served == {
         "dnsside_querys_total"}
+
+
+# --------------------------------------------------------------------------- a real Prometheus
+
+SCRAPE = "1s"
+LIVE_VARIABLES = {**GRAFANA_VARIABLES, "$__rate_interval": "10s", "$pod": "dnsside-0"}
+# The panels that show series for a dnsside on the demo topology that answered queries over
+# UDP and TCP; the others need gateways probed, --flat-network or a watch that restarted.
+SHOWN = {"Answers by rcode", "Answers by query type", "Answer latency", "Dropped connections",
+         "Open connections", "Dropped packets", "Members by cluster", "Global services",
+         "Sources synced", "Index update time", "Locality spill", "Link watch", "Transfers",
+         "NOTIFYs", "Transfer bytes", "Memory", "CPU"}
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[Dnsside, str]]:
+    """A demo dnsside, and the address of a Prometheus scraping it every second as the
+    PodMonitor would label it (namespace, pod)."""
+    with demo_server() as srv:
+        config = tmp_path / "prometheus.yml"
+        config.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
+            "scrape_configs": [{"job_name": "dnsside", "static_configs": [{
+                "targets": [f"127.0.0.1:{srv.http_port}"],
+                "labels": {"namespace": "dnsside", "pod": "dnsside-0"}}]}]}))
+        address = f"127.0.0.1:{free_port()}"
+        proc = subprocess.Popen(
+            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path}/tsdb",
+             f"--web.listen-address={address}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: _get(address, "/-/ready") is not None, 30, "prometheus ready")
+            yield srv, address
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def _get(address: str, path: str) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=5) as r:
+            return str(r.read().decode())
+    except OSError:
+        return None
+
+
+def instant(address: str, expr: str) -> list[dict[str, Any]]:
+    text = _get(address, "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert text is not None, expr
+    body = json.loads(text)
+    assert body["status"] == "success", (expr, body)
+    return list(body["data"]["result"])
+
+
+def test_panels_show_a_scraped_dnsside(prometheus: tuple[Dnsside, str]) -> None:
+    srv, address = prometheus
+    for i in range(80):  # UDP is sampled 1 in 64 for the latency histogram; TCP every query
+        srv.query(NGINX, "A", tcp=i % 8 == 0)
+        srv.query("nothing.default.svc-global", "A")
+    board = dash.dashboard()
+
+    def live(expr: str) -> str:
+        for var, value in LIVE_VARIABLES.items():
+            expr = expr.replace(var, value)
+        return expr
+
+    def results() -> dict[str, list[dict[str, Any]]]:
+        return {f"{p['title']}/{t['refId']}": instant(address, live(t["expr"]))
+                for p, t in targets(board)}
+
+    def all_shown() -> dict[str, list[dict[str, Any]]] | None:
+        found = results()
+        return found if all(found[f"{title}/A"] for title in SHOWN) else None
+
+    found = wait_for(all_shown, 60, "a series in each panel of SHOWN")
+    for p, t in targets(board):
+        for series in found[f"{p['title']}/{t['refId']}"]:
+            for label in re.findall(r"\{\{(\w+)\}\}", t["legendFormat"]):
+                assert label in series["metric"], (p["title"], label, series)
+    rcodes = {s["metric"]["rcode"] for s in found["Answers by rcode/A"]}
+    assert {"NOERROR", "NXDOMAIN"} <= rcodes
+    memory = found["Memory/A"]
+    assert len(memory) == 1 and float(memory[0]["value"][1]) > 10e6
 
 
 # --------------------------------------------------------------------------- JSON shape
