@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -29,6 +30,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsside.ops import dashboard as dash
+from testkit.gateways import FakeGateway, probed_demo
 from testkit.resolvers import free_port
 from testkit.serve import NGINX, ROOT, Dnsside, demo_server, wait_for
 from tests.ops.test_install import cli, docs, one, promtool
@@ -135,19 +137,27 @@ def test_every_panel_names_only_metrics_dnsside_serves() -> None:
 
 SCRAPE = "1s"
 LIVE_VARIABLES = {**GRAFANA_VARIABLES, "$__rate_interval": "10s", "$pod": "dnsside-0"}
-# The panels that show series for a dnsside on the demo topology that answered queries over
-# UDP and TCP; the others need gateways probed, --flat-network or a watch that restarted.
+# The panels that show series for a dnsside on the demo topology that probes gateways and
+# answered queries over UDP and TCP; the others need --flat-network or a watch that restarted.
 SHOWN = {"Answers by rcode", "Answers by query type", "Answer latency", "Dropped connections",
          "Open connections", "Dropped packets", "Members by cluster", "Global services",
-         "Sources synced", "Index update time", "Locality spill", "Link watch", "Transfers",
-         "NOTIFYs", "Transfer bytes", "Memory", "CPU"}
+         "Sources synced", "Index update time", "Locality spill", "Link watch",
+         "Gateways by probe state", "Gateway probe failures", "Transfers", "NOTIFYs",
+         "Transfer bytes", "Memory", "CPU"}
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[tuple[Dnsside, str]]:
-    """A demo dnsside, and the address of a Prometheus scraping it every second as the
-    PodMonitor would label it (namespace, pod)."""
-    with demo_server() as srv:
+def prometheus(tmp_path: Path) -> Iterator[tuple[Dnsside, dict[str, FakeGateway], str]]:
+    """A demo dnsside probing its links' gateways, those, and the address of a Prometheus
+    scraping it every second as the PodMonitor would label it (namespace, pod)."""
+    gateways = {c: FakeGateway().start() for c in ("west", "north", "south")}
+    demo = probed_demo(tmp_path, gateways)
+    with contextlib.ExitStack() as stack:
+        for gw in gateways.values():
+            stack.callback(gw.stop)
+        srv = stack.enter_context(Dnsside(
+            "--source", str(demo), "--cluster-name", "east", "--gateway-probe", "on",
+            "--gateway-probe-period", "0.2", "--gateway-probe-timeout", "0.2"))
         config = tmp_path / "prometheus.yml"
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
@@ -161,7 +171,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[Dnsside, str]]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: _get(address, "/-/ready") is not None, 30, "prometheus ready")
-            yield srv, address
+            yield srv, gateways, address
         finally:
             proc.terminate()
             proc.wait(10)
@@ -183,8 +193,13 @@ def instant(address: str, expr: str) -> list[dict[str, Any]]:
     return list(body["data"]["result"])
 
 
-def test_panels_show_a_scraped_dnsside(prometheus: tuple[Dnsside, str]) -> None:
-    srv, address = prometheus
+def test_panels_show_a_scraped_dnsside(
+        prometheus: tuple[Dnsside, dict[str, FakeGateway], str]) -> None:
+    srv, gateways, address = prometheus
+    # A gateway that answered and then fails is "failing" (one never answered is not).
+    wait_for(lambda: srv.metric("dnsside_gateway_probe_state", cluster="south",
+                                state="alive") == 1, 10, "south's gateway alive")
+    gateways["south"].mode = "fail"
     for i in range(80):  # UDP is sampled 1 in 64 for the latency histogram; TCP every query
         srv.query(NGINX, "A", tcp=i % 8 == 0)
         srv.query("nothing.default.svc-global", "A")
@@ -203,13 +218,25 @@ def test_panels_show_a_scraped_dnsside(prometheus: tuple[Dnsside, str]) -> None:
         found = results()
         return found if all(found[f"{title}/A"] for title in SHOWN) else None
 
-    found = wait_for(all_shown, 60, "a series in each panel of SHOWN")
+    def settled() -> dict[str, list[dict[str, Any]]] | None:
+        found = all_shown()
+        states = [s["metric"]["state"] for s in found["Gateways by probe state/A"]] \
+            if found else []
+        return found if sorted(states) == ["alive", "failing"] else None
+
+    found = wait_for(settled, 60, "a series in each panel of SHOWN, the probes settled")
     for p, t in targets(board):
         for series in found[f"{p['title']}/{t['refId']}"]:
             for label in re.findall(r"\{\{(\w+)\}\}", t["legendFormat"]):
                 assert label in series["metric"], (p["title"], label, series)
     rcodes = {s["metric"]["rcode"] for s in found["Answers by rcode/A"]}
     assert {"NOERROR", "NXDOMAIN"} <= rcodes
+    states = {s["metric"]["state"]: float(s["value"][1])
+              for s in found["Gateways by probe state/A"]}
+    assert states.get("failing") == 1 and states.get("alive") == 2, states
+    failing = {s["metric"]["cluster"] for s in found["Gateway probe failures/A"]
+               if float(s["value"][1]) > 0}
+    assert failing == {"south"}
     memory = found["Memory/A"]
     assert len(memory) == 1 and float(memory[0]["value"][1]) > 10e6
 
