@@ -159,7 +159,10 @@ ROWS: tuple[Row, ...] = (
         Panel("Remote throttled",
               "1 while the linked cluster's watch events would take more than "
               "--flat-network-index-share and are coalesced (alert DnssideRemoteThrottled).",
-              (Query(f"max by (cluster) (dnsside_remote_throttled{{{SEL}}})",
+              # The gauge exists once a cluster was throttled: 0 for the others, by the
+              # clusters dnsside follows (dnsside_remote_synced has one series each).
+              (Query(f"max by (cluster) (dnsside_remote_throttled{{{SEL}}}) or "
+                     f"0 * max by (cluster) (dnsside_remote_synced{{{SEL}}})",
                      "{{cluster}}"),), "short"),
         Panel("Remote events held",
               "Watch events per second held back while the linked cluster was throttled.",

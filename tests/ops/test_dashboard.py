@@ -30,9 +30,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsside.ops import dashboard as dash
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.flatnet import local_objects, west_objects
 from testkit.gateways import FakeGateway, probed_demo
 from testkit.resolvers import free_port
 from testkit.serve import NGINX, ROOT, Dnsside, demo_server, wait_for
+from testkit.threadedkube import ThreadedKube
 from tests.ops.test_install import cli, docs, one, promtool
 
 # What Grafana puts in place of its variables before the query reaches Prometheus.
@@ -146,10 +149,32 @@ SHOWN = {"Answers by rcode", "Answers by query type", "Answer latency", "Dropped
          "Transfer bytes", "Memory", "CPU"}
 
 
+@contextlib.contextmanager
+def scraping(srv: Dnsside, tmp: Path) -> Iterator[str]:
+    """The address of a Prometheus scraping ``srv`` every second, labelled as the
+    PodMonitor's scrape labels it (namespace, pod)."""
+    config = tmp / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
+        "scrape_configs": [{"job_name": "dnsside", "static_configs": [{
+            "targets": [f"127.0.0.1:{srv.http_port}"],
+            "labels": {"namespace": "dnsside", "pod": "dnsside-0"}}]}]}))
+    address = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp}/tsdb",
+         f"--web.listen-address={address}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _get(address, "/-/ready") is not None, 30, "prometheus ready")
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[Dnsside, dict[str, FakeGateway], str]]:
-    """A demo dnsside probing its links' gateways, those, and the address of a Prometheus
-    scraping it every second as the PodMonitor would label it (namespace, pod)."""
+    """A demo dnsside probing its links' gateways, those, and a Prometheus scraping it."""
     gateways = {c: FakeGateway().start() for c in ("west", "north", "south")}
     demo = probed_demo(tmp_path, gateways)
     with contextlib.ExitStack() as stack:
@@ -158,23 +183,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[Dnsside, dict[str, FakeGateway]
         srv = stack.enter_context(Dnsside(
             "--source", str(demo), "--cluster-name", "east", "--gateway-probe", "on",
             "--gateway-probe-period", "0.2", "--gateway-probe-timeout", "0.2"))
-        config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
-            "scrape_configs": [{"job_name": "dnsside", "static_configs": [{
-                "targets": [f"127.0.0.1:{srv.http_port}"],
-                "labels": {"namespace": "dnsside", "pod": "dnsside-0"}}]}]}))
-        address = f"127.0.0.1:{free_port()}"
-        proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path}/tsdb",
-             f"--web.listen-address={address}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for(lambda: _get(address, "/-/ready") is not None, 30, "prometheus ready")
-            yield srv, gateways, address
-        finally:
-            proc.terminate()
-            proc.wait(10)
+        yield srv, gateways, stack.enter_context(scraping(srv, tmp_path))
 
 
 def _get(address: str, path: str) -> str | None:
@@ -193,6 +202,67 @@ def instant(address: str, expr: str) -> list[dict[str, Any]]:
     return list(body["data"]["result"])
 
 
+def live(expr: str) -> str:
+    for var, value in LIVE_VARIABLES.items():
+        expr = expr.replace(var, value)
+    return expr
+
+
+def results(address: str, board: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Each target's series now, by "panel title/refId"."""
+    return {f"{p['title']}/{t['refId']}": instant(address, live(t["expr"]))
+            for p, t in targets(board)}
+
+
+def legends_match(board: dict[str, Any], found: dict[str, list[dict[str, Any]]]) -> None:
+    for p, t in targets(board):
+        for series in found[f"{p['title']}/{t['refId']}"]:
+            for label in re.findall(r"\{\{(\w+)\}\}", t["legendFormat"]):
+                assert label in series["metric"], (p["title"], label, series)
+
+
+def by_cluster(series: list[dict[str, Any]]) -> dict[str, float]:
+    return {s["metric"]["cluster"]: float(s["value"][1]) for s in series}
+
+
+REMOTE_TOKEN = "remote-access-token-west"
+REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
+
+
+def test_flat_network_panels_show_a_linked_cluster(tmp_path: Path) -> None:
+    """--flat-network against two fake API servers (east local, west linked): west's row
+    shows it synced, its credentials valid, and not throttled (0, not "No data")."""
+    with contextlib.ExitStack() as stack:
+        clusters = {}
+        for name in ("west", "east"):
+            (tmp_path / name).mkdir()
+            clusters[name] = k = ThreadedKube(tmp_path / name)
+            stack.callback(k.close)
+        west, east = clusters["west"], clusters["east"]
+        west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
+        west.call(west.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
+        west.call(west.kube.load, {"kind": "List", "items": west_objects()})
+        east.call(east.kube.load, {"kind": "List", "items": local_objects()})
+        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
+                                             token=REMOTE_TOKEN))
+        srv = stack.enter_context(Dnsside(
+            "--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
+            "--flat-network", "--kube-backoff-cap", "0.5"))
+        address = stack.enter_context(scraping(srv, tmp_path))
+        board = dash.dashboard()
+        flat = ("Remote API synced", "Remote credentials valid", "Remote throttled")
+
+        def shown() -> dict[str, list[dict[str, Any]]] | None:
+            found = results(address, board)
+            return found if all(found[f"{title}/A"] for title in flat) else None
+
+        found = wait_for(shown, 60, "west in the flat network panels")
+        legends_match(board, found)
+        assert by_cluster(found["Remote API synced/A"]) == {"west": 1}
+        assert by_cluster(found["Remote credentials valid/A"]) == {"west": 1}
+        assert by_cluster(found["Remote throttled/A"]) == {"west": 0}
+
+
 def test_panels_show_a_scraped_dnsside(
         prometheus: tuple[Dnsside, dict[str, FakeGateway], str]) -> None:
     srv, gateways, address = prometheus
@@ -205,17 +275,8 @@ def test_panels_show_a_scraped_dnsside(
         srv.query("nothing.default.svc-global", "A")
     board = dash.dashboard()
 
-    def live(expr: str) -> str:
-        for var, value in LIVE_VARIABLES.items():
-            expr = expr.replace(var, value)
-        return expr
-
-    def results() -> dict[str, list[dict[str, Any]]]:
-        return {f"{p['title']}/{t['refId']}": instant(address, live(t["expr"]))
-                for p, t in targets(board)}
-
     def all_shown() -> dict[str, list[dict[str, Any]]] | None:
-        found = results()
+        found = results(address, board)
         return found if all(found[f"{title}/A"] for title in SHOWN) else None
 
     def settled() -> dict[str, list[dict[str, Any]]] | None:
@@ -225,10 +286,7 @@ def test_panels_show_a_scraped_dnsside(
         return found if sorted(states) == ["alive", "failing"] else None
 
     found = wait_for(settled, 60, "a series in each panel of SHOWN, the probes settled")
-    for p, t in targets(board):
-        for series in found[f"{p['title']}/{t['refId']}"]:
-            for label in re.findall(r"\{\{(\w+)\}\}", t["legendFormat"]):
-                assert label in series["metric"], (p["title"], label, series)
+    legends_match(board, found)
     rcodes = {s["metric"]["rcode"] for s in found["Answers by rcode/A"]}
     assert {"NOERROR", "NXDOMAIN"} <= rcodes
     states = {s["metric"]["state"]: float(s["value"][1])
