@@ -123,7 +123,10 @@ def test_every_panel_names_only_metrics_dnsside_serves() -> None:
         status, text = srv.http("/metrics")
     assert status == 200
     served = exported(text)
-    used = {n for _, t in targets(dash.dashboard()) for n in metric_names(t["expr"])}
+    board = dash.dashboard()
+    used = {n for _, t in targets(board) for n in metric_names(t["expr"])}
+    used |= {n for v in board["templating"]["list"][1:] for n in metric_names(
+        re.sub(r"^label_values\((.+), \w+\)$", r"\1", v["definition"]))}
     assert used - served == set(), "panels name metrics dnsside does not serve"
     # The topics the dashboard is for, by the metric that shows each.
     assert {"dnsside_queries_total", "dnsside_answer_duration_seconds_bucket",
@@ -287,6 +290,12 @@ def test_panels_show_a_scraped_dnsside(
 
     found = wait_for(settled, 60, "a series in each panel of SHOWN, the probes settled")
     legends_match(board, found)
+    # The namespace and pod variables list the scraped pod.
+    for variable in board["templating"]["list"][1:]:
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"])
+        assert m, variable["definition"]
+        values = {s["metric"].get(m.group(2)) for s in instant(address, live(m.group(1)))}
+        assert values == {"dnsside" if m.group(2) == "namespace" else "dnsside-0"}, variable
     rcodes = {s["metric"]["rcode"] for s in found["Answers by rcode/A"]}
     assert {"NOERROR", "NXDOMAIN"} <= rcodes
     states = {s["metric"]["state"]: float(s["value"][1])
