@@ -151,6 +151,21 @@ async def test_a_name_that_does_not_resolve_is_said_so_once(
     assert "does not answer" not in caplog.text
 
 
+async def test_a_name_no_resolver_can_encode_is_retried_not_fatal(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A label over 63 bytes fails in the idna codec (UnicodeError, not OSError), before
+    any resolver is asked: it used to end the NOTIFY's task with an unread exception."""
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.05)
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    timeouts = count("timeout")
+    target = "a" * 64 + ".example:53"
+    notifier = Notifier([target], ZONES[:1])
+    notifier.notify(4)
+    await wait_until(lambda: count("timeout") >= timeouts + 2)
+    await notifier.close()
+    assert caplog.text.count(f"notify: {target} cannot be resolved") == 1, caplog.text
+
+
 async def test_an_error_answer_is_counted_and_not_retried(
         caplog: pytest.LogCaptureFixture) -> None:
     errors = count("error")
