@@ -1,15 +1,15 @@
 """The command examples of docs/troubleshooting.md and docs/operating.md are real output,
 and stay so: each ```console block's `$ command` is run again and its output compared.
 
-`dnsside explain --source examples/demo-east.yaml ...` is run as written and compared
-line for line (quick). The others need something running, started here as the page
-says it was: `dig` and `curl` against port 5353/9153 ask the demo (`dnsside serve
---source examples/demo-east.yaml --cluster-name east`), against 5300/9300 a dnsside
-whose API server does not answer, against 5354 nothing; `dnsside check` runs against
-the fake API server holding the demo's objects, as `dnsside install` leaves a cluster.
-dig is not needed: its question is asked with dnspython, and what the example shows
-(status, flags, EDE, records) is compared with the answer. Only the SOA serial (the
-time it was cut) and the message ID are left out of the comparison.
+`dnsside explain --source examples/demo-east.yaml ...` is run as written (in this
+process) and compared line for line (quick). The others need something running,
+started here as the page says it was: `dig` and `curl` against port 5353/9153 ask the
+demo (`dnsside serve --source examples/demo-east.yaml --cluster-name east`), against
+5300/9300 a dnsside whose API server does not answer, against 5354 nothing; `dnsside
+check` runs against the fake API server holding the demo's objects, as `dnsside install`
+leaves a cluster. dig is not needed: its question is asked with dnspython, and what the
+example shows (status, flags, EDE, records) is compared with the answer. Only the SOA
+serial (the time it was cut) and the message ID are left out of the comparison.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from testkit.serve import ROOT, Dnsside, demo_server, run_cli
+from testkit.serve import ROOT, Dnsside, demo_server
 
 PAGES = [ROOT / "docs" / "troubleshooting.md", ROOT / "docs" / "operating.md"]
 DEMO_DNS, DEMO_HTTP = 5353, 9153  # the demo's ports, as the pages show them
@@ -106,10 +106,15 @@ def test_the_page_is_linked() -> None:
 
 @pytest.mark.quick
 @pytest.mark.parametrize("example", EXPLAIN, ids=str)
-def test_explain_examples_are_its_output(example: Example) -> None:
-    out = run_cli(example.argv[1:])
-    assert out.returncode == 0, out.stderr
-    assert normal(out.stdout) == normal(example.output), f"{example}\n{out.stdout}"
+def test_explain_examples_are_its_output(example: Example, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dnsside.cli import main
+
+    monkeypatch.chdir(ROOT)  # the page's paths are the checkout's
+    code = main(example.argv[1:])  # in this process: the quick tier starts no program
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert normal(out.out) == normal(example.output), f"{example}\n{out.out}"
 
 
 # --------------------------------------------------------------------------- needs a server
