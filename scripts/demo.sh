@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 if ! .venv/bin/dnsside --version >/dev/null 2>&1; then
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[fast]'
+  # setuptools tells every editable install of a flat layout (dnsside/ beside
+  # pyproject.toml) to beware of same-named folders, in 9 lines that newer pips show
+  # even with -q; a notice, not a problem: silenced by its text, nothing else.
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e '.[fast]'
 fi
 exec .venv/bin/dnsside serve --source examples/demo-east.yaml --cluster-name east \
   --listen "${DNSSIDE_LISTEN:-127.0.0.1:5353}" --http-listen "${DNSSIDE_HTTP_LISTEN:-127.0.0.1:9153}" "$@"

@@ -29,6 +29,15 @@ class Explainer:
     def __init__(self, index: ExplainView) -> None:
         self.index = index
 
+    def _unwatched(self, namespace: str) -> str:
+        """What to add when ``--namespace`` leaves ``namespace`` out: nothing of it is read,
+        so "no mirror of it exists" would send the operator to the wrong cluster."""
+        watched = self.index.watched_namespaces
+        if not watched or namespace in watched:
+            return ""
+        return (f": namespace {namespace} is not watched (--namespace {', '.join(watched)}), "
+                "so none of its Services is read")
+
     def _origin(self, namespace: str, m: Member) -> str:
         """The objects a member comes from, spelled out from the index."""
         if m.via is Via.FLAT_NETWORK:  # a linked cluster's own slice, watched directly
@@ -111,10 +120,12 @@ class Explainer:
                                    "<ns>, <svc>.<ns>, <cluster>.<svc>.<ns>, "
                                    "<host>.<cluster>.<svc>.<ns>, _<port>._<proto>.<svc>.<ns>): "
                                    "NXDOMAIN"}
+        unwatched = self._unwatched(request.namespace)
         if kind is Kind.NAMESPACE:
             services = sorted(n for ns, n in self.index.global_services
                               if ns == request.namespace)
-            return {"explanation": f"namespace {request.namespace}: global services {services}"}
+            return {"explanation": f"namespace {request.namespace}: global services {services}"
+                                   + unwatched}
         srv_filter = None
         if kind is Kind.SRV:  # _<port>._<proto>
             srv_filter = ".".join(request.labels[:2])
@@ -124,6 +135,8 @@ class Explainer:
         gs = self.index.global_services.get((ns, svc))
         scope = self.index.flat.scope(ns)
         if gs is None:
+            if unwatched:
+                return {"explanation": f"no global service {ns}/{svc}{unwatched}"}
             return {"explanation": f"no global service {ns}/{svc}: no mirror of it exists and "
                                    "the local Service is not exported"
                                    + (f"; {scope}" if scope else "")}

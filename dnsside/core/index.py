@@ -96,6 +96,9 @@ class IndexOptions:
     # --flat-network-namespaces: where linked clusters' own objects count (empty: all); the
     # source leaves the others out, this is for explain to say so.
     flat_namespaces: tuple[str, ...] = ()
+    # --namespace: the only namespaces the source reads (empty: all); the others look
+    # empty, and explain says why.
+    namespaces: tuple[str, ...] = ()
     links_namespace: str = default("--links-namespace")  # only its Links count
     # Zone versions kept for IXFR (--ixfr-history) where zones are transferred; None: no
     # zone is, and the records are not kept a second time for transfers.
@@ -192,6 +195,10 @@ class Index:
     @property
     def zone_options(self) -> ZoneOptions:
         return self.options.zone
+
+    @property
+    def watched_namespaces(self) -> tuple[str, ...]:
+        return self.options.namespaces
 
     @property
     def services(self) -> Table[ServiceRecord]:

@@ -75,6 +75,10 @@ def kubeconfig_in_secret(secret: Mapping[str, Any], key: str = SECRET_KUBECONFIG
                          ) from None
 
 
+# How to give dnsside a configuration; `check` adds it to an error that does not say it.
+KUBECONFIG_FIX = "pass --kubeconfig, set $KUBECONFIG, create ~/.kube/config, or run in a pod"
+
+
 class KubeConfigError(Exception):
     """No usable kubeconfig or in-cluster configuration."""
 
@@ -257,10 +261,7 @@ class KubeApi:
                 load_incluster_config(client_configuration=config)
                 log.info("using the in-cluster service account: API server %s", config.host)
             else:
-                raise KubeConfigError(
-                    "no Kubernetes configuration: pass --kubeconfig, set $KUBECONFIG, "
-                    "create ~/.kube/config, or run in a pod"
-                )
+                raise KubeConfigError(f"no Kubernetes configuration: {KUBECONFIG_FIX}")
         except (ConfigException, OSError, ValueError, KeyError) as exc:
             raise KubeConfigError(f"{path or 'in-cluster config'}: {exc}") from exc
         return cls.of(config, loader, request_timeout)
@@ -527,6 +528,7 @@ async def _keep_token_fresh(loader: Any, config: Any) -> None:
 
 
 __all__ = [
+    "KUBECONFIG_FIX",
     "MAX_SECRET_BYTES",
     "SECRET_KUBECONFIG_KEY",
     "TRANSIENT",

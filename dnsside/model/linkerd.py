@@ -181,6 +181,16 @@ def parse_object(obj: Any, where: str = "") -> Record | None:
     if not isinstance(obj, Mapping):
         raise ObjectError(f"{where}: expected an object, got {type(obj).__name__}")
     kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        # Every object kubectl prints says its kind: without one this is not an object
+        # at all (a hand-written file, a wrong indent), which "kind None" would hide.
+        raise ObjectError(f"{where}: not a Kubernetes object: no kind"
+                          + ("" if kind is None else f" (kind is {type(kind).__name__})"))
+    if kind == "List" or (kind.endswith("List") and "items" in obj):
+        # A List is unpacked before it gets here: it came whole because its items were not.
+        items = obj.get("items")
+        got = "nothing" if items is None else type(items).__name__
+        raise ObjectError(f"{where}: a List's items must be a list, got {got}")
     if kind == "Service":
         return parse_service(obj, where)
     if kind == "EndpointSlice":

@@ -23,7 +23,13 @@ from urllib.parse import quote
 
 from dnsside.config import flag, normal_zones, zones_from_env
 from dnsside.core import diagnosis
-from dnsside.kubeapi.client import TRANSIENT, ApiError, KubeApi, KubeConfigError
+from dnsside.kubeapi.client import (
+    KUBECONFIG_FIX,
+    TRANSIENT,
+    ApiError,
+    KubeApi,
+    KubeConfigError,
+)
 from dnsside.model.linkerd import LINK_GROUP, ServiceRecord
 from dnsside.ops import dnscheck, flatcheck, spreadcheck
 from dnsside.ops.checker import (
@@ -64,14 +70,15 @@ _NAME_FIX = ("the name the other clusters linked this one as (`linkerd multiclus
 # --------------------------------------------------------------------------- kubernetes-api
 
 
-@check("client", "can initialize the client",
-       "{error}: pass --kubeconfig, set $KUBECONFIG or create ~/.kube/config", Severity.FATAL)
+@check("client", "can initialize the client", "{error}", Severity.FATAL)
 async def client(c: Cluster) -> Findings:
     try:
         c.client = await KubeApi.connect(c.options.kubeconfig,
                                          request_timeout=c.options.timeout)
     except KubeConfigError as exc:
-        yield Finding(False, error=exc)
+        # The way out, once: "no configuration" already ends with it.
+        error = str(exc) if KUBECONFIG_FIX in str(exc) else f"{exc}: {KUBECONFIG_FIX}"
+        yield Finding(False, error=error)
         return
     yield Finding(True)
 

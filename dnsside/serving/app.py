@@ -59,6 +59,7 @@ def index_options(config: Config) -> IndexOptions:
         include_federated=not config.no_federated,
         flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
         links_namespace=config.links_namespace,
+        namespaces=tuple(config.namespaces),
         transfer_history=config.ixfr_history if transfers_allowed(config) else None,
         locality=Locality(config.locality),
         zone=ZoneOptions(

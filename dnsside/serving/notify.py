@@ -6,7 +6,8 @@ only needs to hear of the latest (it transfers from its version to the current o
 whatever it was told). The waits between tries double from one second to a minute, so
 a secondary that is down costs a datagram a minute until a newer version or its answer;
 each unanswered try is counted, and a secondary that stops or starts answering is
-logged once each time.
+logged once each time, saying why: it does not answer, or its name cannot be resolved
+(then the fix is the name in --notify, not the secondary).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from dnsside.config import parse_hostport
 from dnsside.dns.notify import notify_answer, notify_message
@@ -48,6 +51,27 @@ def notify_signer(key: TsigKey | None) -> Signer | None:
     return sign
 
 
+@dataclass(frozen=True)
+class Unanswered:
+    """Why a NOTIFY got no answer: ``kind`` tells the log when the reason changes (so a
+    host that cannot be resolved is said once, not once per try), ``text`` says it."""
+
+    kind: str
+    text: str
+
+
+NO_ANSWER = Unanswered("timeout", "does not answer")
+
+
+def unreached(host: str, exc: BaseException) -> Unanswered:
+    """The NOTIFY could not even be sent: a name that does not resolve is not a secondary
+    that "does not answer" (the fix is the name, not the secondary)."""
+    if isinstance(exc, socket.gaierror | UnicodeError):
+        return Unanswered("unresolved", f"cannot be resolved ({host}: {exc.args[-1]}): check "
+                          "the name in --notify")
+    return Unanswered("unreached", f"cannot be reached ({exc})")
+
+
 class _Answers(asyncio.DatagramProtocol):
     """The datagrams one NOTIFY's socket receives."""
 
@@ -67,7 +91,7 @@ class Notifier:
         self.zones = list(zones)
         self.sign = sign
         self._tasks: dict[tuple[str, bytes], asyncio.Task[None]] = {}
-        self.failing: set[str] = set()  # targets whose last NOTIFY went unanswered
+        self.failing: dict[str, str] = {}  # target: why its last NOTIFY went unanswered
         self.answered: dict[str, int] = {}  # target: the last serial it acknowledged
 
     def notify(self, serial: int) -> None:
@@ -94,19 +118,19 @@ class Notifier:
                       serial: int) -> None:
         wait = FIRST_WAIT
         while True:
-            rcode = await self._try(address, zone, serial, wait)
-            if rcode is not None:
+            outcome = await self._try(address, zone, serial, wait)
+            if isinstance(outcome, int):
                 break
             metrics.NOTIFIES.labels(result="timeout").inc()
-            if target not in self.failing:
-                self.failing.add(target)
-                log.warning("notify: %s does not answer the NOTIFY of %s serial %d; sending it "
-                            "again, waits doubling to %gs (dnsside_notifies_total{result="
-                            "\"timeout\"})", target, zone.origin, serial, LONGEST_WAIT)
+            if self.failing.get(target) != outcome.kind:
+                self.failing[target] = outcome.kind
+                log.warning("notify: %s %s; the NOTIFY of %s serial %d is sent again, waits "
+                            "doubling to %gs (dnsside_notifies_total{result=\"timeout\"})",
+                            target, outcome.text, zone.origin, serial, LONGEST_WAIT)
             wait = min(wait * 2, LONGEST_WAIT)
-        if target in self.failing:
-            self.failing.discard(target)
+        if self.failing.pop(target, None) is not None:
             log.info("notify: %s answers again", target)
+        rcode = outcome
         if rcode == NOERROR:
             metrics.NOTIFIES.labels(result="ok").inc()
             self.answered[target] = serial
@@ -118,8 +142,8 @@ class Notifier:
                         target, zone.origin, serial, rcode)
 
     async def _try(self, address: tuple[str, int], zone: Zone, serial: int, wait: float
-                   ) -> int | None:
-        """One NOTIFY; its answer's RCODE, or None when none came within ``wait``."""
+                   ) -> int | Unanswered:
+        """One NOTIFY; its answer's RCODE, or why none came within ``wait``."""
         message = notify_message(zone, serial, secrets.randbelow(0x10000))
         check: Callable[[bytes], bool] = lambda reply: True  # noqa: E731
         sent = message
@@ -129,10 +153,9 @@ class Notifier:
         try:
             transport, answers = await loop.create_datagram_endpoint(
                 _Answers, remote_addr=address)
-        except OSError as exc:  # no route, a name that does not resolve: wait and retry
-            log.debug("notify: %s:%d: %s", *address, exc)
+        except (OSError, UnicodeError) as exc:  # (an over-long label fails in the idna codec)
             await asyncio.sleep(wait)
-            return None
+            return unreached(address[0], exc)
         try:
             transport.sendto(sent)
             async with asyncio.timeout(wait):
@@ -142,6 +165,6 @@ class Notifier:
                     if rcode is not None and check(reply):
                         return rcode
         except TimeoutError:
-            return None
+            return NO_ANSWER
         finally:
             transport.close()

@@ -138,3 +138,19 @@ def test_each_name_says_its_zone_serial_and_what_transfers_keep() -> None:
                 .splitlines() if x.startswith("Zone:"))
     assert line == ("Zone:            svc-global. serial 1001; 1 version of differences kept "
                     "for IXFR, 6 records")
+
+
+def test_a_namespace_left_out_by_the_filter_says_so() -> None:
+    """It used to read "no mirror of it exists", which sends the operator to the linked
+    clusters when the cause is --namespace."""
+    options = IndexOptions(cluster_name="east", namespaces=("db",))
+    index = Index(make_responder(["svc-global."], options.zone), options)
+    records, _ = load_records(DEMO, frozenset(options.namespaces))  # as the source reads
+    index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
+    e = Explainer(index)
+    missing = e.explain("nginx-svc.default.svc-global")
+    assert missing["explanation"] == ("no global service default/nginx-svc: namespace default "
+                                      "is not watched (--namespace db), so none of its "
+                                      "Services is read")
+    assert "not watched" not in str(e.explain("kafka.db.svc-global"))
+    assert "namespace default is not watched" in e.explain("default.svc-global")["explanation"]

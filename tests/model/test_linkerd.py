@@ -250,6 +250,14 @@ def test_malformed_slices() -> None:
         parse_slice(sl)
 
 
+def test_what_is_no_object_says_so() -> None:
+    """Both used to pass as "a kind we don't use" (None), and the file said "kind None"."""
+    with pytest.raises(ObjectError, match=r"^f.yaml items\[3\]: not a Kubernetes object: no kind$"):
+        parse_object({"metadata": {"name": "x", "namespace": "n"}}, "f.yaml items[3]")
+    with pytest.raises(ObjectError, match=r"^f.yaml: a List's items must be a list, got nothing$"):
+        parse_object({"kind": "List"}, "f.yaml")
+
+
 def test_unknown_kinds_are_not_records() -> None:
     assert parse_object({"kind": "Pod", "metadata": {"name": "p", "namespace": "n"}}) is None
     with pytest.raises(ObjectError):

@@ -709,3 +709,20 @@ async def test_the_walk_runs_entries_in_list_order_and_a_fatal_failure_ends_it()
         ("2 is even", True, ""), ("2 is small", False, "2 is not")]
     assert [r.warning for r in results] == [True, False, True, False]
     assert opened == closed == [1, 2]
+
+
+@pytest.mark.quick
+async def test_no_kubeconfig_says_the_way_out_once(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hint used to repeat it: "... or run in a pod: pass --kubeconfig, set ..."."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (nothing,) = await run_checks(CheckOptions())
+    (missing,) = await run_checks(CheckOptions(kubeconfig=str(tmp_path / "nope")))
+    for result in (nothing, missing):
+        assert not result.ok
+        assert result.hint.count("pass --kubeconfig") == 1, result.hint
+        assert render([result]).count("pass --kubeconfig") == 1
+    assert nothing.hint.startswith("no Kubernetes configuration")
+    assert f"--kubeconfig names {tmp_path / 'nope'}" in missing.hint

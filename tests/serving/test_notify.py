@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -120,8 +121,49 @@ async def test_an_unanswered_notify_is_sent_again_and_logged_once(
         await notifier.close()
     assert len(sec.received) == 3 and count("timeout") == timeouts + 2
     assert len({m.id for m in sec.received}) == 3  # each try its own ID
-    assert caplog.text.count("does not answer the NOTIFY") == 1
+    assert caplog.text.count(f"{target} does not answer; the NOTIFY of svc-global. serial 7 "
+                             "is sent again") == 1
     assert f"notify: {target} answers again" in caplog.text
+
+
+async def test_a_name_that_does_not_resolve_is_said_so_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """It used to be reported as "does not answer", which sends the operator to the
+    secondary. The resolver is the OS's: this test makes it fail for one name (no network)."""
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.05)
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    resolve = socket.getaddrinfo
+
+    def no_such_host(host: Any, *args: Any, **kw: Any) -> Any:
+        if host == "secondary.example.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return resolve(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    timeouts = count("timeout")
+    notifier = Notifier(["secondary.example.invalid:53"], ZONES)  # two zones, one target
+    notifier.notify(3)
+    await wait_until(lambda: count("timeout") >= timeouts + 6)
+    await notifier.close()
+    assert caplog.text.count("secondary.example.invalid:53 cannot be resolved "
+                             "(secondary.example.invalid: Name or service not known): check "
+                             "the name in --notify") == 1, caplog.text
+    assert "does not answer" not in caplog.text
+
+
+async def test_a_name_no_resolver_can_encode_is_retried_not_fatal(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A label over 63 bytes fails in the idna codec (UnicodeError, not OSError), before
+    any resolver is asked: it used to end the NOTIFY's task with an unread exception."""
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.05)
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    timeouts = count("timeout")
+    target = "a" * 64 + ".example:53"
+    notifier = Notifier([target], ZONES[:1])
+    notifier.notify(4)
+    await wait_until(lambda: count("timeout") >= timeouts + 2)
+    await notifier.close()
+    assert caplog.text.count(f"notify: {target} cannot be resolved") == 1, caplog.text
 
 
 async def test_an_error_answer_is_counted_and_not_retried(

@@ -96,6 +96,35 @@ def test_bad_objects_are_skipped_with_warnings(tmp_path: Path) -> None:
     assert "expected an object" in text
 
 
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    ("text", "warning"),
+    [
+        # A YAML list whose second item has no kind (a wrong indent, a hand-written file).
+        ("- kind: Pod\n  metadata: {name: p, namespace: n}\n- metadata: {name: x}\n",
+         "{path} item 2: not a Kubernetes object: no kind; skipped"),
+        ("apiVersion: v1\nmetadata: {name: x, namespace: n}\n",
+         "{path}: not a Kubernetes object: no kind; skipped"),
+        ("kind: 7\nmetadata: {name: x, namespace: n}\n",
+         "{path}: not a Kubernetes object: no kind (kind is int); skipped"),
+        ("kind: List\nitems: {kind: Service}\n",
+         "{path}: a List's items must be a list, got dict; skipped"),
+        ('{"kind": "List", "items": "svc"}',
+         "{path}: a List's items must be a list, got str; skipped"),
+        ("---\nkind: List\n---\nkind: ServiceList\nitems: 3\n",
+         "{path} document 2: a List's items must be a list, got int; skipped"),
+    ],
+)
+def test_a_file_of_the_wrong_shape_says_what_and_where(tmp_path: Path, text: str,
+                                                       warning: str) -> None:
+    """These were all "ignored 1 object(s) of kind None" (or "of kind List")."""
+    path = tmp_path / "dump.yaml"
+    path.write_text(text)
+    _, warnings = load_records(path)
+    assert warning.format(path=path) in warnings, warnings
+    assert not any("kind None" in w or "kind List" in w for w in warnings), warnings
+
+
 def test_bad_object_keeps_its_previous_version(tmp_path: Path) -> None:
     path = tmp_path / "dump.yaml"
     shutil.copy(DEMO, path)
