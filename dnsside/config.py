@@ -362,16 +362,23 @@ def networks(values: Sequence[str], what: str) -> tuple[IPNetwork, ...]:
     return tuple(out)
 
 
-def allowed_peer(address: str, nets: Sequence[IPNetwork]) -> bool:
-    """``address`` (an IPv4-mapped IPv6 peer of a dual-stack socket counts as its IPv4)
-    is in one of ``nets``."""
+def peer_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A socket peer's address as the client it is: an IPv4-mapped IPv6 peer of a
+    dual-stack socket is its IPv4, a zone index (``%eth0``) is dropped; None when it is
+    no IP address (a Unix socket's peer)."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
-        return False
+        return None
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip.version == net.version and ip in net for net in nets)
+        return ip.ipv4_mapped
+    return ip
+
+
+def allowed_peer(address: str, nets: Sequence[IPNetwork]) -> bool:
+    """``address`` (read by :func:`peer_ip`) is in one of ``nets``."""
+    ip = peer_ip(address)
+    return ip is not None and any(ip.version == net.version and ip in net for net in nets)
 
 
 def format_hostport(host: str, port: int) -> str:

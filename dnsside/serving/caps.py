@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
+from dnsside.config import peer_ip
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.server")
@@ -46,13 +47,10 @@ _LOGGED_CLIENTS = 256  # clients named in the log at their cap, once each; then 
 def client_of(host: str) -> str:
     """The client ``host`` counts as: the address for IPv4 (and IPv4-mapped IPv6), the
     /64 for IPv6; an unparsable host (a Unix socket's) is its own client."""
-    try:
-        ip = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
+    ip = peer_ip(host)
+    if ip is None:
         return host
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
         return str(ipaddress.IPv6Network((ip, IPV6_CLIENT_PREFIX), strict=False))
     return str(ip)
 
