@@ -7,10 +7,8 @@ Closure is read from the kernel's TCP state of our end, polled with a deadline."
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 
 from testkit.serve import DEMO, NGINX, NGINX_A, Dnsside, answers, wait_for
 
@@ -19,14 +17,6 @@ _ESTABLISHED = 1
 
 def closed(sock: socket.socket) -> bool:
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _ESTABLISHED
-
-
-@pytest.fixture
-def socks() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 def idle(srv: Dnsside, n: int, source: str) -> list[socket.socket]:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import dns.message
-import pytest
 
 from testkit.rawdns import SRV, Tcp, parse, query, udp
 from testkit.serve import DEMO, Dnsside, answers, wait_for
@@ -67,14 +65,6 @@ def tcp_served(s: Dnsside) -> bool:
             return reply is not None and answers(parse(reply)) == NGINX_A
     except (ConnectionResetError, BrokenPipeError, TimeoutError):
         return False
-
-
-@pytest.fixture
-def socks() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 def test_hundreds_of_idle_and_half_sent_connections(socks: list[socket.socket]) -> None:

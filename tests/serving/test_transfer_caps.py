@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import dns.query
@@ -47,14 +46,6 @@ def big_zone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("zone") / "zone.json"
     path.write_text(json.dumps(demo))
     return path
-
-
-@pytest.fixture
-def socks() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 def unread_axfr(srv: Dnsside, source: str) -> socket.socket:
