@@ -140,6 +140,27 @@ class Dnsside:
             self.proc.wait()
             raise
 
+    def freeze(self, timeout: float = 10.0) -> None:
+        """SIGSTOP, and return only once every thread of the process is stopped.
+
+        The signal is delivered asynchronously: a thread running on another core may
+        still answer a query or two after ``kill`` returns, so a test that asks right
+        away could be answered by a process it believes hung."""
+        self.proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+
+        def all_stopped() -> bool:
+            states = []
+            for task in tasks.iterdir():
+                try:
+                    stat = (task / "stat").read_text()
+                except FileNotFoundError:  # a thread that ended meanwhile
+                    continue
+                states.append(stat.rsplit(")", 1)[1].split()[0])
+            return bool(states) and all(s in ("T", "t") for s in states)
+
+        wait_for(all_stopped, timeout, "every thread of dnsside to stop")
+
     def __enter__(self) -> Dnsside:
         return self
 

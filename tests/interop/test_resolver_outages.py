@@ -175,7 +175,7 @@ def test_outages_through_every_resolver(kube: ThreadedKube, tmp_path: Path) -> N
         resolvers = [*warm, *start(["bind-stub"], tmp_path, host, "-warm")]
 
         # 3-4: hung, then resumed.
-        srv.proc.send_signal(signal.SIGSTOP)
+        srv.freeze()
         try:
             for kind, o in each(resolvers, lambda r: ask(r, HUNG, ASK_TIMEOUT)).items():
                 report[kind]["hung"] = o
