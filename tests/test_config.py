@@ -21,9 +21,9 @@ from dnsside.config import (
     flag,
     flags_for,
     normal_zone,
-    split_hostport,
 )
 from dnsside.flagvalues import checked_config
+from dnsside.netvalues import split_hostport
 
 pytestmark = pytest.mark.quick
 
@@ -153,7 +153,7 @@ def test_every_serve_flag_is_in_the_docs_flag_table() -> None:
 
 
 def test_explain_from_accepts_networks_and_counts_mapped_loopback() -> None:
-    from dnsside.config import allowed_peer, networks
+    from dnsside.netvalues import allowed_peer, networks
     nets = networks(["127.0.0.0/8", "::1", "10.1.2.3"], "--explain-from")
     assert allowed_peer("127.0.0.1", nets) and allowed_peer("::ffff:127.0.0.5", nets)
     assert allowed_peer("::1", nets) and allowed_peer("10.1.2.3", nets)

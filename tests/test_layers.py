@@ -4,7 +4,7 @@ Layers, lowest first, each a folder of dnsside/ (the top holds only the package'
 the configuration and the entry points); a module may import its own layer and the ones
 below:
 
-    config      dnsside (the package), config, flagvalues: no other dnsside module
+    config      dnsside (the package), config, flagvalues, netvalues: no other dnsside module
     dns         dns/*: the protocol as functions over bytes (wire, zone, responder): it
                 knows names and records, not Kubernetes or Linkerd
     model       model/*: Linkerd's and Kubernetes' objects as records, the events sources
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.quick
 
 PACKAGE = ROOT / "dnsside"
 LAYERS: dict[str, tuple[str, ...]] = {  # a module, or a package and everything in it
-    "config": ("dnsside.config", "dnsside.flagvalues"),
+    "config": ("dnsside.config", "dnsside.flagvalues", "dnsside.netvalues"),
     "dns": ("dnsside.dns",),
     "model": ("dnsside.model",),
     "core": ("dnsside.core",),
@@ -57,7 +57,7 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 # The one module through which the operations wing talks to the Kubernetes API.
 API_CLIENT = "dnsside.kubeapi.client"
-TOP_LEVEL = {"dnsside", "dnsside.__main__", "dnsside.cli", "dnsside.config",
+TOP_LEVEL = {"dnsside", "dnsside.__main__", "dnsside.cli", "dnsside.config", "dnsside.netvalues",
              "dnsside.flagvalues"}
 HTTP_LIBRARIES = ("aiohttp", "kubernetes_asyncio")
 

@@ -17,19 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dnsside.config import (
-    CHECK,
-    COMMANDS,
-    DEFAULT_ZONE,
-    INSTALL,
-    SERVE,
-    Flag,
-    flag,
-    flags_for,
-    format_hostport,
-)
+from dnsside.config import CHECK, COMMANDS, DEFAULT_ZONE, INSTALL, SERVE, Flag, flag, flags_for
 from dnsside.dns.tsig import KeyFileError, load_key_file
 from dnsside.flagvalues import checked_config
+from dnsside.netvalues import format_hostport
 from dnsside.ops import coredns as dns
 from dnsside.ops import manifests as inst
 from dnsside.ops import monitoring as mon

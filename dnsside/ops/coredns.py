@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from dnsside.config import DEFAULT_ZONE, format_hostport, normal_zone, split_hostport
+from dnsside.config import DEFAULT_ZONE, normal_zone
+from dnsside.netvalues import format_hostport, split_hostport
 from dnsside.ops import corefile
 from dnsside.ops.manifests import DNS_PORT, NAME, InstallError
 from dnsside.ops.yamlout import Dumper, to_yaml

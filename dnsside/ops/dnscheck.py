@@ -18,8 +18,9 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from dnsside.config import flag, split_hostport, zones_from_env
+from dnsside.config import flag, zones_from_env
 from dnsside.model.linkerd import LinkRecord, Record, ServiceRecord, SliceRecord
+from dnsside.netvalues import split_hostport
 from dnsside.ops.checker import Finding, Findings, ForEach, Step, check, once
 
 ZONE_KEY = flag("--zone").env

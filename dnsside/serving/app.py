@@ -23,13 +23,13 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from dnsside.config import Config, flag, networks, parse_hostport
-from dnsside.config import ns_addresses as ns_addresses  # re-exported: it lived here
+from dnsside.config import Config, flag
 from dnsside.core.index import Index, IndexOptions, Observer
 from dnsside.core.publishing import make_responder
 from dnsside.dns.tsig import TsigKey
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.locality import Locality
+from dnsside.netvalues import networks, parse_hostport
 from dnsside.serving.caps import raise_open_files
 from dnsside.serving.http import HttpServer
 from dnsside.serving.notify import Notifier, notify_signer

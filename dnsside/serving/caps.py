@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
-from dnsside.config import peer_ip
+from dnsside.netvalues import peer_ip
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.server")

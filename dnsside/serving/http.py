@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from dnsside.config import IPNetwork, allowed_peer
+from dnsside.netvalues import IPNetwork, allowed_peer
 from dnsside.serving.caps import ConnectionCaps
 from dnsside.telemetry import metrics
 

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dnsside.config import parse_hostport
 from dnsside.dns.notify import notify_answer, notify_message
 from dnsside.dns.tsig import TsigKey, sign_query, verify_response
 from dnsside.dns.wire import NOERROR
 from dnsside.dns.zone import Zone
+from dnsside.netvalues import parse_hostport
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.transfer")

@@ -32,12 +32,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 
-from dnsside.config import IPNetwork, allowed_peer
 from dnsside.dns import transfer
 from dnsside.dns.responder import Responder
 from dnsside.dns.tsig import ReplySigner, TsigKey, Verdict, error_reply, overhead, verify_request
 from dnsside.dns.versions import ZoneVersions, serial_newer
 from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
+from dnsside.netvalues import IPNetwork, allowed_peer
 from dnsside.serving.caps import client_of
 from dnsside.telemetry import metrics
 

@@ -17,14 +17,14 @@ import dns.rrset
 import dns.tsig
 import pytest
 
-from dnsside.config import networks
 from dnsside.core.index import Index
 from dnsside.dns import transfer
-from dnsside.dns.tsig import make_key
 from dnsside.dns.responder import Responder
+from dnsside.dns.tsig import make_key
 from dnsside.dns.versions import Untransferable, answer_records
 from dnsside.dns.wire import AT_QUESTION, NOERROR, SRV, Answer, rr_head, to_wire
 from dnsside.model.events import Delete, Kind, Upsert
+from dnsside.netvalues import networks
 from dnsside.serving.transfer import Transfer, Transfers
 from dnsside.sources.file import load_records
 from dnsside.telemetry import metrics

@@ -24,7 +24,7 @@ import dns.rdatatype
 import pytest
 import yaml
 
-from dnsside.serving.app import ns_addresses
+from dnsside.netvalues import ns_addresses
 from testkit import topology as t
 from testkit.dig import dig
 from testkit.rawdns import (
