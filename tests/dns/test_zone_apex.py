@@ -160,7 +160,7 @@ def test_ns_address_defaults() -> None:
 
 @pytest.mark.parametrize(
     ("explicit", "pod_ip", "message"),
-    [(["nope"], None, "--ns-address (or DNSSIDE_NS_ADDRESS): 'nope' is not an IPv4 or IPv6"),
+    [(["nope"], None, "--ns-address: 'nope' is not an IPv4 or IPv6"),
      (["10.0.0.1", "10.0.0.300"], None, "'10.0.0.300' is not an IPv4 or IPv6 address"),
      (None, "pod", "$POD_IP: 'pod' is not an IPv4 or IPv6 address"),
      (["fe80::1%eth0"], None, "a scoped address cannot be published")],
