@@ -47,6 +47,7 @@ from dnsside.dns.wire import (
     OPT_NOT_READY,
     OPT_RR,
     PLAIN_UDP_LIMIT,
+    PTR,
     REFUSED,
     REPLY_FLAGS,
     SERVFAIL,
@@ -91,9 +92,10 @@ def _notimp(data: bytes, udp: bool) -> bytes:
 _HINFO_RDATA = b"\x07RFC8482\x00"
 # ANY answers the first of these RRsets the name owns (RFC 8482 §4.1: one RRset), so a
 # client asking for "A AAAA" at once (Java's JNDI sends ANY) still gets addresses.
-_ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, TXT))
+_ANY_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, TXT, PTR))
 _SOA_IN = struct.pack("!HH", SOA, CLASS_IN)
-_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS, TXT))
+_OWNED_TYPES = tuple(struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV, SOA, NS, TXT,
+                                                                 PTR))
 
 
 @functools.lru_cache(maxsize=16)
@@ -126,9 +128,12 @@ class Responder:
     exists when it is in ``names`` or owns an answer (NODATA, not NXDOMAIN).
     """
 
-    def __init__(self, zones: Sequence[Zone]) -> None:
+    def __init__(self, zones: Sequence[Zone], fixed_zones: Sequence[Zone] = ()) -> None:
         self.zones = list(zones)
-        self.zone_by_wire = {z.wire: z for z in self.zones}
+        # Zones whose every record is fixed at start (the catalog, dnsside.dns.catalog):
+        # answered and transferred as the others, but no service is ever encoded into them.
+        self.fixed_zones = list(fixed_zones)
+        self.zone_by_wire = {z.wire: z for z in (*self.zones, *self.fixed_zones)}
         self.answers: dict[bytes, Answer] = {}
         self.names: dict[bytes, Zone] = {}
         self.ready = False
@@ -140,7 +145,7 @@ class Responder:
         # --tsig-key-file: a signed query (a secondary's SOA check, an IXFR over UDP) is
         # answered signed with it; one signed with another key gets the TSIG error.
         self.tsig: TsigKey | None = None
-        for z in self.zones:
+        for z in (*self.zones, *self.fixed_zones):
             self.names.update(dict.fromkeys(z.fixed_names, z))
 
     def refresh_apex(self) -> None:
@@ -154,7 +159,7 @@ class Responder:
     def set_ready(self) -> None:
         """The first sync is done: install the apex answers, then answer from the tables
         (in this order, so no query in between finds the apex without its records)."""
-        for z in self.zones:
+        for z in (*self.zones, *self.fixed_zones):
             self.answers.update(z.apex)
         self.ready = True
 

@@ -34,7 +34,19 @@ from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from dnsside.dns.wire import AAAA, AT_QUESTION, NOERROR, NS, SOA, SRV, TXT, A, Answer, to_text
+from dnsside.dns.wire import (
+    AAAA,
+    AT_QUESTION,
+    NOERROR,
+    NS,
+    PTR,
+    SOA,
+    SRV,
+    TXT,
+    A,
+    Answer,
+    to_text,
+)
 from dnsside.dns.zone import Zone
 
 # A record of the zone as a transfer whose question is the apex sends it: the owner's
@@ -109,7 +121,7 @@ def _check_rdata(rtype: int, body: bytes, start: int, end: int, owner: bytes) ->
         return
     if rtype == SRV:
         names = [start + 6]
-    elif rtype == NS:
+    elif rtype in (NS, PTR):  # PTR: a catalog zone's members
         names = [start]
     elif rtype == SOA:
         names = [start, _name_end(body, start, "a SOA MNAME")]

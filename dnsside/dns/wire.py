@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
                                                          255)
+PTR = 12  # a catalog zone's members (dnsside.dns.catalog)
 CLASS_IN = 1
 NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED = 0, 1, 2, 3, 4, 5
 BADVERS = 16
