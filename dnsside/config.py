@@ -114,6 +114,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--mcs-zone", str, (), "also serve the Multi-Cluster Services "
          "(KEP-1645) names under this zone, e.g. clusterset.local.; repeatable", _SOURCE,
          repeatable=True, metavar="ZONE"),
+    Flag("--catalog-zone", str, None, "also serve a catalog zone (RFC 9432, version 2) of "
+         "this name, listing every --zone and --mcs-zone, so that secondaries configured "
+         "with the catalog alone pick the zones up, e.g. catalog.invalid.", _SOURCE,
+         metavar="ZONE", default_text="none"),
     Flag("--ns-address", str, (), "address of the zone's name server, the apex (NS glue, "
          "A/AAAA), repeatable", _SOURCE, repeatable=True, metavar="IP",
          default_text="$POD_IP, else the --listen address if specific, else 127.0.0.1"),
@@ -341,6 +345,7 @@ class Config:
     cluster_name: str = default("--cluster-name")
     zones: Sequence[str] = default("--zone")
     mcs_zones: Sequence[str] = default("--mcs-zone")  # KEP-1645 names, e.g. clusterset.local.
+    catalog_zone: str | None = default("--catalog-zone")  # RFC 9432 catalog of the zones
     listen: str = default("--listen")
     http_listen: str = default("--http-listen")
     explain_from: Sequence[str] = default("--explain-from")  # CIDRs that may read it
@@ -400,6 +405,8 @@ class Config:
         config = cls(**{f.dest: get(f.name) for f in FLAGS if f.dest in same})
         config.zones = normal_zones(get("--zone")) or default("--zone")
         config.mcs_zones = normal_zones(get("--mcs-zone"), "--mcs-zone")
+        catalog = get("--catalog-zone")
+        config.catalog_zone = normal_zone(catalog, "--catalog-zone") if catalog else None
         config.namespaces = tuple(get("--namespace"))
         config.explain_from = tuple(get("--explain-from"))
         config.allow_transfer = tuple(get("--allow-transfer"))
@@ -438,6 +445,13 @@ class Config:
                     raise ValueError(f"--mcs-zone {zone} overlaps {which} {other}: a name in "
                                      "both would have two meanings; serve zones that do not "
                                      "nest")
+        catalog = self.catalog_zone
+        others = (*self.zones, *self.mcs_zones) if catalog is not None else ()
+        for other in others:
+            if catalog is not None and (within(catalog, other) or within(other, catalog)):
+                which = "--zone" if other in self.zones else "--mcs-zone"
+                raise ValueError(f"--catalog-zone {catalog} overlaps {which} {other}: a "
+                                 "catalog lists the zones beside it, never above or in one")
         if self.flat_network and self.source != "kube":
             raise ValueError("--flat-network watches the linked clusters' APIs with the Links' "
                              "credentials: it needs --source kube")

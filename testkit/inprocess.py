@@ -28,16 +28,19 @@ Server = Responder | Dnsside
 
 def file_index(source: Path, *, cluster_name: str = "east", mcs_zones: Sequence[str] = (),
                allow_transfer: Sequence[str] = (), ixfr_history: int = 64,
-               round_robin: str = "on") -> Index:
+               round_robin: str = "on", catalog_zone: str | None = None,
+               started: int = 1795720000) -> Index:
     """The index `dnsside serve --source SOURCE --cluster-name CLUSTER_NAME` builds, synced
-    (with ``allow_transfer``, keeping the zones' versions; none is cut yet)."""
+    (with ``allow_transfer``, keeping the zones' versions; none is cut yet; with
+    ``catalog_zone``, its catalog, the process ``started`` at that second)."""
     config = Config(source=str(source), cluster_name=cluster_name)
     config.mcs_zones = tuple(mcs_zones)
     config.allow_transfer = tuple(allow_transfer)
     config.ixfr_history = ixfr_history
     config.round_robin = round_robin
     options = index_options(config)
-    index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
+    index = Index(make_responder(config.zones, options.zone, config.mcs_zones, catalog_zone,
+                                 started), options)
     records, warnings = load_records(source)
     assert not warnings, warnings
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])

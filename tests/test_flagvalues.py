@@ -28,7 +28,7 @@ pytestmark = pytest.mark.quick
 # the command starts, not a value to check beforehand.
 BAD_TEXT: dict[str, str | None] = {
     "--source": None, "--kubeconfig": None, "--tsig-key-file": None,
-    "--cluster-name": "East", "--zone": "a..b", "--mcs-zone": "a..b",
+    "--cluster-name": "East", "--zone": "a..b", "--mcs-zone": "a..b", "--catalog-zone": "a..b",
     "--ns-address": "nohost", "--namespace": "Not_A_Namespace", "--links-namespace": "Not_A_Namespace",
     "--flat-network-namespaces": "Bad NS", "--listen": "nowhere", "--http-listen": "nowhere",
     "--explain-from": "notacidr", "--allow-transfer": "notacidr", "--notify": "nohost",

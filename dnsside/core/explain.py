@@ -16,6 +16,7 @@ from dnsside.core.assembly import GlobalService, Member
 from dnsside.core.encode import published
 from dnsside.core.locality import answering, describe
 from dnsside.core.view import ExplainView
+from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Gateway
@@ -82,6 +83,8 @@ class Explainer:
         if zone is None:
             return None
         out: dict[str, Any] = {"origin": zone.origin, "serial": self.index.version_serial}
+        if isinstance(zone, CatalogZone):  # its own serial, the process's start
+            out["serial"] = zone.serial
         versions = self.index.versions.get(zone.wire)
         if versions is None:
             out["transfers"] = "not transferred (no --allow-transfer or --tsig-key-file)"
@@ -102,6 +105,8 @@ class Explainer:
             return {"explanation": "outside every served zone: REFUSED"}
         if not self.index.synced:
             return {"explanation": "the source has not finished its initial sync: SERVFAIL"}
+        if isinstance(zone, CatalogZone):
+            return {"explanation": zone.describe(wire.lower())}
         request = parse(wire, zone)
         kind, mcs = request.kind, request.scheme == MCS
         if kind is Kind.APEX:

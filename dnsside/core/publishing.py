@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import ServiceAnswers, encode_service
 from dnsside.core.tables import Key
+from dnsside.dns.catalog import CatalogZone, FixedVersions
 from dnsside.dns.names import namespace_name
 from dnsside.dns.responder import Responder
 from dnsside.dns.versions import ZoneVersions
@@ -30,11 +31,15 @@ from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 
 
 def make_responder(
-    zones: Sequence[str], options: ZoneOptions, mcs_zones: Sequence[str] = ()
+    zones: Sequence[str], options: ZoneOptions, mcs_zones: Sequence[str] = (),
+    catalog: str | None = None, started: int = 0
 ) -> Responder:
-    """The ``--zone`` zones, then the ``--mcs-zone`` ones (KEP-1645 names)."""
-    return Responder([*(Zone(z, options) for z in zones),
-                      *(McsZone(z, options) for z in mcs_zones)])
+    """The ``--zone`` zones, then the ``--mcs-zone`` ones (KEP-1645 names); with
+    ``catalog`` (``--catalog-zone``), the catalog listing them all, its serial ``started``
+    (the second the process started: :mod:`dnsside.dns.catalog`)."""
+    served = [*(Zone(z, options) for z in zones), *(McsZone(z, options) for z in mcs_zones)]
+    fixed = [CatalogZone(catalog, options, [z.origin for z in served], started)] if catalog else []
+    return Responder(served, fixed)
 
 
 def _same_answer(a: Answer | None, b: Answer) -> bool:
@@ -54,6 +59,8 @@ class Publisher:
         # and no second copy of the records is kept.
         self.versions: dict[bytes, ZoneVersions] = (
             {} if history is None else {z.wire: ZoneVersions(z, history) for z in responder.zones})
+        if history is not None:  # the catalog: one version, cut now, and never again
+            self.versions.update({z.wire: FixedVersions(z) for z in responder.fixed_zones})
         self.changed = False  # answers changed since the zones' serial last did
         self.cut_serial: int | None = None  # the last version cut, None before the first
         # What each service put into the responder's tables, to take it out again.

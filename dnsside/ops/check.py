@@ -60,6 +60,7 @@ FLAT_NETWORK = flag("--flat-network")
 NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
                                          flag("--tsig-key-file"))
 MCS_ZONE, LOCALITY = flag("--mcs-zone"), flag("--locality")
+CATALOG_ZONE = flag("--catalog-zone")
 
 _INSTALL = "`dnsside install --cluster-name NAME | kubectl apply -f -`"
 _NAME_FIX = ("the name the other clusters linked this one as (`linkerd multicluster link "
@@ -297,6 +298,20 @@ async def transfer_setup(c: Cluster) -> Findings:
                       notify=", ".join(notify))
 
 
+@check("catalog-setup", "secondaries may transfer the catalog zone {catalog}",
+       "dnsside serves a catalog for secondaries to configure themselves from, but no transfer "
+       "is allowed: theirs gets REFUSED. Set " + ALLOW_TRANSFER.env + " to their addresses "
+       "and/or " + TSIG_KEY_FILE.env + " (re-run `dnsside install --allow-transfer CIDR "
+       "--tsig-key-file FILE`), or drop " + CATALOG_ZONE.env)
+async def catalog_setup(c: Cluster) -> Findings:
+    """A catalog is only read by zone transfer."""
+    config = (await c.install()).config
+    catalog = config.get(CATALOG_ZONE.env)
+    if catalog:
+        yield Finding(bool(config.get(ALLOW_TRANSFER.env) or config.get(TSIG_KEY_FILE.env)),
+                      catalog=catalog)
+
+
 async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetwork, None]:
     """The flat-network setup, when the ConfigMap turns it on or --flat-network asks."""
     config = (await c.install()).config
@@ -392,7 +407,7 @@ CATEGORIES: tuple[Category[Cluster], ...] = (
     Category(LINKERD, (link_crd, links_readable, links_parse, links_counted, links_present,
                        mirrors_readable,
                        mirror_slices, unsafe_addresses, orphans)),
-    Category(CONFIG, (cluster_name_set, cluster_name_unique, transfer_setup)),
+    Category(CONFIG, (cluster_name_set, cluster_name_unique, transfer_setup, catalog_setup)),
     Category(FLAT, (ForEach(flat_network, flatcheck.CHECKS),)),
     Category(WORKLOAD, (deployment_ready, pods_readable, sidecar_running)),
     Category(SPREAD, (ForEach(spread, spreadcheck.CHECKS),)),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from dnsside.config import Config, flag
 from dnsside.core.index import Index, IndexOptions, Observer
 from dnsside.core.publishing import make_responder
+from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.tsig import TsigKey
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.locality import Locality
@@ -86,8 +87,8 @@ def pacing(config: Config) -> Pacing:
 def make_index(config: Config, observer: Observer | None = None) -> Index:
     """The index and, through it, the responder of ``config``'s zones."""
     options = index_options(config)
-    return Index(make_responder(config.zones, options.zone, config.mcs_zones), options,
-                 observer)
+    return Index(make_responder(config.zones, options.zone, config.mcs_zones,
+                                config.catalog_zone, int(time.time())), options, observer)
 
 
 class LinkedClusters:
@@ -184,13 +185,17 @@ class App:
                       config.transfer_max_per_client),
             config.tcp_max_connections_per_client,
         )
-        self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig))
-                         if config.notify else None)
+        self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig),
+                                  self.responder.fixed_zones) if config.notify else None)
         self.versioning = Versioning(self.index, self.notifier)
         if config.notify and not transfers_allowed(config):
             log.warning("--notify %s: NOTIFYs are sent, but no transfer is allowed, so the "
                         "secondaries' IXFR/AXFR will be REFUSED: add --allow-transfer with "
                         "their addresses and/or --tsig-key-file", ", ".join(config.notify))
+        if config.catalog_zone and not transfers_allowed(config):
+            log.warning("--catalog-zone %s: the catalog is served, but no transfer is allowed, "
+                        "so no secondary can read it: add --allow-transfer with their "
+                        "addresses and/or --tsig-key-file", config.catalog_zone)
         self._closers: list[asyncio.AbstractServer] = []
         self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()
@@ -219,6 +224,11 @@ class App:
             raise bind_error(exc, "--listen", self.config.listen) from None
         log.info("name server of %s: the apex itself, at %s", ", ".join(self.config.zones),
                  ", ".join(self.config.ns_addresses))
+        for catalog in self.responder.fixed_zones:
+            if isinstance(catalog, CatalogZone):
+                log.info("catalog zone %s: serial %d (this process's start), members %s",
+                         catalog.origin, catalog.serial, ", ".join(
+                             f"{zone} ({mid})" for zone, mid in catalog.members.items()))
         try:
             await self._start_http()
         except OSError as exc:

@@ -86,24 +86,31 @@ class Notifier:
     """NOTIFYs to ``targets`` (``HOST:PORT`` each) for ``zones``."""
 
     def __init__(self, targets: Sequence[str], zones: Sequence[Zone],
-                 sign: Signer | None = None) -> None:
+                 sign: Signer | None = None, fixed_zones: Sequence[Zone] = ()) -> None:
         self.targets = [(t, parse_hostport(t, "--notify")) for t in targets]
         self.zones = list(zones)
+        # The catalog (--catalog-zone): its serial is fixed for the life of the process, so
+        # it is told once, with the first version of the zones it lists (then they can be
+        # transferred), at its own serial.
+        self.untold = list(fixed_zones)
         self.sign = sign
         self._tasks: dict[tuple[str, bytes], asyncio.Task[None]] = {}
         self.failing: dict[str, str] = {}  # target: why its last NOTIFY went unanswered
         self.answered: dict[str, int] = {}  # target: the last serial it acknowledged
 
     def notify(self, serial: int) -> None:
-        """Tell every target of version ``serial`` (replacing older NOTIFYs in flight)."""
+        """Tell every target of version ``serial`` (replacing older NOTIFYs in flight), and
+        the first time, of the catalog at its own serial."""
+        told = [(zone, serial) for zone in self.zones] + [(z, z.serial) for z in self.untold]
+        self.untold = []
         for target, address in self.targets:
-            for zone in self.zones:
+            for zone, zone_serial in told:
                 key = (target, zone.wire)
                 old = self._tasks.get(key)
                 if old is not None:
                     old.cancel()
                 self._tasks[key] = asyncio.get_running_loop().create_task(
-                    self._notify(target, address, zone, serial),
+                    self._notify(target, address, zone, zone_serial),
                     name=f"notify {target} {zone.origin}")
 
     async def close(self) -> None:
