@@ -83,8 +83,8 @@ class Explainer:
         if zone is None:
             return None
         out: dict[str, Any] = {"origin": zone.origin, "serial": self.index.version_serial}
-        if isinstance(zone, CatalogZone):  # its own serial, the process's start
-            out["serial"] = zone.serial
+        if isinstance(zone, CatalogZone):  # its own serial, the serving process's start
+            out["serial"] = zone.serial if self.index.version_serial is not None else None
         versions = self.index.versions.get(zone.wire)
         if versions is None:
             out["transfers"] = "not transferred (no --allow-transfer or --tsig-key-file)"
@@ -93,6 +93,9 @@ class Explainer:
                                 f"kept for IXFR, {_count(versions.history_records, 'record')}")
             if versions.broken:
                 out["transfers"] += f"; transfers fail: {versions.broken}"
+            if isinstance(zone, CatalogZone):
+                out["transfers"] = ("one version for the life of the process, no history (an "
+                                    "IXFR from an older serial gets the whole catalog)")
         return out
 
     def _why(self, name: str) -> dict[str, Any]:

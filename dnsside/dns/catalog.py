@@ -127,8 +127,8 @@ class CatalogZone(Zone):
         if wire == self.wire:
             members = ", ".join(f"{zone} ({mid})" for zone, mid in self.members.items())
             return (f"the catalog zone {self.origin} (RFC 9432, schema version 2), listing "
-                    f"{members}; its serial is the second this process started, and moves "
-                    "only when a restart changes the zones")
+                    f"{members}; its serial is the second the serving process started: the zones' "
+                    "versions never move it")
         if wire == self.version_wire:
             return "the catalog's schema version (TXT \"2\", RFC 9432)"
         if wire == self.zones_wire:

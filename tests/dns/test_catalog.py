@@ -159,6 +159,7 @@ def test_explain_says_what_each_name_of_the_catalog_is(index: Index) -> None:
     assert f"svc-global. ({SVC_ID})" in apex["explanation"]
     assert f"clusterset.local. ({MCS_ID})" in apex["explanation"]
     assert apex["zone"]["serial"] == STARTED
+    assert "no history" in apex["zone"]["transfers"]
     member = explain(f"{SVC_ID}.zones.{CATALOG}", "PTR")
     assert member["explanation"].startswith("member zone svc-global.")
     assert explain(f"version.{CATALOG}", "TXT")["explanation"].startswith(
