@@ -15,11 +15,13 @@ import dns.name
 import dns.rcode
 import dns.rdatatype
 import dns.rrset
+import dns.tsig
 import pytest
 
 from dnsside.core.explain import Explainer
 from dnsside.core.index import Index
 from dnsside.dns.catalog import CatalogZone, member_id
+from dnsside.dns.tsig import make_key
 from dnsside.dns.wire import PTR, SOA, TXT, to_wire
 from dnsside.dns.zone import Zone, ZoneOptions
 from dnsside.flagvalues import checked_config
@@ -78,6 +80,31 @@ def test_the_catalog_is_soa_ns_invalid_version_2_and_a_ptr_per_zone(index: Index
         (f"{SVC_ID}.zones.{CATALOG}", "PTR", "svc-global."),
         (f"{MCS_ID}.zones.{CATALOG}", "PTR", "clusterset.local."),
     ])
+
+
+def test_the_catalog_is_transferred_under_the_zones_access_rules(index: Index) -> None:
+    """Outside --allow-transfer: REFUSED. With a key: unsigned REFUSED, signed answered and
+    signed, every message read by dnspython with the key."""
+    allowed = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
+                        index.versions)
+    refused = allowed.answer(query(CATALOG, AXFR), "192.0.2.7")
+    assert refused is not None and parse(next(iter(refused))).rcode() == dns.rcode.REFUSED
+    key = dns.tsig.Key("xfr-key.", "c2VjcmV0IHNlY3JldCBzZWNyZXQgc2VjcmV0IDMyIGJ5dGVz",
+                       "hmac-sha256")
+    signed = Transfers(index.responder, versions=index.versions,
+                       tsig=make_key("xfr-key.", "hmac-sha256", key.secret))
+    unsigned = signed.answer(query(CATALOG, AXFR), "192.0.2.7")
+    assert unsigned is not None and parse(next(iter(unsigned))).rcode() == dns.rcode.REFUSED
+    q = dns.message.make_query(CATALOG, "AXFR")
+    q.use_tsig(key)
+    replies = signed.answer(q.to_wire(), "192.0.2.7")
+    assert replies is not None
+    got = []
+    for wire in replies:
+        msg = dns.message.from_wire(wire, keyring={key.name: key}, request_mac=q.mac, xfr=True)
+        assert msg.had_tsig and msg.rcode() == dns.rcode.NOERROR
+        got += [(r.name.to_text(), dns.rdatatype.to_text(r.rdtype)) for r in msg.answer]
+    assert (f"{SVC_ID}.zones.{CATALOG}", "PTR") in got
 
 
 def test_member_ids_are_the_members_names_hashed_whatever_the_process() -> None:
