@@ -36,7 +36,6 @@ from functools import partial
 from urllib.parse import quote
 
 from dnsside.core.gcpause import paused
-from dnsside.core.remotes import parse_remote_service
 from dnsside.kubeapi.caps import CapExceeded, Limits
 from dnsside.kubeapi.client import (
     SECRET_KUBECONFIG_KEY,
@@ -65,6 +64,7 @@ from dnsside.model.linkerd import (
     LinkRecord,
     Record,
     parse_endpoints,
+    parse_remote_service,
     parse_slice,
 )
 from dnsside.model.printable import printable
