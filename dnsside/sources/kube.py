@@ -44,13 +44,14 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
-from dnsside.sources.pacing import Pacing
+from dnsside.sources.pacing import DEFAULT_PACING, Pacing
 from dnsside.sources.reflector import Reflector, RelistNeeded, Resource
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
 
 SOURCE_NAME = "kube"
+QUEUE_SIZE = 64  # batches of events waiting for the index
 
 
 SERVICES = Resource(Kind.SERVICE, "services", "/api/v1", parse_service)
@@ -99,14 +100,8 @@ class KubeSource:
         self,
         kubeconfig: str | None = None,
         namespaces: Sequence[str] = (),
+        pacing: Pacing = DEFAULT_PACING,
         *,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
-        watch_timeout: float = 300.0,
-        page_size: int = 500,
-        request_timeout: float = 60.0,
-        queue_size: int = 64,
-        links_retry: float = 30.0,
         links_namespace: str = default("--links-namespace"),
     ) -> None:
         self.kubeconfig = kubeconfig
@@ -114,10 +109,10 @@ class KubeSource:
         # even read (Linkerd's controllers look only in theirs; docs/kube-source.md).
         self.links_namespace = links_namespace
         self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
-        self.pacing = Pacing(backoff_base, backoff_cap, watch_timeout, page_size,
-                             request_timeout)
-        self.queue_size = queue_size
-        self.links_retry = links_retry
+        self.pacing = pacing
+        # While Links cannot be read, they are looked for again this often: the longest
+        # a retry waits.
+        self.links_retry = pacing.backoff_cap
         self._rng = random.Random()
         self._crash: Exception | None = None
 
@@ -127,7 +122,7 @@ class KubeSource:
         """Yield batches forever: the initial Replace + Synced, then watch events."""
         metrics.SOURCE_SYNCED.labels(source=self.name).set(0)
         api = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
-        queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
+        queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.reflector = Reflector(queue, self.namespaces, self.pacing, rng=self._rng)
         runner = asyncio.create_task(self._supervise(api, queue), name="kube-source")
         try:

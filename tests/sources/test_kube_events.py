@@ -26,6 +26,7 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import Record, ServiceRecord, parse_object
 from dnsside.sources.kube import KubeSource
+from dnsside.sources.pacing import Pacing
 from dnsside.telemetry import metrics
 from testkit.fakekube import FakeKube
 from testkit.serve import DEMO as DEMO_EAST
@@ -132,16 +133,10 @@ class Collector:
 async def start(fake_kube: FakeKube) -> AsyncIterator[Callable[..., Collector]]:
     collectors: list[Collector] = []
 
-    def starter(**kwargs: Any) -> Collector:
-        options: dict[str, Any] = {
-            "kubeconfig": fake_kube.kubeconfig,
-            "backoff_base": 0.01,
-            "backoff_cap": 0.1,
-            "watch_timeout": 30,
-            "links_retry": 0.1,
-            **kwargs,
-        }
-        collector = Collector(KubeSource(**options))
+    def starter(page_size: int = 500, watch_timeout: float = 30, **kwargs: Any) -> Collector:
+        pacing = Pacing(backoff_base=0.01, backoff_cap=0.1, watch_timeout=watch_timeout,
+                        page_size=page_size)  # (Links looked for again every backoff_cap)
+        collector = Collector(KubeSource(fake_kube.kubeconfig, pacing=pacing, **kwargs))
         collectors.append(collector)
         return collector
 
@@ -511,7 +506,7 @@ async def test_only_get_requests(fake_kube_demo: FakeKube, start: Callable[..., 
 
 
 async def test_closing_the_generator_closes_streams(fake_kube_demo: FakeKube):
-    source = KubeSource(kubeconfig=fake_kube_demo.kubeconfig, backoff_base=0.01)
+    source = KubeSource(kubeconfig=fake_kube_demo.kubeconfig, pacing=Pacing(backoff_base=0.01))
     events = source.events()
     first = await anext(events)
     assert isinstance(first[0], Replace)
@@ -616,8 +611,8 @@ async def test_records_replaced_since_a_list_are_not_kept(fake_kube_demo: FakeKu
     replaces = [0]  # the initial list's, then each relist's
 
     async def consume() -> None:
-        async for batch in KubeSource(kubeconfig=kube.kubeconfig, backoff_base=0.01,
-                                      backoff_cap=0.1).events():
+        async for batch in KubeSource(kubeconfig=kube.kubeconfig, pacing=Pacing(
+                backoff_base=0.01, backoff_cap=0.1)).events():
             for event in batch:
                 if isinstance(event, Replace):
                     replaces[0] += 1
