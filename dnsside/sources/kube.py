@@ -27,6 +27,7 @@ from dnsside.kubeapi.client import (
     ApiError,
     KubeApi,
     describe_error,
+    error_reason,
 )
 from dnsside.model.events import (
     Event,
@@ -201,6 +202,7 @@ class KubeSource:
         the Link watch being down, so the last complete list stands meanwhile."""
         backoff = self.pacing.backoff(self._rng)
         attempt = 0
+        told: set[str] = set()  # the reasons of the failures the log has told
         while True:
             attempt += 1
             try:
@@ -211,10 +213,14 @@ class KubeSource:
                 reason = f"listing Links failed: {describe_error(exc)}"
                 if attempts is not None and attempt >= attempts:
                     return _LinkView(None, [], reason=reason)
+                why = error_reason(exc)
+                metrics.LIST_RETRIES.labels(resource="links", reason=why).inc()
                 delay = self.pacing.retry_delay(backoff, exc)
                 message = f"{reason}; retrying in {delay:.1f}s"
                 await self.reflector.report_and_wait(exc, message, delay,
-                                                     [LinkWatch(message)] if relist else ())
+                                                     [LinkWatch(message)] if relist else (),
+                                                     again=why in told)
+                told.add(why)
 
     async def _try_list_links(self, api: KubeApi) -> _LinkView:
         try:

@@ -168,10 +168,12 @@ class Reflector:
     async def list_resource(
         self, api: KubeApi, res: Resource
     ) -> tuple[list[Record], dict[str | None, str]]:
-        """List ``res`` in every namespace, retrying until it works."""
+        """List ``res`` in every namespace, retrying until it works (a failure is told once
+        per reason, every retry counted)."""
         backoff = self.pacing.backoff(self._rng)
         scopes: Sequence[str | None] = self.namespaces or (None,)
         trust = self.trust
+        told: set[str] = set()  # the reasons of the failures the log has told
         while True:
             # With a time cap, the list as a whole has a deadline: one that never ends (a
             # continue token after another) or trickles in is given up, not waited for.
@@ -194,10 +196,14 @@ class Reflector:
                                         ) from None
                 if trust.gives_up(exc):
                     raise
+                reason = error_reason(exc)
+                metrics.LIST_RETRIES.labels(resource=self.label + res.plural, reason=reason).inc()
                 delay = self.pacing.retry_delay(backoff, exc)
                 message = (f"{self.label}list {res.plural} failed: {describe_error(exc)}; "
-                           f"retrying in {delay:.1f}s")
-                await self.report_and_wait(exc, message, delay)
+                           f"retrying in {delay:.1f}s (told once per reason; retries counted "
+                           "in dnsside_list_retries_total)")
+                await self.report_and_wait(exc, message, delay, again=reason in told)
+                told.add(reason)
 
     async def list_into(
         self, api: KubeApi, res: Resource, namespace: str | None, out: list[Record],
@@ -330,9 +336,11 @@ class Reflector:
         loop = asyncio.get_running_loop()
         down = False
         early = False  # the server closes the streams at once: told once, till one lives
+        told: set[str] = set()  # reasons of failures told, once each till a stream opens
 
         async def reopened() -> None:
             nonlocal down
+            told.clear()
             if down:
                 down = False
                 assert health is not None
@@ -342,8 +350,7 @@ class Reflector:
             cursor.progressed = False
             opened = loop.time()
             try:
-                await self._stream(api, res, namespace, cursor,
-                                   reopened if health is not None else None)
+                await self._stream(api, res, namespace, cursor, reopened)
             except asyncio.CancelledError:
                 raise
             except RelistNeeded:
@@ -368,7 +375,9 @@ class Reflector:
                 )
                 down = health is not None
                 await self.report_and_wait(exc, message, delay,
-                                           health.down(where, message) if health else ())
+                                           health.down(where, message) if health else (),
+                                           again=reason in told)
+                told.add(reason)
                 continue
             # The server closed the stream cleanly (timeoutSeconds): reopen at once if it
             # lived or changed something, else after a backoff (client-go's reflector).
@@ -388,10 +397,14 @@ class Reflector:
                 await asyncio.sleep(delay)
 
     async def report_and_wait(self, exc: BaseException, message: str, delay: float,
-                              also: Sequence[Event] = ()) -> None:
+                              also: Sequence[Event] = (), *, again: bool = False) -> None:
         """Log a failed request (a traceback only for an unexpected error), tell the index
-        (``also``: what the failure means to it), back off before the retry."""
-        if isinstance(exc, TRANSIENT):
+        (``also``: what the failure means to it), back off before the retry. A failure
+        ``again`` (of the same request, for a reason already told) is a state the log has
+        told: a debug line (the retries are counted in a metric)."""
+        if again:
+            log.debug("%s", message)
+        elif isinstance(exc, TRANSIENT):
             log.log(self.trust.retry_level, "%s", message)
         else:
             log.exception("%s", message)
