@@ -107,8 +107,8 @@ class FlatNetworkSource:
             served)
         self.namespaces = tuple(dict.fromkeys(wanted))
         self.first_lists = FirstLists(FIRST_LISTS_WAIT)
-        # The clusters watched now: their Targets, their watches and the tasks running them.
-        self.running: dict[str, tuple[Target, LinkedCluster, asyncio.Task[None]]] = {}
+        # The clusters watched now: each one's watch and the task running it.
+        self.running: dict[str, tuple[LinkedCluster, asyncio.Task[None]]] = {}
         self._changed = asyncio.Event()
 
     def links_changed(self) -> None:
@@ -126,8 +126,9 @@ class FlatNetworkSource:
                 counts[e.cluster] = counts.get(e.cluster, 0) + 1
         total = sum(counts.values())
         for cluster, n in counts.items():
-            if (running := self.running.get(cluster)) is not None:
-                running[1].charge(seconds * n / total)
+            if cluster in self.running:
+                linked, _ = self.running[cluster]
+                linked.charge(seconds * n / total)
 
     async def events(self) -> AsyncIterator[list[Event]]:
         local = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
@@ -152,7 +153,7 @@ class FlatNetworkSource:
                     yield out
         finally:
             reconciler.cancel()
-            tasks = [task for _, _, task in self.running.values()]
+            tasks = [task for _, task in self.running.values()]
             self.running.clear()
             for task in tasks:
                 task.cancel()
@@ -170,8 +171,8 @@ class FlatNetworkSource:
             await self._changed.wait()
             self._changed.clear()
             wanted = Target.of(self.links())
-            for cluster, (target, _, task) in list(running.items()):
-                if wanted.get(cluster) != target:
+            for cluster, (linked, task) in list(running.items()):
+                if wanted.get(cluster) != linked.target:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
@@ -184,7 +185,7 @@ class FlatNetworkSource:
                     self.first_lists.started(cluster)
                     linked = LinkedCluster(local, target, queue, namespaces=self.namespaces,
                                            pacing=self.pacing, options=self.options)
-                    running[cluster] = (target, linked, asyncio.create_task(
+                    running[cluster] = (linked, asyncio.create_task(
                         linked.run(), name=f"flat-network-{cluster}"))
 
 
