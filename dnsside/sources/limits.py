@@ -102,7 +102,7 @@ class _Listing:
             self.tally.pop((record.namespace, record.name))
 
     def complete(self) -> None:
-        self.gate.held[self.kind] = self.tally
+        self.gate.listed(self.kind, self.tally)
 
 
 class Gate:
@@ -137,7 +137,7 @@ class Gate:
 
     def gives_up(self, exc: Exception) -> bool:
         """A list is not retried on its credentials rejected, a cap or a body that is not
-        what the API sends: the cluster's state says it (dnsside.sources.remote)."""
+        what the API sends: the cluster's state says it (dnsside.sources.linked)."""
         return isinstance(exc, Unauthorized | Forbidden | ValueError)  # (CapExceeded too)
 
     def overdue(self, what: str) -> Exception:
@@ -186,6 +186,10 @@ class Gate:
     def listing(self, kind: Kind) -> Listing:
         """A fresh count for a list of ``kind`` (complete, it is what the cluster holds)."""
         return _Listing(self, kind)
+
+    def listed(self, kind: Kind, tally: Tally) -> None:
+        """A list is complete: it is what the cluster holds of ``kind`` now."""
+        self.held[kind] = tally
 
     def keep(self, kind: Kind, tally: Tally, record: Record, where: str) -> bool:
         """Whether a listed object counts (False: not in a namespace served); raises
