@@ -460,7 +460,7 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
     from dnsside.core.gcpause import bulk
     from dnsside.core.index import Index, IndexOptions
     from dnsside.core.publishing import make_responder
-    from dnsside.core.remotes import parse_remote_service
+    from dnsside.model.linkerd import parse_remote_service
     from dnsside.model.events import (
         Kind,
         Remote,

@@ -203,6 +203,30 @@ def test_sources_import_no_index_and_no_dns() -> None:
     assert not bad, bad
 
 
+# What only a linked cluster's reading is made of (--flat-network): its modules, and the
+# names of its things.
+LINKED_CLUSTER_MODULES = {"dnsside.sources.limits", "dnsside.sources.budget",
+                          "dnsside.sources.linked", "dnsside.sources.remote"}
+LINKED_CLUSTER_NAMES = {"gate", "Gate", "budget", "EventBudget", "Remote", "cluster", "limits",
+                        "Limits"}
+
+
+def test_the_shared_reflector_knows_nothing_of_linked_clusters() -> None:
+    """The reflector's loops are the same for every API server: what a linked cluster
+    changes is asked of its Trust (sources/trust.py; a linked cluster's is its Gate). So
+    sources/reflector.py imports none of a linked cluster's modules and names none of its
+    things: no variable, attribute or parameter (the `gate is None` branches it once had
+    cannot come back unseen)."""
+    reflector = "dnsside.sources.reflector"
+    imported = {i.target for i in INTERNAL if i.module == reflector}
+    assert not imported & LINKED_CLUSTER_MODULES, imported & LINKED_CLUSTER_MODULES
+    tree = ast.parse(MODULES[reflector].read_text(encoding="utf-8"))
+    named = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    named |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    named |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    assert not named & LINKED_CLUSTER_NAMES, sorted(named & LINKED_CLUSTER_NAMES)
+
+
 def test_the_query_path_knows_no_kubernetes() -> None:
     """The protocol layer answers from bytes: it never loads the Linkerd model."""
     assert not [i for i in INTERNAL if layer(i.module) == "dns" and layer(i.target) != "dns"

@@ -1,12 +1,13 @@
-"""A linked cluster watched directly (``--flat-network``): which of its objects count.
+"""A linked cluster watched directly (``--flat-network``): what the index holds of it.
 
 On a flat network the pods of a linked cluster can be reached by their own
 addresses, and dnsside reads them from that cluster's API with the Link's own
 credentials, as Linkerd's destination controller does for remote discovery. A
 remote Service is served directly when it is headless, matches the Link's
 ``remoteDiscoverySelector`` (empty selects nothing, as in Linkerd) and is not
-itself one of Linkerd's mirrors in that cluster; its slices (or v1 Endpoints)
-then give one member per pod.
+itself one of Linkerd's mirrors in that cluster (the parser says so as the source
+reads it: :func:`dnsside.model.linkerd.parse_remote_service`); its slices (or v1
+Endpoints) then give one member per pod.
 
 The remote objects share names with local ones (the same StatefulSet runs in
 both clusters), so each linked cluster has a :class:`RemoteCluster` of its own,
@@ -23,37 +24,13 @@ once: objects or a status arriving late for a cluster no Link targets are droppe
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
-from dataclasses import replace
-from typing import Any
+from collections.abc import Collection, Iterator
 
 from dnsside.core.diagnosis import CAP_FIX, CREDENTIALS_FIX, Notice, Told
 from dnsside.core.store import Store
 from dnsside.core.tables import Key
 from dnsside.model.events import RemoteState, RemoteStatus, Replace
-from dnsside.model.linkerd import (
-    MIRRORED_SERVICE,
-    Role,
-    ServiceRecord,
-    SliceRecord,
-    parse_service,
-)
-from dnsside.model.selectors import LabelSelector
-
-
-def parse_remote_service(obj: Mapping[str, Any], where: str, cluster: str,
-                         selector: LabelSelector) -> ServiceRecord | None:
-    """The record of a linked cluster's Service served directly, or None when it is not
-    one (not headless, not selected, a mirror there): for the source, a deletion.
-    Raises ObjectError, like every parser, for a malformed object."""
-    record = parse_service(obj, where)
-    if not record.headless or record.role is not Role.LOCAL:
-        return None
-    labels = obj["metadata"].get("labels") or {}  # parse_service checked its shape
-    if labels.get(MIRRORED_SERVICE) == "true" or not selector.matches(labels):
-        return None
-    # Nothing of its own annotations counts here: dnsside.io/locality is the local Service's.
-    return replace(record, role=Role.FLAT, cluster=cluster, exported=False, locality=None)
+from dnsside.model.linkerd import ServiceRecord, SliceRecord
 
 
 class RemoteCluster(Store):
@@ -224,4 +201,4 @@ def remote_state(cluster: str, state: RemoteState, detail: str, secret: str, ser
         + (f" ({detail})" if detail else "")))
 
 
-__all__ = ["FlatNetwork", "RemoteCluster", "parse_remote_service", "remote_state"]
+__all__ = ["FlatNetwork", "RemoteCluster", "remote_state"]

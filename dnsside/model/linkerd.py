@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from sys import intern
 from typing import Any, TypeGuard
 
@@ -378,6 +378,22 @@ def parse_service(obj: Mapping[str, Any], where: str = "") -> ServiceRecord:
         remote_discovery=remote_discovery,
         locality=parse_locality(written) if written is not None else None,
     )
+
+
+def parse_remote_service(obj: Mapping[str, Any], where: str, cluster: str,
+                         selector: LabelSelector) -> ServiceRecord | None:
+    """A linked cluster's Service as read from that cluster's API (``--flat-network``):
+    its record when it is served directly (headless, selected by the Link's
+    ``remoteDiscoverySelector``, not itself a mirror there), else None: for the source, a
+    deletion. Raises ObjectError, like every parser, for a malformed object."""
+    record = parse_service(obj, where)
+    if not record.headless or record.role is not Role.LOCAL:
+        return None
+    labels = obj["metadata"].get("labels") or {}  # parse_service checked its shape
+    if labels.get(MIRRORED_SERVICE) == "true" or not selector.matches(labels):
+        return None
+    # Nothing of its own annotations counts here: dnsside.io/locality is the local Service's.
+    return replace(record, role=Role.FLAT, cluster=cluster, exported=False, locality=None)
 
 
 def _federated_original(name: str, annotations: Mapping[str, str]) -> str:

@@ -43,8 +43,7 @@ from dnsside.sources.pacing import Pacing
 from dnsside.telemetry import metrics
 
 if TYPE_CHECKING:
-    from dnsside.kubeapi.caps import Limits
-    from dnsside.sources.remote import FlatNetworkSource
+    from dnsside.sources.remote import FlatNetworkSource, LinkedOptions
 
 log = logging.getLogger("dnsside")
 # Said when the API server cannot even be looked for: what a newcomer without a cluster runs.
@@ -79,7 +78,8 @@ def transfers_allowed(config: Config) -> bool:
 
 
 def pacing(config: Config) -> Pacing:
-    """How the API servers are retried: --kube-backoff-cap bounds every wait."""
+    """How the API servers are retried, the local one and every linked cluster's (each
+    source is given this one value): --kube-backoff-cap bounds every wait."""
     return Pacing(backoff_base=min(0.5, config.kube_backoff_cap),
                   backoff_cap=config.kube_backoff_cap)
 
@@ -102,9 +102,7 @@ class LinkedClusters:
         self.index = index
         self.source: FlatNetworkSource = FlatNetworkSource(
             lambda: index.links.values() if index.synced else (),
-            config.kubeconfig, config.namespaces, pacing(config),
-            insecure_tls=config.insecure_remote_tls, limits=flat_network_limits(config),
-            index_share=config.flat_network_index_share)
+            config.kubeconfig, config.namespaces, pacing(config), linked_options(config))
 
     def links_changed(self) -> None:
         """The index may hold other Links now: start, restart or stop clusters' watches."""
@@ -138,15 +136,20 @@ async def explain_index(config: Config) -> Index:
     return index
 
 
-def flat_network_limits(config: Config) -> Limits:
-    """What one linked cluster may cost and where it may publish (--flat-network-*)."""
+def linked_options(config: Config) -> LinkedOptions:
+    """What one linked cluster may cost, where it may publish and how far its Secret is
+    trusted (--flat-network-*, --insecure-remote-tls)."""
     from dnsside.kubeapi.caps import Limits
+    from dnsside.sources.remote import LinkedOptions
 
-    return Limits(max_endpoints=config.flat_network_max_endpoints,
-                  max_objects=config.flat_network_max_objects,
-                  max_object_bytes=config.flat_network_max_object_bytes,
-                  timeout=config.flat_network_timeout,
-                  namespaces=frozenset(config.flat_network_namespaces))
+    return LinkedOptions(
+        Limits(max_endpoints=config.flat_network_max_endpoints,
+               max_objects=config.flat_network_max_objects,
+               max_object_bytes=config.flat_network_max_object_bytes,
+               timeout=config.flat_network_timeout,
+               namespaces=frozenset(config.flat_network_namespaces)),
+        index_share=config.flat_network_index_share,
+        insecure_tls=config.insecure_remote_tls)
 
 
 def make_source(config: Config) -> Source:
@@ -154,11 +157,8 @@ def make_source(config: Config) -> Source:
     if config.source == "kube":
         from dnsside.sources.kube import KubeSource
 
-        kube: Source = KubeSource(
-            kubeconfig=config.kubeconfig, namespaces=sorted(namespaces),
-            backoff_base=min(0.5, config.kube_backoff_cap), backoff_cap=config.kube_backoff_cap,
-            links_retry=config.kube_backoff_cap, links_namespace=config.links_namespace,
-        )
+        kube: Source = KubeSource(config.kubeconfig, sorted(namespaces), pacing(config),
+                                  links_namespace=config.links_namespace)
         return kube
     from dnsside.sources.file import FileSource
 

@@ -27,6 +27,7 @@ from dnsside.kubeapi.client import (
     ApiError,
     KubeApi,
     describe_error,
+    error_reason,
 )
 from dnsside.model.events import (
     Event,
@@ -44,13 +45,14 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
-from dnsside.sources.pacing import Pacing
+from dnsside.sources.pacing import DEFAULT_PACING, Pacing
 from dnsside.sources.reflector import Reflector, RelistNeeded, Resource
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
 
 SOURCE_NAME = "kube"
+QUEUE_SIZE = 64  # batches of events waiting for the index
 
 
 SERVICES = Resource(Kind.SERVICE, "services", "/api/v1", parse_service)
@@ -99,14 +101,8 @@ class KubeSource:
         self,
         kubeconfig: str | None = None,
         namespaces: Sequence[str] = (),
+        pacing: Pacing = DEFAULT_PACING,
         *,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
-        watch_timeout: float = 300.0,
-        page_size: int = 500,
-        request_timeout: float = 60.0,
-        queue_size: int = 64,
-        links_retry: float = 30.0,
         links_namespace: str = default("--links-namespace"),
     ) -> None:
         self.kubeconfig = kubeconfig
@@ -114,10 +110,10 @@ class KubeSource:
         # even read (Linkerd's controllers look only in theirs; docs/kube-source.md).
         self.links_namespace = links_namespace
         self.namespaces: tuple[str, ...] = tuple(dict.fromkeys(namespaces))
-        self.pacing = Pacing(backoff_base, backoff_cap, watch_timeout, page_size,
-                             request_timeout)
-        self.queue_size = queue_size
-        self.links_retry = links_retry
+        self.pacing = pacing
+        # While Links cannot be read, they are looked for again this often: the longest
+        # a retry waits.
+        self.links_retry = pacing.backoff_cap
         self._rng = random.Random()
         self._crash: Exception | None = None
 
@@ -127,7 +123,7 @@ class KubeSource:
         """Yield batches forever: the initial Replace + Synced, then watch events."""
         metrics.SOURCE_SYNCED.labels(source=self.name).set(0)
         api = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
-        queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=self.queue_size)
+        queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.reflector = Reflector(queue, self.namespaces, self.pacing, rng=self._rng)
         runner = asyncio.create_task(self._supervise(api, queue), name="kube-source")
         try:
@@ -206,6 +202,7 @@ class KubeSource:
         the Link watch being down, so the last complete list stands meanwhile."""
         backoff = self.pacing.backoff(self._rng)
         attempt = 0
+        told: set[str] = set()  # the reasons of the failures the log has told
         while True:
             attempt += 1
             try:
@@ -216,10 +213,14 @@ class KubeSource:
                 reason = f"listing Links failed: {describe_error(exc)}"
                 if attempts is not None and attempt >= attempts:
                     return _LinkView(None, [], reason=reason)
+                why = error_reason(exc)
+                metrics.LIST_RETRIES.labels(resource="links", reason=why).inc()
                 delay = self.pacing.retry_delay(backoff, exc)
                 message = f"{reason}; retrying in {delay:.1f}s"
                 await self.reflector.report_and_wait(exc, message, delay,
-                                                     [LinkWatch(message)] if relist else ())
+                                                     [LinkWatch(message)] if relist else (),
+                                                     again=why in told)
+                told.add(why)
 
     async def _try_list_links(self, api: KubeApi) -> _LinkView:
         try:

@@ -10,6 +10,11 @@ applies them to one cluster's objects as they are read, before any is kept.
 A cap that is hit ends the request with :class:`CapExceeded`: the cluster's
 last complete state stands, and it is said once (``RemoteState.CAPPED``).
 
+The gate is the cluster's :class:`~dnsside.sources.trust.Trust`: everything the
+reflector does differently for a linked cluster's API is said here (its caps, its
+namespaces, its :class:`~dnsside.sources.budget.EventBudget`, its events wrapped as
+that cluster's, its retries at debug: its state has a notice of its own).
+
 A gate counts what the cluster *would* hold, by object,
 so a MODIFIED event of an object already counted replaces its count instead
 of adding to it, and a list is counted afresh (a relist replaces what the
@@ -20,6 +25,7 @@ slices share the caps). The local cluster's API has no gate: it is trusted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dnsside.kubeapi.caps import (  # re-exported: the caps the sources apply
@@ -43,9 +49,12 @@ from dnsside.kubeapi.caps import (
 from dnsside.kubeapi.caps import (
     Limits as Limits,
 )
-from dnsside.model.events import Delete, Kind, Upsert
+from dnsside.kubeapi.client import Forbidden, Unauthorized
+from dnsside.model.events import Delete, Event, Kind, Remote, Replace, Upsert
 from dnsside.model.linkerd import Record, SliceRecord
 from dnsside.model.printable import printable
+from dnsside.sources.budget import EventBudget
+from dnsside.sources.trust import NO_NAME, NOT_OBJECT, UNKNOWN_TYPE, Change, Listing, Put
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.remote")
@@ -72,28 +81,86 @@ def _endpoints(record: Record) -> int:
 _TOLD_MAX = 1000  # distinct refusals a linked cluster gets a warning line for
 
 # Why a watch event or list item of a linked cluster is ignored: the fixed values of
-# dnsside_remote_ignored_objects_total's reason label (with "invalid" and "namespace").
-UNKNOWN_TYPE, NO_NAME, NOT_OBJECT = "unknown-type", "no-name", "not-object"
+# dnsside_remote_ignored_objects_total's reason label.
 IGNORED_REASONS = ("invalid", "namespace", UNKNOWN_TYPE, NO_NAME, NOT_OBJECT)
 
 
-class Gate:
-    """What one linked cluster brings in: its objects in the namespaces served, within its
-    caps. One per connection to the cluster: its lists count afresh."""
+class _Listing:
+    """One list of one resource of the cluster, counted afresh (it replaces what the
+    previous list of it held) against what the other resource holds."""
 
-    def __init__(self, cluster: str, limits: Limits) -> None:
+    def __init__(self, gate: Gate, kind: Kind) -> None:
+        self.gate = gate
+        self.kind = kind
+        self.tally = Tally()
+
+    def keep(self, record: Record, where: str) -> bool:
+        return self.gate.keep(self.kind, self.tally, record, where)
+
+    def forget(self, records: Sequence[Record]) -> None:
+        for record in records:
+            self.tally.pop((record.namespace, record.name))
+
+    def complete(self) -> None:
+        self.gate.listed(self.kind, self.tally)
+
+
+class Gate:
+    """What one linked cluster brings in, and how: its objects in the namespaces served,
+    within its caps and its event budget (the reflector's
+    :class:`~dnsside.sources.trust.Trust`). One per connection to the cluster: its lists
+    count afresh; the budget is the cluster's, across connections."""
+
+    retry_level = logging.DEBUG  # its state is told once (RemoteStatus), not each retry
+
+    def __init__(self, cluster: str, limits: Limits, budget: EventBudget) -> None:
         self.cluster = cluster
         self.limits = limits
+        self.budget = budget
+        self.label = f"cluster {cluster}: "
         self.held: dict[Kind, Tally] = {}
         self._ignored: set[str] = set()  # namespaces told about once
         self._refused: set[str] = set()  # objects refused as malformed, told about once
         self._ignored_events: set[str] = set()  # reasons of ignored events, told about once
 
-    def refused(self, where: str, message: str) -> None:
+    @property
+    def time_cap(self) -> float:
+        return self.limits.timeout
+
+    @property
+    def page_bytes(self) -> int:
+        return self.limits.page_bytes
+
+    @property
+    def line_bytes(self) -> int:
+        return self.limits.max_object_bytes
+
+    def gives_up(self, exc: Exception) -> bool:
+        """A list is not retried on its credentials rejected, a cap or a body that is not
+        what the API sends: the cluster's state says it (dnsside.sources.linked)."""
+        return isinstance(exc, Unauthorized | Forbidden | ValueError)  # (CapExceeded too)
+
+    def overdue(self, what: str) -> Exception:
+        return CapExceeded(TIME, f"{what} after {self.limits.timeout:g} s "
+                           "(--flat-network-timeout)")
+
+    def wrap(self, batch: Sequence[Event]) -> list[Event]:
+        """Its objects' events as the cluster's (``Remote``): the index keeps them apart."""
+        return [Remote(self.cluster, e) if isinstance(e, Upsert | Delete | Replace) else e
+                for e in batch]
+
+    async def deliver(self, changes: list[Change], lines: int, put: Put) -> None:
+        await self.budget.admit(changes, lines)  # (the budget puts them as the cluster's)
+
+    def superseded(self, kinds: Iterable[Kind]) -> None:
+        self.budget.superseded(kinds)
+
+    def refused(self, where: str, message: str, note: str = "") -> None:
         """An object the cluster sent that cannot be served (a name that is no DNS label, a
         malformed field): counted every time, told once per object and reason, not at
         every list and watch event that repeats it (bounded: a hostile API may send
-        endless distinct ones, and the count still says so)."""
+        endless distinct ones, and the count still says so). The same line whether a list
+        or a watch event brought it, so no ``note``."""
         metrics.REMOTE_IGNORED.labels(cluster=self.cluster, reason="invalid").inc()
         message = printable(message)  # its names are the cluster's: no newline reaches the log
         what = message.removeprefix(where + ": ")  # the same object by list or by watch
@@ -116,12 +183,12 @@ class Gate:
                     "dnsside_remote_ignored_objects_total{reason=%r})", where, printable(what),
                     reason)
 
-    def listing(self) -> Tally:
-        """A fresh count for a list of one resource (it replaces what that one held)."""
-        return Tally()
+    def listing(self, kind: Kind) -> Listing:
+        """A fresh count for a list of ``kind`` (complete, it is what the cluster holds)."""
+        return _Listing(self, kind)
 
     def listed(self, kind: Kind, tally: Tally) -> None:
-        """The list is complete: it is what the cluster holds of ``kind`` now."""
+        """A list is complete: it is what the cluster holds of ``kind`` now."""
         self.held[kind] = tally
 
     def keep(self, kind: Kind, tally: Tally, record: Record, where: str) -> bool:
@@ -133,7 +200,7 @@ class Gate:
         self.check(kind, tally, where)
         return True
 
-    def event(self, kind: Kind, event: Upsert | Delete, where: str) -> bool:
+    def admits(self, kind: Kind, event: Change, where: str) -> bool:
         """Whether a watch event counts, as :meth:`keep` for a list."""
         if not self.served(event.namespace if isinstance(event, Delete)
                            else event.record.namespace, where):

@@ -6,13 +6,11 @@ stream that ends is reopened from the last resourceVersion seen, an error is
 retried after a jittered exponential backoff, and 410 Expired relists the
 resource (how long each one waits: :mod:`dnsside.sources.pacing`). The local kube
 source runs one for its own API server; under ``--flat-network`` each linked
-cluster gets one of its own, whose events are wrapped as that cluster's (``wrap``)
-and whose log lines and metric labels carry its name (``label``).
+cluster gets one of its own.
 
-A linked cluster's reflector has a :class:`~dnsside.sources.limits.Gate`: its
-pages and watch lines are read with a size cap, a list and a watch event with a
-time cap, and what it keeps with caps on objects and endpoints, all enforced
-while reading (``CapExceeded`` ends the request). The local one has none.
+Whose API it reads is its :class:`~dnsside.sources.trust.Trust`'s business, asked at
+the few points where that matters (caps, what is kept, what is said, what it gives up
+on, how events reach the index): the loops here are the same for every server.
 
 It keeps the sources' rule (:mod:`dnsside.sources`): a relist is one ``Replace``, and an
 error is reported (``SourceError``, and what a ``WatchHealth`` makes of it), never
@@ -34,7 +32,7 @@ from urllib.parse import quote
 import aiohttp
 
 from dnsside.core.gcpause import paused
-from dnsside.kubeapi.caps import TIME, CapExceeded
+from dnsside.kubeapi.caps import CapExceeded
 from dnsside.kubeapi.client import (
     TRANSIENT,
     ApiError,
@@ -47,19 +45,11 @@ from dnsside.kubeapi.client import (
     error_reason,
     read_error,
 )
-from dnsside.model.events import (
-    Delete,
-    Event,
-    Kind,
-    Replace,
-    SourceError,
-    Upsert,
-)
+from dnsside.model.events import Delete, Event, Kind, Replace, SourceError, Upsert
 from dnsside.model.linkerd import ObjectError, Record
 from dnsside.model.printable import printable
-from dnsside.sources.budget import EventBudget
-from dnsside.sources.limits import NO_NAME, NOT_OBJECT, UNKNOWN_TYPE, Gate, Tally
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing, RelistPacing
+from dnsside.sources.trust import NO_NAME, NOT_OBJECT, UNKNOWN_TYPE, Listing, Trust, Trusted
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
@@ -110,10 +100,6 @@ class _Cursor:
     progressed: bool = False
 
 
-def _never(exc: Exception) -> bool:
-    return False
-
-
 class Reflector:
     """Lists and watches resources of one API server into a queue of event batches."""
 
@@ -124,26 +110,14 @@ class Reflector:
         pacing: Pacing = DEFAULT_PACING,
         *,
         rng: random.Random | None = None,
-        wrap: Callable[[Upsert | Delete | Replace], Event] | None = None,
-        label: str = "",
-        fatal: Callable[[Exception], bool] = _never,
-        retry_level: int = logging.WARNING,
-        gate: Gate | None = None,
-        budget: EventBudget | None = None,
+        trust: Trust | None = None,
     ) -> None:
         self.queue = queue
         self.namespaces = tuple(namespaces)
         self.pacing = pacing
         self._rng = rng or random.Random()
-        self.wrap = wrap
-        self.label = label  # "cluster west: " for a linked cluster's API
-        self.fatal = fatal  # errors a list gives up on instead of retrying
-        # How a failed request that is retried is logged: a linked cluster's health has a
-        # notice of its own (told once), so its retries are debug lines.
-        self.retry_level = retry_level
-        self.gate = gate  # a linked cluster's caps and namespaces (None: trusted, the local API)
-        self.budget = budget  # a linked cluster's rate of watch events (None: the local API)
-        self._told: set[str] = set()  # the local API's ignored events, told once per reason
+        self.trust: Trust = trust or Trusted()  # whose API: the local one unless told
+        self.label = self.trust.label  # "cluster west: " for a linked cluster's API
 
     def _restarted(self, res: Resource, reason: str) -> None:
         metrics.WATCH_RESTARTS.labels(resource=self.label + res.plural, reason=reason).inc()
@@ -152,10 +126,7 @@ class Reflector:
         return self.label + res.where(verb, namespace)
 
     async def put(self, batch: Sequence[Event]) -> None:
-        wrap = self.wrap
-        if wrap is not None:
-            batch = [wrap(e) if isinstance(e, Upsert | Delete | Replace) else e for e in batch]
-        await self.queue.put(batch if isinstance(batch, list) else list(batch))
+        await self.queue.put(self.trust.wrap(batch))
 
     async def follow(
         self,
@@ -190,50 +161,53 @@ class Reflector:
             with paused():
                 records, versions = await self.list_resource(api, res)
             log.info("relisted %s%s: %d objects", self.label, res.plural, len(records))
-            if self.budget is not None:
-                self.budget.superseded((res.kind,))  # held events are older than the list
+            self.trust.superseded((res.kind,))  # events it holds are older than the list
             await self.put([Replace(frozenset({res.kind}), tuple(records))])
             del records  # not kept through the watches that follow (see KubeSource._run)
 
     async def list_resource(
         self, api: KubeApi, res: Resource
     ) -> tuple[list[Record], dict[str | None, str]]:
-        """List ``res`` in every namespace, retrying until it works."""
+        """List ``res`` in every namespace, retrying until it works (a failure is told once
+        per reason, every retry counted)."""
         backoff = self.pacing.backoff(self._rng)
         scopes: Sequence[str | None] = self.namespaces or (None,)
-        gate = self.gate
+        trust = self.trust
+        told: set[str] = set()  # the reasons of the failures the log has told
         while True:
-            # A linked cluster's list as a whole has a deadline: one that never ends (a
+            # With a time cap, the list as a whole has a deadline: one that never ends (a
             # continue token after another) or trickles in is given up, not waited for.
-            deadline = asyncio.timeout(gate.limits.timeout if gate is not None else None)
-            tally = gate.listing() if gate is not None else None
+            deadline = asyncio.timeout(trust.time_cap)
+            listing = trust.listing(res.kind)
             try:
                 records: list[Record] = []
                 versions: dict[str | None, str] = {}
                 async with deadline:
                     for namespace in scopes:
                         versions[namespace] = await self.list_into(api, res, namespace,
-                                                                   records, tally)
-                if gate is not None and tally is not None:
-                    gate.listed(res.kind, tally)
+                                                                   records, listing)
+                listing.complete()
                 return records, versions
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if gate is not None and isinstance(exc, TimeoutError) and deadline.expired():
-                    raise CapExceeded(TIME, (
-                        f"{self.where(res, 'list', None)}: not complete after "
-                        f"{gate.limits.timeout:g} s (--flat-network-timeout)")) from None
-                if self.fatal(exc) or isinstance(exc, CapExceeded):
+                if isinstance(exc, TimeoutError) and deadline.expired():
+                    raise trust.overdue(f"{self.where(res, 'list', None)}: not complete"
+                                        ) from None
+                if trust.gives_up(exc):
                     raise
+                reason = error_reason(exc)
+                metrics.LIST_RETRIES.labels(resource=self.label + res.plural, reason=reason).inc()
                 delay = self.pacing.retry_delay(backoff, exc)
                 message = (f"{self.label}list {res.plural} failed: {describe_error(exc)}; "
-                           f"retrying in {delay:.1f}s")
-                await self.report_and_wait(exc, message, delay)
+                           f"retrying in {delay:.1f}s (told once per reason; retries counted "
+                           "in dnsside_list_retries_total)")
+                await self.report_and_wait(exc, message, delay, again=reason in told)
+                told.add(reason)
 
     async def list_into(
         self, api: KubeApi, res: Resource, namespace: str | None, out: list[Record],
-        tally: Tally | None = None,
+        listing: Listing | None = None,
     ) -> str:
         """One paged list into ``out``; returns the list's resourceVersion.
 
@@ -247,7 +221,8 @@ class Reflector:
         where = self.where(res, "list", namespace)
         path = res.path(namespace)
         start = len(out)
-        gate = self.gate
+        if listing is None:
+            listing = self.trust.listing(res.kind)
         size = [self.pacing.page_size]  # items per page, for every page of this list
         while True:  # restarted when a continue token expires mid-list
             token = ""
@@ -269,8 +244,7 @@ class Reflector:
                         if i % _PARSE_BATCH == _PARSE_BATCH - 1:
                             await asyncio.sleep(0)
                         record = self.parse_item(res, item, where)
-                        if record is not None and (gate is None or tally is None or gate.keep(
-                                res.kind, tally, record, where)):
+                        if record is not None and listing.keep(record, where):
                             out.append(record)
                     del body, items
                     if not meta.get("continue"):
@@ -287,9 +261,7 @@ class Reflector:
                 if not (exc.expired and token):
                     raise
                 log.warning("%s: continue token expired (%s); listing again", where, exc.message)
-                if tally is not None:
-                    for record in out[start:]:
-                        tally.pop((record.namespace, record.name))
+                listing.forget(out[start:])
                 del out[start:]
                 continue
             finally:
@@ -302,9 +274,9 @@ class Reflector:
             return version
 
     async def page(self, api: KubeApi, path: str, token: str, size: list[int]) -> bytes:
-        """One list page: ``size[0]`` items from ``token`` on. A linked cluster's page over
-        the byte cap is asked again with half as many items (the continue token does not
-        depend on the limit), down to one, and the pages after it too: a cluster of big
+        """One list page: ``size[0]`` items from ``token`` on. A page over the byte cap (the
+        trust's, if any) is asked again with half as many items (the continue token does
+        not depend on the limit), down to one, and the pages after it too: a cluster of big
         objects is listed in smaller pages, and only an object over the cap is refused."""
         while True:
             limit = size[0]
@@ -321,7 +293,7 @@ class Reflector:
 
     async def get_raw(self, api: KubeApi, path: str, params: Mapping[str, str]) -> bytes:
         return await api.get_raw(path, params, timeout=self.pacing.request_timeout,
-                                 max_bytes=self.gate.limits.page_bytes if self.gate else None)
+                                 max_bytes=self.trust.page_bytes)
 
     async def get_json(self, api: KubeApi, path: str, params: Mapping[str, str]
                         ) -> dict[str, Any]:
@@ -334,25 +306,13 @@ class Reflector:
         try:
             return res.parse(obj, where)
         except ObjectError as exc:
-            self.skipped(where, str(exc), self.gate)
+            self.trust.refused(where, str(exc))
             return None
 
-    @staticmethod
-    def skipped(where: str, message: str, gate: Gate | None, note: str = "") -> None:
-        """An object that cannot be used: logged (a linked cluster's once per object)."""
-        if gate is not None:
-            gate.refused(where, message)
-        else:  # the local API's, whose mirrored objects' names a linked cluster wrote
-            log.warning("skipping %s%s", printable(message), note)
-
     def ignored(self, where: str, reason: str, what: str) -> None:
-        """A watch event or list item that means nothing: told once per reason (and, for a
-        linked cluster, counted), never once per event."""
-        if self.gate is not None:
-            return self.gate.ignored(where, reason, what)
-        if reason not in self._told:
-            self._told.add(reason)
-            log.warning("%s: skipping %s (told once)", where, printable(what))
+        """A watch event or list item that means nothing: the trust tells it once per
+        reason, never once per event."""
+        self.trust.ignored(where, reason, what)
 
     async def watch(
         self,
@@ -376,9 +336,11 @@ class Reflector:
         loop = asyncio.get_running_loop()
         down = False
         early = False  # the server closes the streams at once: told once, till one lives
+        told: set[str] = set()  # reasons of failures told, once each till a stream opens
 
         async def reopened() -> None:
             nonlocal down
+            told.clear()
             if down:
                 down = False
                 assert health is not None
@@ -388,8 +350,7 @@ class Reflector:
             cursor.progressed = False
             opened = loop.time()
             try:
-                await self._stream(api, res, namespace, cursor,
-                                   reopened if health is not None else None)
+                await self._stream(api, res, namespace, cursor, reopened)
             except asyncio.CancelledError:
                 raise
             except RelistNeeded:
@@ -414,7 +375,9 @@ class Reflector:
                 )
                 down = health is not None
                 await self.report_and_wait(exc, message, delay,
-                                           health.down(where, message) if health else ())
+                                           health.down(where, message) if health else (),
+                                           again=reason in told)
+                told.add(reason)
                 continue
             # The server closed the stream cleanly (timeoutSeconds): reopen at once if it
             # lived or changed something, else after a backoff (client-go's reflector).
@@ -434,11 +397,15 @@ class Reflector:
                 await asyncio.sleep(delay)
 
     async def report_and_wait(self, exc: BaseException, message: str, delay: float,
-                              also: Sequence[Event] = ()) -> None:
+                              also: Sequence[Event] = (), *, again: bool = False) -> None:
         """Log a failed request (a traceback only for an unexpected error), tell the index
-        (``also``: what the failure means to it), back off before the retry."""
-        if isinstance(exc, TRANSIENT):
-            log.log(self.retry_level, "%s", message)
+        (``also``: what the failure means to it), back off before the retry. A failure
+        ``again`` (of the same request, for a reason already told) is a state the log has
+        told: a debug line (the retries are counted in a metric)."""
+        if again:
+            log.debug("%s", message)
+        elif isinstance(exc, TRANSIENT):
+            log.log(self.trust.retry_level, "%s", message)
         else:
             log.exception("%s", message)
         await self.put([SourceError(message), *also])
@@ -466,10 +433,9 @@ class Reflector:
         timeout = aiohttp.ClientTimeout(
             total=seconds + self.pacing.request_timeout, sock_connect=self.pacing.request_timeout
         )
-        gate = self.gate
-        # A linked cluster's: the answer's head, and then each event from its first byte to
-        # its last, within the time cap (a trickle ends there); each line within the size cap.
-        event_time = gate.limits.timeout if gate is not None else None
+        # With a time cap: the answer's head, and then each event from its first byte to
+        # its last, within it (a trickle ends there); each line within the size cap.
+        event_time = self.trust.time_cap
         async with asyncio.timeout(event_time):
             resp = await api.request(res.path(namespace), params, timeout)
         complete = False
@@ -479,13 +445,13 @@ class Reflector:
                     raise await read_error(resp)
             if opened is not None:
                 await opened()
-            lines = WatchLines(gate.limits.max_object_bytes if gate is not None else None)
+            lines = WatchLines(self.trust.line_bytes)
             content = resp.content
             loop = asyncio.get_running_loop()
             began = 0.0  # when the pending line's first byte came
             while True:
                 if event_time is not None and lines.pending:
-                    chunk = await self._within(content, began + event_time, where, event_time)
+                    chunk = await self._within(content, began + event_time, where)
                 else:
                     chunk = await content.readany()
                 if not chunk:
@@ -511,22 +477,19 @@ class Reflector:
             else:
                 drop(resp)  # at once, even over TLS: nothing more of it is read
 
-    @staticmethod
-    async def _within(content: aiohttp.StreamReader, deadline: float, where: str,
-                      seconds: float) -> bytes:
+    async def _within(self, content: aiohttp.StreamReader, deadline: float, where: str
+                      ) -> bytes:
         """The next chunk of a watch stream whose event must end by ``deadline``."""
         try:
             async with asyncio.timeout_at(deadline):
                 return await content.readany()
         except TimeoutError:
-            raise CapExceeded(TIME, f"{where}: a watch event still incomplete after "
-                              f"{seconds:g} s (--flat-network-timeout)") from None
+            raise self.trust.overdue(f"{where}: a watch event still incomplete") from None
 
     async def _deliver(self, decoded: tuple[list[Upsert | Delete], Exception | None],
                        lines: int = 0) -> None:
         batch, error = decoded
-        if self.budget is not None or batch:  # a linked cluster's: within its budget
-            await (self.budget.admit(batch, lines) if self.budget else self.put(batch))
+        await self.trust.deliver(batch, lines, self.put)  # at once, or within a budget
         if error is not None:
             raise error
 
@@ -561,7 +524,7 @@ class Reflector:
                where: str, batch: list[Upsert | Delete]) -> None:
         if not isinstance(event, Mapping) or not isinstance(event.get("object"), Mapping):
             raise ValueError(f"{where}: a watch event without an object")
-        kind, obj, gate = event.get("type"), event["object"], self.gate
+        kind, obj = event.get("type"), event["object"]
         if kind == "ERROR":
             error = ApiError.from_status(obj, 500)
             if error.expired:
@@ -577,7 +540,8 @@ class Reflector:
             try:
                 record = res.parse(obj, where)
             except ObjectError as exc:
-                self.skipped(where, str(exc), gate, f" ({kind} event: the previous state is kept)")
+                self.trust.refused(where, str(exc),
+                                   f" ({kind} event: the previous state is kept)")
             else:
                 if record is not None:
                     change = Upsert(record)
@@ -590,7 +554,7 @@ class Reflector:
                 self.ignored(where, NO_NAME, "a DELETED event without namespace/name")
         elif kind != "BOOKMARK":
             self.ignored(where, UNKNOWN_TYPE, f"an event of unknown type {kind!r}")
-        if change is not None and (gate is None or gate.event(res.kind, change, where)):
+        if change is not None and self.trust.admits(res.kind, change, where):
             batch.append(change)
             cursor.progressed = True  # a change: the stream was worth it
         if isinstance(version, str) and version:

@@ -191,6 +191,12 @@ WATCH_RESTARTS = Counter(
 RELISTS = Counter(
     "dnsside_relists", "Full relists of a resource (410 Expired).", ["resource"], registry=REGISTRY
 )
+LIST_RETRIES = Counter(
+    "dnsside_list_retries",
+    "Lists that failed and are tried again, by resource and reason (logged once per reason).",
+    ["resource", "reason"],
+    registry=REGISTRY,
+)
 RELOAD_ERRORS = Counter(
     "dnsside_file_reload_errors",
     "File source reloads that failed and kept the previous state.",

@@ -15,7 +15,6 @@ from dnsside.core.diagnosis import Exclusion
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.publishing import make_responder
-from dnsside.core.remotes import parse_remote_service
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -36,6 +35,7 @@ from dnsside.model.linkerd import (
     parse_endpoints,
     parse_link,
     parse_object,
+    parse_remote_service,
     parse_slice,
 )
 from dnsside.model.selectors import LabelSelector, parse_label_selector

@@ -34,6 +34,7 @@ from dnsside.model.linkerd import (
     parse_object,
 )
 from dnsside.sources.kube import KubeSource
+from dnsside.sources.pacing import Pacing
 from testkit.fakekube import FakeKube
 from testkit.serve import DEMO
 
@@ -202,7 +203,8 @@ async def test_a_wrong_guess_of_the_next_page_costs_a_request_not_an_object(
              "spec": {"clusterIP": f"10.0.0.{i + 1}", "ports": [{"port": 80}]}}
             for i in range(5)]
     fake_kube.load(objs)
-    source = KubeSource(fake_kube.kubeconfig, page_size=2, backoff_base=0.01, backoff_cap=0.1)
+    source = KubeSource(fake_kube.kubeconfig,
+                        pacing=Pacing(page_size=2, backoff_base=0.01, backoff_cap=0.1))
     batches = source.events()
     try:
         first = await asyncio.wait_for(anext(batches), 10)

@@ -200,7 +200,7 @@ def test_annotation_on_a_mirror_is_not_read() -> None:
 def test_annotation_on_a_linked_clusters_own_service_is_not_kept() -> None:
     """--flat-network: a linked cluster's own Service is served directly; its annotation
     is that cluster's business, not this one's."""
-    from dnsside.core.remotes import parse_remote_service
+    from dnsside.model.linkerd import parse_remote_service
     from dnsside.model.selectors import LabelSelector
 
     o = obj("nginx-svc")

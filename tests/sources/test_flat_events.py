@@ -20,7 +20,7 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import LinkRecord, SliceRecord, parse_link
 from dnsside.sources.pacing import Pacing
-from dnsside.sources.remote import FirstLists, FlatNetworkSource
+from dnsside.sources.remote import FirstLists, FlatNetworkSource, LinkedOptions
 from testkit.fakekube import FakeKube, running_fake_kube
 from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
 from testkit.flatnet import REMOTE_DISCOVERY_LABELS, endpoint, endpoint_slice, link, service
@@ -66,7 +66,7 @@ async def test_a_changed_secret_reconnects_with_it(fake_kube: FakeKube, tmp_path
         fake_kube.apply(west_a.link_credentials("west", token="token-a"))
         the_link: LinkRecord = parse_link(link("west"))
         source = FlatNetworkSource(lambda: [the_link], fake_kube.kubeconfig, pacing=FAST,
-                                   secret_recheck=0.1)
+                                   options=LinkedOptions(secret_recheck=0.1))
         source.links_changed()
         events = source.events()
         seen: list[Event] = []

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import Record, ServiceRecord, parse_object
 from dnsside.sources.kube import KubeSource
+from dnsside.sources.pacing import Pacing
 from dnsside.telemetry import metrics
 from testkit.fakekube import FakeKube
 from testkit.serve import DEMO as DEMO_EAST
@@ -132,16 +134,10 @@ class Collector:
 async def start(fake_kube: FakeKube) -> AsyncIterator[Callable[..., Collector]]:
     collectors: list[Collector] = []
 
-    def starter(**kwargs: Any) -> Collector:
-        options: dict[str, Any] = {
-            "kubeconfig": fake_kube.kubeconfig,
-            "backoff_base": 0.01,
-            "backoff_cap": 0.1,
-            "watch_timeout": 30,
-            "links_retry": 0.1,
-            **kwargs,
-        }
-        collector = Collector(KubeSource(**options))
+    def starter(page_size: int = 500, watch_timeout: float = 30, **kwargs: Any) -> Collector:
+        pacing = Pacing(backoff_base=0.01, backoff_cap=0.1, watch_timeout=watch_timeout,
+                        page_size=page_size)  # (Links looked for again every backoff_cap)
+        collector = Collector(KubeSource(fake_kube.kubeconfig, pacing=pacing, **kwargs))
         collectors.append(collector)
         return collector
 
@@ -260,6 +256,66 @@ async def test_no_sync_while_the_api_fails_then_recover(
     assert len(c.of_type(SourceError)) == 5
     assert "500" in c.of_type(SourceError)[0].message
     assert c.of_type(Synced) == [Synced()]
+
+
+async def test_a_failing_list_is_told_once_per_reason_and_each_retry_counted(
+    fake_kube_demo: FakeKube, start: Callable[..., Collector], caplog: pytest.LogCaptureFixture
+):
+    """An operator's 3 a.m.: a list that keeps failing is one log line per state (a new
+    reason is a new state), not one per retry; the retries are counted in a metric, and
+    the index is still told of each (SourceError)."""
+    kube = fake_kube_demo
+    retries = {r: sample("dnsside_list_retries_total", resource="services", reason=r)
+               for r in ("http-500", "http-503")}
+
+    def services_list(request: Any) -> bool:
+        return request.path == "/api/v1/services" and "watch" not in request.query
+
+    kube.fail_next(4, status=500, match=services_list)
+    kube.fail_next(3, status=503, match=services_list)
+    with caplog.at_level(logging.DEBUG, logger="dnsside.kube"):
+        c = start()
+        await c.converged(kube)
+    failed = [r for r in caplog.records if "list services failed" in r.getMessage()]
+    told = [r.getMessage() for r in failed if r.levelno >= logging.WARNING]
+    assert len(told) == 2, told
+    assert "500" in told[0] and "503" in told[1]
+    assert len(failed) == 7  # the other retries: debug lines
+    assert sample("dnsside_list_retries_total", resource="services",
+                  reason="http-500") == retries["http-500"] + 4
+    assert sample("dnsside_list_retries_total", resource="services",
+                  reason="http-503") == retries["http-503"] + 3
+    assert len([e for e in c.of_type(SourceError) if "list services" in e.message]) == 7
+
+
+async def test_a_failing_watch_is_told_once_till_a_stream_opens_again(
+    fake_kube_demo: FakeKube, start: Callable[..., Collector], caplog: pytest.LogCaptureFixture
+):
+    """The same for a watch: while the API server is away, each watch's failure is one
+    warning per reason (a stream cut, then no connection), however many times it is
+    retried; once a stream opened again, a new failure is a new state, told again."""
+    kube = fake_kube_demo
+    c = start()
+    await c.converged(kube)
+    await c.wait_for(lambda: kube.open_streams == 3)
+
+    def failures() -> list[SourceError]:
+        return [e for e in c.of_type(SourceError) if "watch services" in e.message]
+
+    with caplog.at_level(logging.DEBUG, logger="dnsside.kube"):
+        for outage in (1, 2):
+            await kube.set_unreachable(True)
+            seen = len(failures())
+            await c.wait_for(lambda: len(failures()) >= seen + 5)  # retried, again and again
+            await kube.set_unreachable(False)
+            await c.wait_for(lambda: kube.open_streams == 3)
+            lines = [r for r in caplog.records if "watch services failed" in r.getMessage()]
+            told = [re.search(r"failed \((.+?)\)", r.getMessage()).group(1)  # type: ignore[union-attr]
+                    for r in lines if r.levelno >= logging.WARNING]
+            assert told and len(told) == len(set(told)), told  # once per reason
+            assert len(lines) - len(told) >= 2  # the retries: debug lines
+            caplog.clear()
+    await c.converged(kube)
 
 
 async def test_list_restarts_when_its_continue_token_expires(
@@ -511,7 +567,7 @@ async def test_only_get_requests(fake_kube_demo: FakeKube, start: Callable[..., 
 
 
 async def test_closing_the_generator_closes_streams(fake_kube_demo: FakeKube):
-    source = KubeSource(kubeconfig=fake_kube_demo.kubeconfig, backoff_base=0.01)
+    source = KubeSource(kubeconfig=fake_kube_demo.kubeconfig, pacing=Pacing(backoff_base=0.01))
     events = source.events()
     first = await anext(events)
     assert isinstance(first[0], Replace)
@@ -616,8 +672,8 @@ async def test_records_replaced_since_a_list_are_not_kept(fake_kube_demo: FakeKu
     replaces = [0]  # the initial list's, then each relist's
 
     async def consume() -> None:
-        async for batch in KubeSource(kubeconfig=kube.kubeconfig, backoff_base=0.01,
-                                      backoff_cap=0.1).events():
+        async for batch in KubeSource(kubeconfig=kube.kubeconfig, pacing=Pacing(
+                backoff_base=0.01, backoff_cap=0.1)).events():
             for event in batch:
                 if isinstance(event, Replace):
                     replaces[0] += 1

@@ -25,6 +25,7 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import LinkRecord
 from dnsside.sources.kube import KubeSource
+from dnsside.sources.pacing import Pacing
 from testkit.fakekube import FakeKube
 from testkit.serve import DEMO, Dnsside, answers, run_cli, wait_for
 from testkit.threadedkube import ThreadedKube
@@ -49,8 +50,8 @@ def obj(name: str, kind: str = "Link") -> dict[str, Any]:
 async def events(fake_kube_demo: FakeKube) -> AsyncIterator[list[list[Event]]]:
     """Batches from a KubeSource on the demo, collected in the background."""
     batches: list[list[Event]] = []
-    source = KubeSource(kubeconfig=fake_kube_demo.kubeconfig, backoff_base=0.01,
-                        backoff_cap=0.1, links_retry=0.1)
+    source = KubeSource(kubeconfig=fake_kube_demo.kubeconfig,  # Links again every 0.1 s
+                        pacing=Pacing(backoff_base=0.01, backoff_cap=0.1))
 
     async def collect() -> None:
         async for batch in source.events():
