@@ -123,7 +123,8 @@ TRANSFERS = Counter(
     "the history did not reach, answered with the whole zone; refused: the client is not in "
     "--allow-transfer, or no transfer is allowed; busy: refused, --transfer-max or "
     "--transfer-max-per-client transfers were under way; badtsig: no valid TSIG with "
-    "--tsig-key-file; error: no version yet, or a record that cannot be transferred).",
+    "--tsig-key-file; error: no version yet, or a record that cannot be transferred; "
+    "formerr: an IXFR without the client's SOA).",
     ["type", "result"],
     registry=REGISTRY,
 )

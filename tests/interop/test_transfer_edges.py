@@ -1,0 +1,194 @@
+"""The edges of zone transfer, asked of dnsside and of BIND 9.18 as the reference primary
+(issue 36): the same request to both, the bytes read back with dnspython, the answers
+compared. BIND serves the very zone dnsside sends (its AXFR written out as BIND's zone
+file), allows transfers to 127.0.0.1 as dnsside does, and both are asked from 127.0.0.1
+(allowed) and 127.0.0.2 (not).
+
+What is compared, per request: the rcode (extended, so BADVERS), whether each reply has
+an OPT record (RFC 6891 §6.1.1: a request with OPT gets one, in every message of a
+transfer as BIND sends it), TC, and over UDP the records (an IXFR from an older version
+gets the current SOA alone, RFC 1995 §2/§4)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import dns.rrset
+import dns.xfr
+import dns.zone
+import pytest
+
+from testkit.resolvers import PeerProcess
+from testkit.secondaries import check, serial
+from testkit.serve import Dnsside, demo_server
+
+ZONE = "svc-global."
+Reply = tuple[str, bool, bool, list[str]]  # rcode, OPT, TC, records (UDP only)
+
+
+class BindPrimary(PeerProcess):
+    """named as a primary of ``zone_text`` on 127.0.0.1, transfers allowed to 127.0.0.1."""
+
+    kind = "bind-primary"
+
+    def __init__(self, tmp: Path, zone_text: str) -> None:
+        super().__init__(tmp)
+        (tmp / "zone.db").write_text(zone_text)
+
+    def configure(self) -> list[str]:
+        conf = self.tmp / "named.conf"
+        conf.write_text(f"""
+options {{
+    directory "{self.tmp}";
+    pid-file "{self.tmp}/named.pid";
+    session-keyfile "{self.tmp}/session.key";
+    managed-keys-directory "{self.tmp}";
+    listen-on port {self.port} {{ 127.0.0.1; }};
+    listen-on-v6 {{ none; }};
+    recursion no;
+    dnssec-validation no;
+    notify no;
+    allow-transfer {{ 127.0.0.1; }};
+    max-records-per-type 0;
+}};
+controls {{ }};
+zone "{ZONE}" {{ type primary; file "{self.tmp}/zone.db"; }};
+""")
+        check(["named-checkconf", str(conf)])
+        return ["named", "-4", "-g", "-c", str(conf)]
+
+    def start(self) -> None:
+        self.start_on_a_free_port(self.configure, lambda: serial(self.port, ZONE) is not None,
+                                  30, "BIND to serve the zone")
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dnsside, BindPrimary]]:
+    with demo_server("--allow-transfer", "127.0.0.1/32") as srv:
+        zone = dns.zone.from_xfr(dns.query.xfr("127.0.0.1", ZONE, port=srv.port, lifetime=30))
+        bind = BindPrimary(tmp_path_factory.mktemp("bind"), zone.to_text())
+        bind.start()
+        try:
+            assert serial(bind.port, ZONE) == serial(srv.port, ZONE)
+            yield srv, bind
+        finally:
+            bind.stop()
+
+
+def ixfr(name: str, held: int | None, **kw: object) -> dns.message.Message:
+    """An IXFR as a secondary holding ``held`` sends it (None: without the SOA)."""
+    q = dns.message.make_query(name, "IXFR", **kw)  # type: ignore[arg-type]
+    if held is not None:
+        q.authority.append(dns.rrset.from_text(
+            name, 5, "IN", "SOA", f"{name} hostmaster.{name} {held} 7200 1800 86400 5"))
+    return q
+
+
+def read(wire: bytes) -> dns.message.Message:
+    return dns.message.from_wire(wire, one_rr_per_rrset=True)
+
+
+def seen(msg: dns.message.Message, udp: bool) -> Reply:
+    records = [f"{rr.name} {dns.rdatatype.to_text(rr.rdtype)} {rd}"
+               for rr in msg.answer for rd in rr] if udp else []
+    return (dns.rcode.to_text(msg.rcode()), msg.edns >= 0, bool(msg.flags & dns.flags.TC),
+            records)
+
+
+def over_tcp(port: int, q: dns.message.Message, source: str = "127.0.0.1") -> list[Reply]:
+    """Every message the server sends for ``q`` over one TCP connection, until the
+    transfer's closing SOA or an error."""
+    wire = q.to_wire()
+    out: list[Reply] = []
+    soas = 0
+    with socket.socket() as sock:
+        sock.bind((source, 0))
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(len(wire).to_bytes(2, "big") + wire)
+        while True:
+            size = int.from_bytes(sock.recv(2, socket.MSG_WAITALL), "big")
+            msg = read(sock.recv(size, socket.MSG_WAITALL))
+            out.append(seen(msg, udp=False))
+            soas += sum(1 for rr in msg.answer if rr.rdtype == dns.rdatatype.SOA)
+            if msg.rcode() or soas >= 2 or (len(out) == 1 and len(msg.answer) == 1):
+                return out
+
+
+def over_udp(port: int, q: dns.message.Message, source: str = "127.0.0.1") -> Reply:
+    return seen(dns.query.udp(q, "127.0.0.1", port=port, source=source, timeout=5), udp=True)
+
+
+def edges(held: int) -> list[tuple[str, str, dns.message.Message, str]]:
+    """(what, transport, request, source): the edges of issue 36, items 1 to 3."""
+    below = "nginx-svc.default." + ZONE
+    return [
+        ("IXFR from an older version over UDP", "udp", ixfr(ZONE, held - 1), "127.0.0.1"),
+        ("the same, with EDNS", "udp", ixfr(ZONE, held - 1, use_edns=0, payload=1232),
+         "127.0.0.1"),
+        ("IXFR from the current version over UDP", "udp", ixfr(ZONE, held), "127.0.0.1"),
+        ("IXFR without the client's SOA over UDP", "udp", ixfr(ZONE, None), "127.0.0.1"),
+        ("AXFR with EDNS", "tcp", dns.message.make_query(ZONE, "AXFR", use_edns=0), "127.0.0.1"),
+        ("IXFR with EDNS", "tcp", ixfr(ZONE, held - 1, use_edns=0), "127.0.0.1"),
+        ("AXFR with EDNS version 1", "tcp", dns.message.make_query(ZONE, "AXFR", use_edns=1),
+         "127.0.0.1"),
+        ("AXFR below the apex", "tcp", dns.message.make_query(below, "AXFR"), "127.0.0.1"),
+        ("the same, with EDNS", "tcp", dns.message.make_query(below, "AXFR", use_edns=0),
+         "127.0.0.1"),
+        ("IXFR below the apex", "tcp", ixfr(below, held - 1), "127.0.0.1"),
+        ("AXFR outside every zone", "tcp", dns.message.make_query("example.com.", "AXFR"),
+         "127.0.0.1"),
+        ("IXFR without the client's SOA", "tcp", ixfr(ZONE, None), "127.0.0.1"),
+        ("the same, with EDNS", "tcp", ixfr(ZONE, None, use_edns=0), "127.0.0.1"),
+        ("AXFR from an address not allowed", "tcp", dns.message.make_query(ZONE, "AXFR"),
+         "127.0.0.2"),
+        ("AXFR below the apex from it", "tcp", dns.message.make_query(below, "AXFR"),
+         "127.0.0.2"),
+        ("IXFR without the client's SOA from it", "tcp", ixfr(ZONE, None), "127.0.0.2"),
+    ]
+
+
+def test_every_edge_is_answered_as_bind_answers_it(servers: tuple[Dnsside, BindPrimary]
+                                                    ) -> None:
+    srv, bind = servers
+    held = serial(srv.port, ZONE)
+    assert held is not None
+    differ = []
+    for what, transport, q, source in edges(held):
+        ask = over_udp if transport == "udp" else over_tcp
+        ours, bind_says = ask(srv.port, q, source), ask(bind.port, q, source)
+        print(f"{what} ({transport}, from {source}): dnsside {ours}, BIND {bind_says}")
+        if ours != bind_says:
+            differ.append((what, transport, source, ours, bind_says))
+    assert differ == []
+    # and what the issue saw, as figures: the UDP IXFR is one SOA, the current one
+    rcode, _opt, tc, records = over_udp(srv.port, ixfr(ZONE, held - 1))
+    assert (rcode, tc) == ("NOERROR", False) and len(records) == 1
+    assert records[0].startswith(f"{ZONE} SOA ") and f" {held} " in records[0]
+    every = over_tcp(srv.port, dns.message.make_query(ZONE, "AXFR", use_edns=0))
+    assert every and all(opt for _r, opt, _tc, _rr in every)
+
+
+def test_dnspython_tries_udp_first_then_takes_the_differences_over_tcp(
+        servers: tuple[Dnsside, BindPrimary]) -> None:
+    """dns.query.inbound_xfr(udp_mode=TRY_FIRST): the single SOA over UDP tells it to ask
+    over TCP (dns.xfr.UseTCP), where it gets the zone; it failed with FormError on an
+    empty answer with TC."""
+    srv, bind = servers
+    for port in (srv.port, bind.port):
+        held = serial(port, ZONE)
+        assert held is not None
+        zone = dns.zone.Zone(ZONE)
+        q, _ = dns.xfr.make_query(zone, serial=held - 1)
+        dns.query.inbound_xfr("127.0.0.1", zone, q, port=port,
+                              udp_mode=dns.query.UDPMode.TRY_FIRST, lifetime=30)
+        soa = zone.get_rdataset(ZONE, "SOA")
+        assert soa is not None and soa[0].serial == held
+        assert len(list(zone.iterate_rdatas())) > 20
