@@ -27,7 +27,7 @@ import pytest
 
 from testkit.resolvers import PeerProcess
 from testkit.secondaries import check, serial
-from testkit.serve import Dnsside, demo_server
+from testkit.serve import DEMO, Dnsside, demo_server, wait_for
 
 ZONE = "svc-global."
 Reply = tuple[str, bool, bool, list[str]]  # rcode, OPT, TC, records (UDP only)
@@ -192,3 +192,25 @@ def test_dnspython_tries_udp_first_then_takes_the_differences_over_tcp(
         soa = zone.get_rdataset(ZONE, "SOA")
         assert soa is not None and soa[0].serial == held
         assert len(list(zone.iterate_rdatas())) > 20
+
+
+def test_from_the_first_answer_on_the_soa_names_a_version_that_transfers() -> None:
+    """Issue 36, item 5: the first SOA a client gets names the first version, cut at the
+    initial sync before any answer, and a transfer right after it sends that version (it
+    used to be the second the process started, with no version behind it until a second
+    later: a transfer meanwhile got SERVFAIL)."""
+    with Dnsside("--source", str(DEMO), "--cluster-name", "east", "--allow-transfer",
+                 "127.0.0.1/32", wait_synced=False) as srv:
+
+        def first_soa() -> int | None:
+            msg = srv.query(ZONE, "SOA", timeout=0.5)
+            if msg.rcode() != dns.rcode.NOERROR:
+                return None  # SERVFAIL until the first sync
+            return int(msg.answer[0][0].serial)
+
+        held = wait_for(first_soa, 15, "the first answer")
+        msgs = list(dns.query.xfr("127.0.0.1", ZONE, port=srv.port, lifetime=10))
+        assert msgs[0].rcode() == dns.rcode.NOERROR
+        assert msgs[0].answer[0].rdtype == dns.rdatatype.SOA
+        assert msgs[0].answer[0][0].serial == held
+        srv.wait_log(f"zone version {held} cut at the initial sync")
