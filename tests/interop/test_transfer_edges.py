@@ -11,6 +11,7 @@ gets the current SOA alone, RFC 1995 §2/§4)."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,3 +215,18 @@ def test_from_the_first_answer_on_the_soa_names_a_version_that_transfers() -> No
         assert msgs[0].answer[0].rdtype == dns.rdatatype.SOA
         assert msgs[0].answer[0][0].serial == held
         srv.wait_log(f"zone version {held} cut at the initial sync")
+
+
+def test_explain_names_a_secondary_that_does_not_answer_its_notify() -> None:
+    """A --notify secondary that never answers (a socket this test holds and never reads)
+    is told in the log once and in /debug/explain, where a zone's serial is (issue 36)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{silent.getsockname()[1]}"
+        with demo_server("--allow-transfer", "127.0.0.1/32", "--notify", target) as srv:
+            srv.wait_log(f"notify: {target} does not answer; the NOTIFY of")
+            status, body = srv.http("/debug/explain?name=nginx-svc.default.svc-global")
+            assert status == 200, body
+            state = json.loads(body)["zone"]["notify"][target]
+            assert state.startswith("does not answer: NOTIFY sent again, at most 10 times")
+            assert srv.series(f'dnsside_notify_given_up{{target="{target}"}}') == 0
