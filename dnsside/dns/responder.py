@@ -318,13 +318,14 @@ class Responder:
                   ) -> tuple[bytes | None, tuple[int, int]]:
         """AXFR and IXFR, as BIND 9.18 answers them: NOTAUTH for a name that is not the
         apex of one of our zones (RFC 5936 §2.2.1: not authoritative for the zone asked
-        for), SERVFAIL before the first sync, FORMERR for an IXFR without the client's
-        SOA in its authority section (RFC 1995 §3), and over UDP, for an IXFR, the current
-        SOA alone (RFC 1995 §2, §4: what does not fit a datagram is told by a single SOA,
-        and the client asks again over TCP, where access is checked; BIND sends it even
-        for differences that would fit). AXFR over UDP is REFUSED (RFC 5936 §4.2 leaves it
-        undefined), and so is a TCP transfer that reaches the responder: the connection
-        takes the ones it lets in (:class:`dnsside.dns.transfer.ZoneTransfers`)."""
+        for), SERVFAIL before the first sync. Over UDP an IXFR gets the current SOA alone
+        (RFC 1995 §2: a reply that does not fit a datagram is a single SOA of the current
+        version, and the client asks again over TCP, where access is checked; §4: the
+        same SOA to a client that is current; BIND sends it even for differences that
+        would fit), or FORMERR without the client's SOA in its authority section (§3).
+        AXFR over UDP is REFUSED (RFC 5936 §4.2 leaves it undefined), and so is a TCP
+        transfer that reaches the responder: the connection takes the ones it lets in
+        (:class:`dnsside.dns.transfer.ZoneTransfers`)."""
         question = data[12:qend]
         opt = OPT_RR[do] if edns else b""
         zone = self.zone_by_wire.get(qname) if qclass == CLASS_IN else None
