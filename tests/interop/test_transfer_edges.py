@@ -11,8 +11,15 @@ gets the current SOA alone, RFC 1995 §2/§4)."""
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import json
+import os
+import pwd
+import shutil
 import socket
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,3 +237,77 @@ def test_explain_names_a_secondary_that_does_not_answer_its_notify() -> None:
             state = json.loads(body)["zone"]["notify"][target]
             assert state.startswith("does not answer: NOTIFY sent again, at most 10 times")
             assert srv.series(f'dnsside_notify_given_up{{target="{target}"}}') == 0
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "zone-transfer.md"
+
+
+def docs_block(heading: str) -> str:
+    """The first fenced block after ``heading`` in docs/zone-transfer.md, as printed."""
+    text = DOCS.read_text()
+    after = text[text.index(heading):]
+    start = after.index("```\n") + 4
+    return after[start:after.index("```", start)]
+
+
+def test_the_docs_knot_configuration_runs_outside_systemd(tmp_path: Path) -> None:
+    """Issue 36, item 6: docs/zone-transfer.md's knot.conf, as printed but for the
+    addresses, paths and secret (and the clusterset.local entry uncommented, as the docs
+    say to with --mcs-zone), started by hand with `knotd -c`: it used to stop at once
+    without systemd's /run/knot. The directories are made as the docs say (`install -d -o
+    knot -g knot`); run by another user than root, the `user:` line names that user."""
+    secret = "cTaeNLkiyNPuYPuAmMvWRxrqIubyQ0EQavBnSShpBDU="
+    key = tmp_path / "xfr.key"
+    key.write_text(f'key "xfr-key" {{\n\talgorithm hmac-sha256;\n\tsecret "{secret}";\n}};\n')
+    conf = docs_block("### Knot DNS 3")
+    owner = "knot:knot"
+    if os.geteuid() != 0:
+        owner = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
+    # pytest's tmp_path is its user's alone: knot's directories go where knot may reach
+    home = Path(tempfile.mkdtemp(prefix="knot-by-hand-"))
+    home.chmod(0o755)
+    run, lib = home / "run", home / "lib"
+    for directory in (run, lib):
+        subprocess.run(["install", "-d", "-o", owner.split(":")[0], "-g", owner.split(":")[1],
+                        str(directory)], check=True)
+    with contextlib.ExitStack() as cleanup, Dnsside("--source", str(DEMO), "--cluster-name", "east", "--mcs-zone",
+                 "clusterset.local", "--allow-transfer", "127.0.0.1/32", "--tsig-key-file",
+                 str(key)) as srv:
+        knot = KnotByHand(tmp_path, conf.replace("10.0.0.53@53", f"127.0.0.1@{srv.port}")
+                          .replace("address: 10.0.0.53", "address: 127.0.0.1")
+                          .replace('"/run/knot"', f'"{run}"')
+                          .replace('"/var/lib/knot"', f'"{lib}"')
+                          .replace("<the secret in xfr.key>", secret)
+                          .replace("user: knot:knot", f"user: {owner}")
+                          .replace("  # - domain: clusterset.local", "  - domain: clusterset.local")
+                          .replace("  #   ", "    "))
+        cleanup.callback(shutil.rmtree, home, ignore_errors=True)
+        cleanup.callback(knot.stop)
+        knot.start(srv)
+        for zone in ("svc-global.", "clusterset.local."):
+            assert serial(knot.port, zone) == serial(srv.port, zone)
+        assert (lib / "clusterset.local.zone").exists()  # the zone file, written at once
+
+
+class KnotByHand(PeerProcess):
+    """knotd started from a shell (no systemd), from a config text with 10.0.0.54@53 in it."""
+
+    kind = "knot-by-hand"
+
+    def __init__(self, tmp: Path, conf: str) -> None:
+        super().__init__(tmp)
+        self.conf = conf
+
+    def start(self, primary: Dnsside) -> None:
+        def argv() -> list[str]:
+            path = self.tmp / "knot.conf"
+            path.write_text(self.conf.replace("10.0.0.54@53", f"127.0.0.1@{self.port}"))
+            check(["knotc", "-c", str(path), "conf-check"])
+            return ["knotd", "-c", str(path)]
+
+        def current() -> bool:
+            self.exited()
+            return all(serial(self.port, z) == serial(primary.port, z)
+                       for z in ("svc-global.", "clusterset.local."))
+
+        self.start_on_a_free_port(argv, current, 30, "knotd to transfer both zones")
