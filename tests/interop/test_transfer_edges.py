@@ -270,9 +270,9 @@ def test_the_docs_knot_configuration_runs_outside_systemd(tmp_path: Path) -> Non
     for directory in (run, lib):
         subprocess.run(["install", "-d", "-o", owner.split(":")[0], "-g", owner.split(":")[1],
                         str(directory)], check=True)
-    with contextlib.ExitStack() as cleanup, Dnsside("--source", str(DEMO), "--cluster-name", "east", "--mcs-zone",
-                 "clusterset.local", "--allow-transfer", "127.0.0.1/32", "--tsig-key-file",
-                 str(key)) as srv:
+    flags = ("--source", str(DEMO), "--cluster-name", "east", "--mcs-zone", "clusterset.local",
+             "--allow-transfer", "127.0.0.1/32", "--tsig-key-file", str(key))
+    with contextlib.ExitStack() as cleanup, Dnsside(*flags) as srv:
         knot = KnotByHand(tmp_path, conf.replace("10.0.0.53@53", f"127.0.0.1@{srv.port}")
                           .replace("address: 10.0.0.53", "address: 127.0.0.1")
                           .replace('"/run/knot"', f'"{run}"')
