@@ -226,8 +226,8 @@ class Refusal:
 Admit = Callable[[Request], Refusal | None]
 
 
-@dataclass(frozen=True)
-class Outcome:
+@dataclass(slots=True)  # not frozen: one is made for every TCP message, and a frozen
+class Outcome:  # dataclass's __init__ costs a setattr call per field
     """What one TCP message gets, whatever it asked: its replies, made as they are taken.
 
     ``request`` is None for anything that is not a transfer of one of our zones (the

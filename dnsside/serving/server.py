@@ -328,7 +328,7 @@ class TcpConnection(asyncio.Protocol):
                 message, str(self.peer[0]) if self.peer else "", self.client)
             answered = True
             if not replies.streamed:  # one reply (or none): written at once
-                reply = next(iter(list(replies)), None)  # taken whole: a slot is given back
+                reply = replies.only()
                 if self.shared.log_queries:
                     _log_query("tcp", self.peer, message, reply)
                 if reply is not None and self.transport is not None:

@@ -74,6 +74,12 @@ class Transfer:
             self._end()
             raise
 
+    def only(self) -> bytes | None:
+        """Not streamed: the one reply (None: none), the slot given back at once."""
+        reply = next(self._messages, None)
+        self._end()
+        return reply
+
     def close(self) -> None:
         if isinstance(self._messages, Generator):
             self._messages.close()
