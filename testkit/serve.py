@@ -82,7 +82,8 @@ class Dnsside:
         if wait_synced:
             self.wait_log("initial sync done", timeout)
             if any(a.startswith(("--allow-transfer", "--tsig-key-file")) for a in args):
-                # Transfers start with the first version, cut within a second of the sync.
+                # The first version is cut at the sync, before the first answer; its line
+                # (and the NOTIFYs) follow the sync's.
                 self.wait_log("zone version", timeout)
 
     def _read(self) -> None:

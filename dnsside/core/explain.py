@@ -8,6 +8,7 @@ out of the answer. Only humans call this; nothing here is on the query path.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dnslib import RCODE, DNSRecord
@@ -27,8 +28,12 @@ from dnsside.model.printable import printable
 class Explainer:
     """Reads the index through its :class:`~dnsside.core.view.ExplainView` only."""
 
-    def __init__(self, index: ExplainView) -> None:
+    def __init__(self, index: ExplainView,
+                 secondaries: Callable[[], Mapping[str, str]] | None = None) -> None:
         self.index = index
+        # The --notify secondaries and their state in words (the serving process's NOTIFYs;
+        # ``dnsside explain`` sends none and has none).
+        self.secondaries = secondaries
 
     def _unwatched(self, namespace: str) -> str:
         """What to add when ``--namespace`` leaves ``namespace`` out: nothing of it is read,
@@ -96,6 +101,8 @@ class Explainer:
             if isinstance(zone, CatalogZone):
                 out["transfers"] = ("one version for the life of the process, no history (an "
                                     "IXFR from an older serial gets the whole catalog)")
+        if self.secondaries is not None and (states := self.secondaries()):
+            out["notify"] = dict(states)
         return out
 
     def _why(self, name: str) -> dict[str, Any]:
@@ -290,6 +297,8 @@ def render(report: dict[str, Any]) -> str:
         serial = (f"serial {zone['serial']}" if zone["serial"] is not None else
                   "no version yet (the serving process numbers them)")
         lines.append(f"Zone:            {zone['origin']} {serial}; {zone['transfers']}")
+        for target, state in (zone.get("notify") or {}).items():
+            lines.append(f"NOTIFY:          {target} {state}")
     if "global_service" in report:
         lines.append(f"Global service:  {report['global_service']}")
     if "naming" in report:

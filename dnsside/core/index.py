@@ -42,7 +42,7 @@ from dnsside.core.store import LocalStore
 from dnsside.core.tables import Key, Table
 from dnsside.core.view import ReportView
 from dnsside.dns.responder import Responder
-from dnsside.dns.versions import ZoneVersions
+from dnsside.dns.versions import ZoneVersions, next_serial
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -173,8 +173,9 @@ class Index:
 
     @property
     def version_serial(self) -> int | None:
-        """The serial of the last version cut; None when none was (``dnsside explain``,
-        which serves nothing, never cuts one)."""
+        """The serial of the last version cut; None when none was: before the initial
+        sync, which cuts the first where zones are transferred, or until the serving
+        process cuts one (``dnsside explain`` never does without transfers)."""
         return self._publisher.cut_serial
 
     @property
@@ -233,8 +234,10 @@ class Index:
             self.synced = True
             dirty = self._all_keys()
         changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
-        if became_synced:
-            self._publisher.set_ready()
+        if became_synced:  # where zones are transferred, the first version, numbered by
+            # this second (the index's own is no version's: one past it, if the sync took
+            # less than a second)
+            self._publisher.set_ready(next_serial(self.serial, time.time()))
             self._told.append(Told(Notice.SYNCED, (
                 f"initial sync done: {len(self.global_services)} global services, "
                 f"{self.counts.members()} members, clusters "

@@ -78,8 +78,13 @@ class Publisher:
         else:
             self.responder.refresh_apex()
 
-    def set_ready(self) -> None:
-        """The initial sync is done: the responder answers from now on."""
+    def set_ready(self, first_serial: int) -> None:
+        """The initial sync is done: where zones are transferred, the answers now are the
+        first version, ``first_serial``, cut before the responder answers, so that the
+        first SOA a client gets names a version a secondary can transfer (issue 36: a
+        transfer in the first second got SERVFAIL). Then the responder answers."""
+        if self.versions:
+            self.cut(first_serial)
         self.responder.set_ready()
 
     @property

@@ -22,9 +22,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from dnsside.dns.names import find_zone
-from dnsside.dns.transfer import authority_serial
 from dnsside.dns.tsig import NOTAUTH, ReplySigner, TsigKey, Verdict, error_reply, verify_request
-from dnsside.dns.versions import serial_newer
 from dnsside.dns.wire import (
     AAAA,
     ANY,
@@ -40,7 +38,6 @@ from dnsside.dns.wire import (
     NOERROR,
     NOTIMP,
     NS,
-    OPT,
     OPT_BADVERS,
     OPT_LEN,
     OPT_NOT_AUTH,
@@ -49,7 +46,6 @@ from dnsside.dns.wire import (
     PLAIN_UDP_LIMIT,
     PTR,
     REFUSED,
-    REPLY_FLAGS,
     SERVFAIL,
     SOA,
     SRV,
@@ -58,7 +54,9 @@ from dnsside.dns.wire import (
     TXT,
     A,
     Answer,
+    authority_serial,
     question_end,
+    read_edns,
     resource_record,
     section_counts,
 )
@@ -85,7 +83,7 @@ def _notimp(data: bytes, udp: bool) -> bytes:
     qend = question_end(data) if data[4:6] == b"\x00\x01" else None
     if qend is None:
         return _error(data, NOTIMP)
-    edns, _limit, _badvers, do = _read_edns(data, qend, data[10] << 8 | data[11], udp)
+    edns, _limit, _badvers, do = read_edns(data, qend, data[10] << 8 | data[11], udp)
     return _error(data, NOTIMP, data[12:qend], OPT_RR[do] if edns else b"")
 
 
@@ -296,12 +294,14 @@ class Responder:
             return _error(data, FORMERR), (0, FORMERR)
         question = data[12:qend]
         qtype, qclass = struct.unpack("!HH", data[qend - 4 : qend])
-        edns, limit, badvers, do = _read_edns(data, qend, arcount, udp)
+        edns, limit, badvers, do = read_edns(data, qend, arcount, udp)
         if edns is None:
             return _error(data, FORMERR, question), (qtype, FORMERR)
         if badvers:
             return _error(data, BADVERS, question, OPT_BADVERS[do]), (qtype, BADVERS)
         qname = data[12 : qend - 4].lower()
+        if qtype in (AXFR, IXFR):
+            return self._transfer(data, qend, qtype, qname, qclass, udp, edns, limit, do)
         zone = find_zone(qname, self.zone_by_wire) if qclass == CLASS_IN else None
         if zone is None:  # another class, or outside every zone: never an open resolver
             return (_error(data, REFUSED, question, OPT_NOT_AUTH[do] if edns else b""),
@@ -310,21 +310,6 @@ class Responder:
             return (_error(data, SERVFAIL, question, OPT_NOT_READY[do] if edns else b""),
                     (qtype, SERVFAIL))
         opt = OPT_RR[do] if edns else b""
-        if qtype == IXFR and udp and qname == zone.wire:
-            # RFC 1995 §2: over UDP, a client that is current gets the current SOA alone;
-            # any other gets TC=1 and asks again over TCP, where access is checked.
-            since = authority_serial(data, qend)
-            if since is not None and not serial_newer(zone.serial, since):
-                soa = self.answers[qname + _SOA_IN]
-                return self._assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
-            flags = REPLY_FLAGS[NOERROR] | TC | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
-            return (b"".join((data[:2], flags.to_bytes(2, "big"),
-                              section_counts(0, 0, 1 if opt else 0), question, opt)),
-                    (qtype, NOERROR))
-        if qtype in (AXFR, IXFR):  # AXFR over UDP is undefined (RFC 5936 §4.2); TCP
-            # transfers are taken before the responder by the connection, for the clients
-            # that may have one: whatever gets here is refused
-            return _error(data, REFUSED, question, opt), (qtype, REFUSED)
         answer = self.answers.get(qname + data[qend - 4 : qend])
         if answer is None:
             if qname in self.names or any(qname + t in self.answers for t in _OWNED_TYPES):
@@ -332,6 +317,39 @@ class Responder:
             else:
                 answer = zone.nxdomain
         return self._assemble(data, qend, answer, opt, limit - len(opt)), (qtype, answer.rcode)
+
+    def _transfer(self, data: bytes, qend: int, qtype: int, qname: bytes, qclass: int,
+                  udp: bool, edns: bool, limit: int, do: int
+                  ) -> tuple[bytes | None, tuple[int, int]]:
+        """AXFR and IXFR, as BIND 9.18 answers them: NOTAUTH for a name that is not the
+        apex of one of our zones (RFC 5936 §2.2.1: not authoritative for the zone asked
+        for), SERVFAIL before the first sync. Over UDP an IXFR gets the current SOA alone
+        (RFC 1995 §2: a reply that does not fit a datagram is a single SOA of the current
+        version, and the client asks again over TCP, where access is checked; §4: the
+        same SOA to a client that is current; BIND sends it even for differences that
+        would fit), or FORMERR without the client's SOA in its authority section (§3).
+        AXFR over UDP is REFUSED (RFC 5936 §4.2 leaves it undefined), and so is a TCP
+        transfer that reaches the responder: the connection takes the ones it lets in
+        (:class:`dnsside.dns.transfer.ZoneTransfers`)."""
+        question = data[12:qend]
+        opt = OPT_RR[do] if edns else b""
+        zone = self.zone_by_wire.get(qname) if qclass == CLASS_IN else None
+        if zone is None:
+            return _error(data, NOTAUTH, question, opt), (qtype, NOTAUTH)
+        if not self.ready:
+            return (_error(data, SERVFAIL, question, OPT_NOT_READY[do] if edns else b""),
+                    (qtype, SERVFAIL))
+        if qtype == AXFR or not udp:
+            return _error(data, REFUSED, question, opt), (qtype, REFUSED)
+        if authority_serial(data, qend) is None:
+            return _error(data, FORMERR, question, opt), (qtype, FORMERR)
+        soa = self.answers[qname + _SOA_IN]
+        return self._assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
+
+    def count(self, stat: tuple[int, int], udp: bool = False) -> None:
+        """One reply counted under ``stat`` (qtype, rcode): every reply dnsside sends is
+        counted here, a zone transfer's too (the metrics collector reads the counts)."""
+        (self.udp_counts if udp else self.tcp_counts)[counted(stat)] += 1
 
     def _any(self, qname: bytes, zone: Zone) -> Answer:
         """RFC 8482: ANY gets one RRset, never the whole node. The name's A RRset, else its
@@ -374,55 +392,3 @@ def _plain_opt(data: bytes, qend: int) -> tuple[int, bytes] | None:
     if len(data) == qend + 11 and len(_EDNS_LIMITS) < 256:  # no options: the tail is the key
         _EDNS_LIMITS[data[qend:]] = edns
     return edns
-
-
-def _read_edns(
-    data: bytes, qend: int, arcount: int, udp: bool
-) -> tuple[bool | None, int, bool, int]:
-    """(edns present, size limit, BADVERS, DO bit as 0/1) from the records after the
-    question; edns None = FORMERR.
-
-    A bounded walk over every record, no pointer followed (so no pointer loop can
-    bite): an owner name is labels ending in the root label or in one compression
-    pointer, which must point backwards, past the header. Bytes after the last
-    record are ignored, as on the fast path.
-    """
-    limit = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
-    end = len(data)
-    before_ar = (data[6] << 8 | data[7]) + (data[8] << 8 | data[9])
-    i = qend
-    opt: tuple[int, int] | None = None
-    for n in range(before_ar + arcount):
-        owner = i
-        while True:
-            if i >= end:
-                return None, limit, False, 0
-            length = data[i]
-            if length == 0:
-                i += 1
-                break
-            if length >= 0xC0:
-                if i + 1 >= end or not 12 <= ((length & 0x3F) << 8 | data[i + 1]) < i:
-                    return None, limit, False, 0
-                i += 2
-                break
-            if length > 63:
-                return None, limit, False, 0
-            i += length + 1
-        if i + 10 > end:
-            return None, limit, False, 0
-        rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
-        i += 10 + rdlen
-        if i > end:
-            return None, limit, False, 0
-        if rtype == OPT:
-            # RFC 6891 §6.1.1: one OPT, owned by the root, in the additional section.
-            if opt is not None or n < before_ar or i - rdlen - 10 != owner + 1:
-                return None, limit, False, 0
-            opt = (rclass, ttl)
-    if opt is None:
-        return False, limit, False, 0
-    payload, ttl = opt
-    if udp:
-        limit = min(max(payload, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
-    return True, limit, (ttl >> 16) & 0xFF > 0, ttl >> 15 & 1

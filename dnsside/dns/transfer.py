@@ -10,6 +10,10 @@ are the SOA, then not a SOA); one that is current gets the SOA alone. Over UDP a
 transfer does not fit; that is the responder's business
 (:func:`dnsside.dns.responder.Responder.respond`).
 
+Over TCP, :class:`ZoneTransfers` is the one call the connection makes for a message: it
+reads the request once (question, OPT, TSIG), asks the serving side's policy, and returns
+an :class:`Outcome`, whatever the message was; the responder counts every reply.
+
 The records are built in one synchronous call: whoever calls on the thread that writes
 the tables (the event loop) gets one version, with the serial that goes with it.
 """
@@ -17,21 +21,37 @@ the tables (the event loop) gets one version, with the serial that goes with it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import chain
 
+from dnsside.dns.responder import Responder
+from dnsside.dns.tsig import (
+    NOTAUTH,
+    ReplySigner,
+    TsigKey,
+    Verdict,
+    error_reply,
+    overhead,
+    verify_request,
+)
 from dnsside.dns.versions import Record, ZoneVersions, spelled_out
 from dnsside.dns.wire import (
     AT_QUESTION,
     AXFR,
     CLASS_IN,
+    FORMERR,
     IXFR,
+    NOERROR,
+    OPT_RR,
     QR_AA,
+    REFUSED,
     SERVFAIL,
-    SOA,
     TCP_LIMIT,
+    authority_serial,
     question_end,
+    read_edns,
 )
 from dnsside.dns.zone import Zone
 
@@ -46,23 +66,33 @@ def looks_like_transfer(data: bytes) -> bool:
 
 @dataclass(frozen=True)
 class Request:
-    """A well-formed AXFR or IXFR query for the apex of one of our zones."""
+    """A well-formed AXFR or IXFR query for the apex of one of our zones, read once: the
+    replies are made from this, never from the bytes again."""
 
     qtype: int  # AXFR or IXFR
     zone: Zone
     question: bytes  # QNAME, QTYPE, QCLASS exactly as the client sent them
     header: bytes  # the reply's ID and flags (RD and opcode copied)
     client_serial: int | None = None  # an IXFR's: the version the client holds
+    opt: bytes = b""  # the OPT record every reply carries (the request had one)
+    signer: ReplySigner | None = None  # signed with our key: every reply is signed
 
     @property
     def kind(self) -> str:
         return "ixfr" if self.qtype == IXFR else "axfr"
 
+    @property
+    def signed(self) -> bool:
+        return self.signer is not None
 
-def request(data: bytes, zones: Mapping[bytes, Zone]) -> Request | None:
+
+def request(data: bytes, zones: Mapping[bytes, Zone], signer: ReplySigner | None = None
+            ) -> Request | None:
     """The transfer ``data`` asks for, or None when it is not a plain AXFR/IXFR query of
-    one of ``zones``' apexes (a response, another opcode, a malformed question, a name
-    below an apex, another class): the responder's usual rules answer those."""
+    one of ``zones``' apexes (a response, another opcode, a malformed question or OPT, an
+    EDNS version we do not speak, a name below an apex, another class): the responder's
+    rules answer those (NOTAUTH, FORMERR, BADVERS...). ``signer``: ``data`` is the request
+    as its TSIG signed it, the TSIG taken off, and the replies are to be signed."""
     if len(data) < 17 or data[2] & 0xF8 or data[4:8] != b"\x00\x01\x00\x00":
         return None
     qend = question_end(data)
@@ -72,42 +102,22 @@ def request(data: bytes, zones: Mapping[bytes, Zone]) -> Request | None:
     zone = zones.get(data[12 : qend - 4].lower())
     if qtype not in (AXFR, IXFR) or qclass != CLASS_IN or zone is None:
         return None
+    edns, _limit, badvers, do = read_edns(data, qend, data[10] << 8 | data[11], False)
+    if edns is None or badvers:
+        return None
     flags = QR_AA | ((data[2] << 8 | data[3]) & 0x0100)  # RD copied
     client = authority_serial(data, qend) if qtype == IXFR else None
-    return Request(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"), client)
+    return Request(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"), client,
+                   OPT_RR[do] if edns else b"", signer)
 
 
-def authority_serial(data: bytes, qend: int) -> int | None:
-    """The serial of the SOA an IXFR carries first in its authority section (RFC 1995
-    §3), or None when there is none or it does not parse."""
-    if data[8:10] == b"\x00\x00":
-        return None
-    i = qend
-    while i < len(data):  # the owner: labels, then a zero or a pointer
-        n = data[i]
-        if n == 0:
-            i += 1
-            break
-        if n >= 0xC0:
-            i += 2
-            break
-        if n > 63:
-            return None
-        i += n + 1
-    if i + 10 > len(data):
-        return None
-    rtype, _rclass, _ttl, rdlen = struct.unpack_from("!HHIH", data, i)
-    end = i + 10 + rdlen
-    if rtype != SOA or rdlen < 22 or end > len(data):
-        return None
-    return int(struct.unpack_from("!I", data, end - 20)[0])
-
-
-def failed(req: Request) -> bytes:
-    """SERVFAIL for a transfer that cannot be sent faithfully, with the question."""
-    flags = (req.header[2] << 8 | req.header[3]) & ~0x0400 | SERVFAIL  # not authoritative
-    return (req.header[:2] + flags.to_bytes(2, "big") + struct.pack("!4H", 1, 0, 0, 0)
-            + req.question)
+def error(req: Request, rcode: int) -> bytes:
+    """A reply that carries only ``rcode`` (REFUSED, FORMERR, SERVFAIL), with the question
+    and the request's OPT, signed when the request was: not authoritative."""
+    flags = (req.header[2] << 8 | req.header[3]) & ~0x0400 | rcode
+    reply = (req.header[:2] + flags.to_bytes(2, "big")
+             + struct.pack("!4H", 1, 0, 0, 1 if req.opt else 0) + req.question + req.opt)
+    return req.signer.sign(reply) if req.signer is not None else reply
 
 
 class Records:
@@ -180,7 +190,8 @@ def iter_messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMI
     """
     apex = req.zone.wire
     compress = req.question[:-4] == apex
-    head_size = 12 + len(req.question)
+    head_size = 12 + len(req.question) + len(req.opt) + (
+        overhead(req.signer.key) if req.signer is not None else 0)
     chunk: list[bytes] = []
     size = head_size
     for rr in records:
@@ -195,5 +206,112 @@ def iter_messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMI
 
 
 def _message(req: Request, records: list[bytes]) -> bytes:
-    return b"".join((req.header, struct.pack("!4H", 1, len(records), 0, 0), req.question,
-                     *records))
+    """One message of the transfer: every one carries the request's OPT (RFC 6891 §6.1.1,
+    as BIND does) and, when the request was signed, its TSIG."""
+    message = b"".join((req.header, struct.pack("!4H", 1, len(records), 0, 1 if req.opt else 0),
+                        req.question, *records, req.opt))
+    return req.signer.sign(message) if req.signer is not None else message
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the policy turns a transfer down: ``result`` as dnsside_transfers_total counts
+    it (``refused``, ``busy``), ``why`` for the log."""
+
+    result: str
+    why: str
+
+
+# The policy: who may have a transfer (addresses, key, caps). None lets the request in.
+Admit = Callable[[Request], Refusal | None]
+
+
+@dataclass(slots=True)  # not frozen: one is made for every TCP message, and a frozen
+class Outcome:  # dataclass's __init__ costs a setattr call per field
+    """What one TCP message gets, whatever it asked: its replies, made as they are taken.
+
+    ``request`` is None for anything that is not a transfer of one of our zones (the
+    responder answered it); for a transfer, ``result`` is how dnsside_transfers_total
+    counts it (``ok``, ``full``, ``refused``, ``busy``, ``badtsig``, ``formerr``,
+    ``error``), ``serial`` and ``records`` what is sent, ``why`` a refusal's or failure's
+    reason, and ``verdict`` a TSIG that did not verify."""
+
+    replies: Iterator[bytes]
+    request: Request | None = None
+    result: str = ""
+    serial: int | None = None
+    records: int = 0
+    why: str = ""
+    verdict: Verdict | None = None
+
+    @property
+    def sends_zone(self) -> bool:
+        """A zone (or its differences) is sent: several messages, as the client reads."""
+        return self.result in ("ok", "full")
+
+
+class ZoneTransfers:
+    """The protocol side of zone transfers over TCP: one call a message
+    (:meth:`answer`), which reads the request once, asks ``admit`` (the serving side's
+    policy) whether it may have one, and returns its replies, counted by the responder.
+
+    The order is BIND 9.18's: a message that is not a transfer of one of our apexes is
+    the responder's (NOTAUTH, FORMERR, BADVERS...); then the TSIG (NOTAUTH with its error);
+    then the policy (REFUSED); then an IXFR without the client's SOA (FORMERR); then the
+    version (SERVFAIL when there is none yet or a record cannot be sent)."""
+
+    def __init__(self, responder: Responder, versions: Mapping[bytes, ZoneVersions],
+                 tsig: TsigKey | None = None) -> None:
+        self.responder = responder
+        self.versions = versions
+        self.tsig = tsig
+
+    def answer(self, message: bytes, admit: Admit) -> Outcome:
+        responder = self.responder
+        if not looks_like_transfer(message):
+            return self._responder(message)
+        verdict = verify_request(message, self.tsig, int(time.time()))
+        signer = None
+        if verdict.status == "ok" and verdict.key is not None:
+            signer = ReplySigner(verdict.key, verdict.mac, verdict.now)
+        req = request(verdict.message if signer is not None else message,
+                      responder.zone_by_wire, signer)
+        if req is None:
+            return self._responder(message)
+        if not responder.ready:  # SERVFAIL with the EDE, as every query of the zone gets
+            return self._responder(message, Outcome(iter(()), req, "error",
+                                                    why="not ready: the first sync is not done"))
+        if verdict.status not in ("ok", "unsigned"):  # RFC 8945 §5.2
+            responder.count((0, FORMERR if verdict.status == "formerr" else NOTAUTH))
+            return Outcome(iter((error_reply(message, verdict),)), req, "badtsig",
+                           verdict=verdict)
+        refusal = admit(req)
+        if refusal is not None:
+            return self._error(req, REFUSED, refusal.result, refusal.why)
+        if req.qtype == IXFR and req.client_serial is None:
+            return self._error(req, FORMERR, "formerr", "an IXFR without the client's SOA "
+                               "in its authority section (RFC 1995 §3)")
+        versions = self.versions.get(req.zone.wire)
+        if versions is None or versions.serial is None:
+            return self._error(req, SERVFAIL, "error", "no version of the zone yet")
+        if versions.broken is not None:
+            return self._error(req, SERVFAIL, "error", "a record cannot be transferred "
+                               "faithfully: " + versions.broken)
+        result = "ok"
+        records = ixfr_records(req, versions) if req.qtype == IXFR else None
+        if records is None:
+            records = axfr_records(req, versions)
+            if req.qtype == IXFR:
+                result = "full"
+        responder.count((req.qtype, NOERROR))
+        return Outcome(iter_messages(req, records), req, result, versions.serial, len(records))
+
+    def _responder(self, message: bytes, outcome: Outcome | None = None) -> Outcome:
+        """The responder's reply to ``message`` (which counts it), in ``outcome``."""
+        reply = self.responder.respond(message, udp=False)
+        replies = iter((reply,) if reply is not None else ())
+        return Outcome(replies) if outcome is None else replace(outcome, replies=replies)
+
+    def _error(self, req: Request, rcode: int, result: str, why: str) -> Outcome:
+        self.responder.count((req.qtype, rcode))
+        return Outcome(iter((error(req, rcode),)), req, result, why=why)

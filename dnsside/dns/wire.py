@@ -324,3 +324,81 @@ def to_text(wire: bytes) -> str:
         labels.append(wire[i + 1 : i + 1 + wire[i]].decode("latin-1"))
         i += wire[i] + 1
     return ".".join(labels) + "."
+
+
+def read_edns(
+    data: bytes, qend: int, arcount: int, udp: bool
+) -> tuple[bool | None, int, bool, int]:
+    """(edns present, size limit, BADVERS, DO bit as 0/1) from the records after the
+    question; edns None = FORMERR.
+
+    A bounded walk over every record, no pointer followed (so no pointer loop can
+    bite): an owner name is labels ending in the root label or in one compression
+    pointer, which must point backwards, past the header. Bytes after the last
+    record are ignored, as on the fast path.
+    """
+    limit = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
+    end = len(data)
+    before_ar = (data[6] << 8 | data[7]) + (data[8] << 8 | data[9])
+    i = qend
+    opt: tuple[int, int] | None = None
+    for n in range(before_ar + arcount):
+        owner = i
+        while True:
+            if i >= end:
+                return None, limit, False, 0
+            length = data[i]
+            if length == 0:
+                i += 1
+                break
+            if length >= 0xC0:
+                if i + 1 >= end or not 12 <= ((length & 0x3F) << 8 | data[i + 1]) < i:
+                    return None, limit, False, 0
+                i += 2
+                break
+            if length > 63:
+                return None, limit, False, 0
+            i += length + 1
+        if i + 10 > end:
+            return None, limit, False, 0
+        rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
+        i += 10 + rdlen
+        if i > end:
+            return None, limit, False, 0
+        if rtype == OPT:
+            # RFC 6891 §6.1.1: one OPT, owned by the root, in the additional section.
+            if opt is not None or n < before_ar or i - rdlen - 10 != owner + 1:
+                return None, limit, False, 0
+            opt = (rclass, ttl)
+    if opt is None:
+        return False, limit, False, 0
+    payload, ttl = opt
+    if udp:
+        limit = min(max(payload, PLAIN_UDP_LIMIT), EDNS_PAYLOAD)
+    return True, limit, (ttl >> 16) & 0xFF > 0, ttl >> 15 & 1
+
+
+def authority_serial(data: bytes, qend: int) -> int | None:
+    """The serial of the SOA an IXFR carries first in its authority section (RFC 1995
+    §3), or None when there is none or it does not parse."""
+    if data[8:10] == b"\x00\x00":
+        return None
+    i = qend
+    while i < len(data):  # the owner: labels, then a zero or a pointer
+        n = data[i]
+        if n == 0:
+            i += 1
+            break
+        if n >= 0xC0:
+            i += 2
+            break
+        if n > 63:
+            return None
+        i += n + 1
+    if i + 10 > len(data):
+        return None
+    rtype, _rclass, _ttl, rdlen = struct.unpack_from("!HHIH", data, i)
+    end = i + 10 + rdlen
+    if rtype != SOA or rdlen < 22 or end > len(data):
+        return None
+    return int(struct.unpack_from("!I", data, end - 20)[0])

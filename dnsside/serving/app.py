@@ -258,7 +258,8 @@ class App:
         from dnsside.core.explain import Explainer
 
         loop = asyncio.get_running_loop()
-        http = HttpServer(self.not_ready_because, Explainer(self.index).explain,
+        secondaries = self.notifier.states if self.notifier is not None else None
+        http = HttpServer(self.not_ready_because, Explainer(self.index, secondaries).explain,
                           networks(self.config.explain_from, "--explain-from"),
                           self.config.http_max_connections,
                           self.config.http_max_connections_per_client)

@@ -22,7 +22,6 @@ import time
 from typing import cast
 
 from dnsside.dns.responder import Responder
-from dnsside.dns.transfer import looks_like_transfer
 from dnsside.serving import mmsg
 from dnsside.serving.caps import ConnectionCaps
 from dnsside.serving.transfer import Transfer, Transfers
@@ -325,18 +324,15 @@ class TcpConnection(asyncio.Protocol):
             message = bytes(buf[2 : 2 + size])
             del buf[: 2 + size]
             started = time.perf_counter()
-            replies = (self.shared.transfers.answer(message, str(self.peer[0]) if self.peer
-                                                    else "", self.client)
-                       if looks_like_transfer(message) else None)
-            if replies is None:
-                reply = self.shared.responder.respond(message, udp=False)
-                replies = [reply] if reply is not None else []
+            replies = self.shared.transfers.answer(
+                message, str(self.peer[0]) if self.peer else "", self.client)
             answered = True
-            if isinstance(replies, list):
+            if not replies.streamed:  # one reply (or none): written at once
+                reply = replies.only()
                 if self.shared.log_queries:
-                    _log_query("tcp", self.peer, message, replies[0] if replies else None)
-                if replies and self.transport is not None:
-                    self.transport.writelines([len(r).to_bytes(2, "big") + r for r in replies])
+                    _log_query("tcp", self.peer, message, reply)
+                if reply is not None and self.transport is not None:
+                    self.transport.write(len(reply).to_bytes(2, "big") + reply)
                 _TCP_LATENCY.observe(time.perf_counter() - started)
             else:
                 self.sending = replies

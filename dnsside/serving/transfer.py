@@ -1,9 +1,13 @@
-"""Zone transfers over TCP: who may have one, which records, the count and the log line.
+"""Zone transfers over TCP: who may have one, the count and the log line.
 
-The TCP connection handler passes every message that looks like AXFR or IXFR here
-(:func:`dnsside.dns.transfer.looks_like_transfer`), before the responder; what is not
-a transfer of one of our zones goes on to the responder, whose rules answer it like
-any other query (REFUSED for an AXFR of a name below an apex).
+The TCP connection hands every message here (:meth:`Transfers.answer`) and gets one
+type back, a :class:`Transfer`, whatever the message asked. This module makes one call
+into the protocol side, :class:`dnsside.dns.transfer.ZoneTransfers`, which reads the
+request once, answers what is not a transfer of one of our zones through the responder
+(NOTAUTH for an AXFR of a name below an apex, as BIND), verifies the TSIG, asks
+:meth:`Transfers._admit` (the policy: this module's), takes the records and counts the
+replies (the responder owns the query counters). This module counts the transfers
+(``dnsside_transfers_total``) and writes their log lines.
 
 Who may: nobody by default. ``--allow-transfer`` names networks; ``--tsig-key-file``
 asks every transfer for a valid TSIG with its key (alone, it lets any address with the
@@ -34,9 +38,9 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 
 from dnsside.dns import transfer
 from dnsside.dns.responder import Responder
-from dnsside.dns.tsig import ReplySigner, TsigKey, Verdict, error_reply, overhead, verify_request
+from dnsside.dns.tsig import TsigKey
 from dnsside.dns.versions import ZoneVersions, serial_newer
-from dnsside.dns.wire import IXFR, NOERROR, SERVFAIL, TCP_LIMIT, to_text
+from dnsside.dns.wire import IXFR, to_text
 from dnsside.netvalues import IPNetwork, allowed_peer
 from dnsside.serving.caps import client_of
 from dnsside.telemetry import metrics
@@ -45,14 +49,20 @@ log = logging.getLogger("dnsside.transfer")
 
 
 class Transfer:
-    """A transfer's messages, made as the connection asks for them. It holds its slot
-    (of ``--transfer-max`` and ``--transfer-max-per-client``) until the last message has
-    been taken or it is closed (the client went: the log line says it was cut short)."""
+    """What one TCP message gets, whatever it asked (one type for the connection): its
+    replies, made as the connection asks for them. ``streamed``: a zone's messages, to be
+    sent as the client reads (:mod:`dnsside.serving.server`); else one reply or none.
+    A transfer holds its slot (of ``--transfer-max`` and ``--transfer-max-per-client``)
+    until the last message has been taken or it is closed (the client went: the log line
+    says it was cut short)."""
 
-    def __init__(self, messages: Generator[bytes, None, None], release: Callable[[], None]
-                 ) -> None:
+    __slots__ = ("_messages", "_release", "streamed")
+
+    def __init__(self, messages: Iterator[bytes], release: Callable[[], None] | None = None,
+                 streamed: bool = False) -> None:
         self._messages = messages
-        self._release: Callable[[], None] | None = release
+        self._release = release
+        self.streamed = streamed
 
     def __iter__(self) -> Transfer:
         return self
@@ -64,8 +74,15 @@ class Transfer:
             self._end()
             raise
 
+    def only(self) -> bytes | None:
+        """Not streamed: the one reply (None: none), the slot given back at once."""
+        reply = next(self._messages, None)
+        self._end()
+        return reply
+
     def close(self) -> None:
-        self._messages.close()
+        if isinstance(self._messages, Generator):
+            self._messages.close()
         self._end()
 
     def _end(self) -> None:
@@ -91,74 +108,91 @@ class Transfers:
         self.tsig = tsig
         self.max_total, self.max_per_client = max_total, max_per_client
         self.under_way: Counter[str] = Counter()  # transfers being sent, by client
+        self.protocol = transfer.ZoneTransfers(responder, self.versions, tsig)
         self._refused_logged: set[tuple[str, str]] = set()  # (client, why) already logged
 
     @property
     def enabled(self) -> bool:
         return bool(self.allow) or self.tsig is not None
 
-    def answer(self, message: bytes, peer: str, client: str | None = None
-               ) -> Transfer | list[bytes] | None:
-        """The replies to ``message`` from ``peer`` (counted as ``client`` against the
-        caps: by default its address, or its /64) when it asks for a transfer of one of
-        our zones (one REFUSED, NOTAUTH or SERVFAIL reply when it gets none), else None.
+    def answer(self, message: bytes, peer: str, client: str | None = None) -> Transfer:
+        """The replies to one TCP message from ``peer`` (counted as ``client`` against the
+        caps: by default its address, or its /64), whatever it asks: one call into the
+        protocol side (:class:`dnsside.dns.transfer.ZoneTransfers`), which asks
+        :meth:`_admit` when it is a transfer of one of our zones.
 
-        A transfer's records are taken now, one version whole; its messages are an
-        iterator, packed and signed as the connection asks for them, so that a large zone
-        does not hold the event loop while it is packed (see :mod:`serving.server`)."""
-        req = transfer.request(message, self.responder.zone_by_wire)
-        if req is None:
-            return None
-        if not self.enabled:
-            return self._refused(req, message, peer, "no --allow-transfer or --tsig-key-file")
-        if self.allow and not allowed_peer(peer, self.allow):
-            return self._refused(req, message, peer, "not in --allow-transfer")
-        sign: Callable[[bytes], bytes] = _unsigned
-        if self.tsig is not None:
-            verdict = verify_request(message, self.tsig, int(time.time()))
-            if verdict.status == "unsigned":
-                return self._refused(req, message, peer, "no TSIG, and --tsig-key-file asks "
-                                     "every transfer for one", "badtsig")
-            if verdict.status != "ok":
-                return self._bad_tsig(req, message, peer, verdict)
-            req = transfer.request(verdict.message, self.responder.zone_by_wire) or req
-            sign = ReplySigner(self.tsig, verdict.mac, verdict.now).sign
-        if not self.responder.ready:  # SERVFAIL with the EDE, as every query of the zone
-            metrics.TRANSFERS.labels(type=req.kind, result="error").inc()
-            reply = self.responder.respond(message, udp=False)
-            return [reply] if reply is not None else []
-        versions = self.versions.get(req.zone.wire)
-        if versions is None or versions.serial is None:
-            return self._failed(req, peer, "no version of the zone yet (one is cut within a "
-                                "second of the first sync)", sign)
-        if versions.broken is not None:
-            return self._failed(req, peer, "a record cannot be transferred faithfully: "
-                                + versions.broken, sign)
+        A transfer's records are taken now, one version whole; its messages are made and
+        signed as the connection asks for them, so that a large zone does not hold the
+        event loop while it is packed (see :mod:`serving.server`)."""
         client = client_of(peer) if client is None else client
-        if self.under_way[client] >= self.max_per_client:
-            return self._refused(req, message, peer, f"it has {self.under_way[client]} "
-                                 "transfers under way (--transfer-max-per-client)", "busy")
-        if self.under_way.total() >= self.max_total:
-            return self._refused(req, message, peer, f"{self.max_total} transfers are under "
-                                 "way (--transfer-max)", "busy")
+        taken = False
+
+        def admit(req: transfer.Request) -> transfer.Refusal | None:
+            nonlocal taken
+            refusal = self._admit(req, peer, client)
+            if refusal is None:
+                taken = True
+                self.under_way[client] += 1
+            return refusal
+
         started = time.perf_counter()
-        result = "ok"
-        records = transfer.ixfr_records(req, versions) if req.qtype == IXFR else None
-        if records is None:
-            records = transfer.axfr_records(req, versions)
-            if req.qtype == IXFR:
-                result = "full"
-        metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
-        self.responder.tcp_counts[(req.qtype, NOERROR)] += 1
-        what = self._what(req, versions.serial, result, len(records), peer)
+        outcome = self.protocol.answer(message, admit)
+        req = outcome.request
+        if req is None:  # not a transfer: the responder's reply
+            return Transfer(outcome.replies)
+        metrics.TRANSFERS.labels(type=req.kind, result=outcome.result).inc()
+        release = (lambda: self._done(client)) if taken else None
+        if not outcome.sends_zone:
+            self._told(req, peer, outcome)
+            return Transfer(outcome.replies, release)
+        serial = outcome.serial or 0
+        what = self._what(req, serial, outcome.result, outcome.records, peer)
         since = f" from {req.client_serial}" if req.client_serial is not None else ""
         head = (f"transfer: {req.kind.upper()}{since} of {req.zone.origin} to {peer}: serial "
-                f"{versions.serial}, {what}, {len(records)} records")
-        limit = TCP_LIMIT - (overhead(self.tsig) if self.tsig is not None else 0)
-        self.under_way[client] += 1
-        return Transfer(_sent(head, started, (sign(m) for m in transfer.iter_messages(
-            req, records, limit)), lambda: self._cut_logged(client)),
-            lambda: self._done(client))
+                f"{serial}, {what}, {outcome.records} records")
+        return Transfer(_sent(head, started, outcome.replies, lambda: self._cut_logged(client)),
+                        release, streamed=True)
+
+    def _admit(self, req: transfer.Request, peer: str, client: str
+               ) -> transfer.Refusal | None:
+        """Who may have a transfer: the networks, the key, the caps (None: this one may)."""
+        if not self.enabled:
+            return transfer.Refusal("refused", "no --allow-transfer or --tsig-key-file")
+        if self.allow and not allowed_peer(peer, self.allow):
+            return transfer.Refusal("refused", "not in --allow-transfer")
+        if self.tsig is not None and not req.signed:
+            return transfer.Refusal("badtsig", "no TSIG, and --tsig-key-file asks every "
+                                    "transfer for one")
+        if self.under_way[client] >= self.max_per_client:
+            return transfer.Refusal("busy", f"it has {self.under_way[client]} transfers under "
+                                    "way (--transfer-max-per-client)")
+        if self.under_way.total() >= self.max_total:
+            return transfer.Refusal("busy", f"{self.max_total} transfers are under way "
+                                    "(--transfer-max)")
+        return None
+
+    def _told(self, req: transfer.Request, peer: str, outcome: transfer.Outcome) -> None:
+        """The log of a transfer that is not sent: once a client and reason, but a failure
+        on our side (SERVFAIL) every time."""
+        what = f"{req.kind.upper()} of {req.zone.origin}"
+        if outcome.verdict is not None:
+            verdict = outcome.verdict
+            self._log_once((peer, verdict.status), "transfer: %s refused to %s: its TSIG is %s "
+                           "(key %s; --tsig-key-file has %s; counted in dnsside_transfers_total"
+                           "{result=\"badtsig\"}; logged once a client and reason)", what, peer,
+                           _TSIG_ERRORS.get(verdict.status, verdict.status),
+                           to_text(verdict.key_name) if verdict.key_name else "?",
+                           self.tsig.name if self.tsig is not None else "none")
+        elif outcome.result == "error":
+            if self.responder.ready:  # before the first sync every query gets SERVFAIL
+                log.error("transfer: %s to %s: SERVFAIL, %s", what, peer, outcome.why)
+        elif outcome.result == "formerr":
+            self._log_once((peer, "formerr"), "transfer: %s from %s: FORMERR, %s (logged once "
+                           "a client)", what, peer, outcome.why)
+        else:
+            self._log_once((peer, outcome.why), "transfer: %s refused to %s, %s (counted in "
+                           "dnsside_transfers_total; logged once a client and reason)", what,
+                           peer, outcome.why)
 
     def _cut_logged(self, client: str) -> bool:
         """Whether a transfer to ``client`` cut short is logged: the first one a client (a
@@ -192,41 +226,10 @@ class Transfers:
                        serial)
         return "the SOA alone, the client's serial is AHEAD of ours"
 
-    def _refused(self, req: transfer.Request, message: bytes, peer: str, why: str,
-                 result: str = "refused") -> list[bytes]:
-        metrics.TRANSFERS.labels(type=req.kind, result=result).inc()
-        self._log_once((peer, why), "transfer: %s of %s refused to %s, %s (counted in "
-                       "dnsside_transfers_total; logged once a client and reason)",
-                       req.kind.upper(), req.zone.origin, peer, why)
-        # The responder's REFUSED, as any client gets it (with OPT, signed for a signed query).
-        reply = self.responder.respond(message, udp=False)
-        return [reply] if reply is not None else []
-
-    def _bad_tsig(self, req: transfer.Request, message: bytes, peer: str, verdict: Verdict
-                  ) -> list[bytes]:
-        """A TSIG that does not verify: the error RFC 8945 §5.2 says (NOTAUTH with BADKEY,
-        BADSIG, BADTIME or BADTRUNC; FORMERR for a malformed one), counted and logged."""
-        metrics.TRANSFERS.labels(type=req.kind, result="badtsig").inc()
-        self._log_once((peer, verdict.status), "transfer: %s of %s refused to %s: its TSIG "
-                       "is %s (key %s; --tsig-key-file has %s; counted in dnsside_transfers_total "
-                       "{result=\"badtsig\"}; logged once a client and reason)", req.kind.upper(),
-                       req.zone.origin, peer, _TSIG_ERRORS.get(verdict.status, verdict.status),
-                       to_text(verdict.key_name) if verdict.key_name else "?",
-                       self.tsig.name if self.tsig is not None else "none")
-        return [error_reply(message, verdict)]
-
     def _log_once(self, key: tuple[str, str], text: str, *args: object) -> None:
         if key not in self._refused_logged and len(self._refused_logged) < _LOGGED_PEERS:
             self._refused_logged.add(key)
             log.warning(text, *args)
-
-    def _failed(self, req: transfer.Request, peer: str, why: str,
-                sign: Callable[[bytes], bytes] | None = None) -> list[bytes]:
-        metrics.TRANSFERS.labels(type=req.kind, result="error").inc()
-        self.responder.tcp_counts[(req.qtype, SERVFAIL)] += 1
-        log.error("transfer: %s of %s to %s: SERVFAIL, %s", req.kind.upper(), req.zone.origin,
-                  peer, why)
-        return [(sign or _unsigned)(transfer.failed(req))]
 
 
 _TSIG_ERRORS = {"badkey": "signed with a key we do not have (BADKEY)",
@@ -234,10 +237,6 @@ _TSIG_ERRORS = {"badkey": "signed with a key we do not have (BADKEY)",
                 "badtime": "signed too far from our clock (BADTIME; is NTP running?)",
                 "badtrunc": "a truncated MAC (BADTRUNC)",
                 "formerr": "malformed (FORMERR)"}
-
-
-def _unsigned(reply: bytes) -> bytes:
-    return reply
 
 
 def _sent(head: str, started: float, replies: Iterator[bytes], cut_logged: Callable[[], bool]

@@ -37,7 +37,11 @@ class Versioning:
         metrics.ZONE_SERIAL.set(self.last)
 
     def changed(self) -> None:
-        """The index applied a batch: cut a version soon if the answers changed."""
+        """The index applied a batch: cut a version soon if the answers changed. The
+        first version is the index's own, cut at the initial sync before the first answer
+        (:meth:`Index.apply`): it is told here, once."""
+        if not self.first_cut and self.index.version_serial is not None:
+            self._told(self.index.version_serial)
         if self._timer is not None or not self.index.version_pending:
             return
         now = time.time()
@@ -63,6 +67,10 @@ class Versioning:
             else:
                 log.info("zone serial: the clock caught up; serials are seconds again")
         self.index.cut_version(serial)
+        self._told(serial)
+
+    def _told(self, serial: int) -> None:
+        """Version ``serial`` was cut: the gauges, the log, the NOTIFYs."""
         self.last = serial
         metrics.ZONE_SERIAL.set(serial)
         versions = self.index.versions.values()
@@ -72,8 +80,9 @@ class Versioning:
             log.debug("zone version %d cut", serial)
         else:
             self.first_cut = True
-            log.info("zone version %d cut: the first of this process; the serial is the "
-                     "second of each new version", serial)
+            log.info("zone version %d cut at the initial sync, before the first answer: the "
+                     "first of this process; the serial is the second of each new version",
+                     serial)
         if self.notifier is not None:
             self.notifier.notify(serial)
 

@@ -123,7 +123,8 @@ TRANSFERS = Counter(
     "the history did not reach, answered with the whole zone; refused: the client is not in "
     "--allow-transfer, or no transfer is allowed; busy: refused, --transfer-max or "
     "--transfer-max-per-client transfers were under way; badtsig: no valid TSIG with "
-    "--tsig-key-file; error: no version yet, or a record that cannot be transferred).",
+    "--tsig-key-file; error: no version yet, or a record that cannot be transferred; "
+    "formerr: an IXFR without the client's SOA).",
     ["type", "result"],
     registry=REGISTRY,
 )
@@ -133,18 +134,26 @@ TRANSFER_BYTES = Counter(
     registry=REGISTRY,
 )
 for _type in ("axfr", "ixfr"):  # every series from the start, at 0
-    for _result in ("ok", "refused", "busy", "badtsig", "error"):
+    for _result in ("ok", "refused", "busy", "badtsig", "error", "formerr"):
         TRANSFERS.labels(type=_type, result=_result)
 TRANSFERS.labels(type="ixfr", result="full")
 NOTIFIES = Counter(
     "dnsside_notifies",
     "NOTIFY messages sent to the --notify secondaries, by result (ok: answered; error: "
-    "answered with an error; timeout: not answered in time, sent again).",
+    "answered with an error; timeout: not answered in time, sent again; given_up: the "
+    "last of a version's tries went unanswered, none is sent until the next version).",
     ["result"],
     registry=REGISTRY,
 )
-for _result in ("ok", "error", "timeout"):
+for _result in ("ok", "error", "timeout", "given_up"):
     NOTIFIES.labels(result=_result)
+NOTIFY_GIVEN_UP = Gauge(
+    "dnsside_notify_given_up",
+    "1 while dnsside has stopped sending NOTIFYs to this --notify secondary (every try of "
+    "a version unanswered), until it answers one; else 0.",
+    ["target"],
+    registry=REGISTRY,
+)
 LOCALITY_SPILLED = Gauge(
     "dnsside_locality_spilled_services",
     "Global services under --locality local-first (or the annotation) whose own name answers "

@@ -269,15 +269,25 @@ def test_any_for_missing_name_is_nxdomain(server: Server) -> None:
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("qtype", [AXFR, IXFR])
 def test_zone_transfers_are_refused(server: Server, transport: str, qtype: int) -> None:
-    """No --allow-transfer: refused, but for IXFR over UDP, which gets TC=1 (it names no
-    version of its own, so it is not current: RFC 1995 sends it to TCP, where it is
-    refused)."""
+    """No --allow-transfer: refused, but for IXFR over UDP without the client's SOA in its
+    authority section, which is FORMERR (RFC 1995 §3; BIND 9.18 answers the same): over UDP
+    nothing asks who may transfer, an IXFR gets the current SOA alone at most."""
     msg = parse(ask(server, query("svc-global", qtype), transport))
     if qtype == IXFR and transport == "udp":
-        assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.TC
-        assert not msg.answer
+        assert msg.rcode() == dns.rcode.FORMERR and not msg.answer
         return
     assert msg.rcode() == dns.rcode.REFUSED and not msg.answer
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("qtype", [AXFR, IXFR])
+@pytest.mark.parametrize("name", ["web.default.svc-global", "example.com"])
+def test_a_transfer_of_a_name_that_is_no_apex_is_notauth(server: Server, transport: str,
+                                                          qtype: int, name: str) -> None:
+    """RFC 5936 §2.2.1: not authoritative for the zone asked for, NOTAUTH; BIND 9.18 says so
+    below an apex and outside its zones alike (it used to be REFUSED)."""
+    msg = parse(ask(server, query(name, qtype), transport))
+    assert msg.rcode() == dns.rcode.NOTAUTH and not msg.answer
 
 
 # --------------------------------------------------------------------------- 0x20

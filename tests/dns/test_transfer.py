@@ -71,17 +71,16 @@ def axfr(index: Index, zone: str, limit: int = 65535, name: str | None = None
 
 
 def transferring() -> tuple[Index, Transfers]:
-    """A demo index of its own that keeps versions (none cut yet), and its TCP side for
-    127.0.0.0/8."""
+    """A demo index of its own that keeps versions (the first cut at its sync), and its
+    TCP side for 127.0.0.0/8."""
     idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
     return idx, Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
                           idx.versions)
 
 
-def sent(transfers: Transfers, wire: bytes, peer: str) -> list[bytes] | None:
-    """Every reply ``transfers`` sends to ``wire`` from ``peer`` (None: not a transfer)."""
-    replies = transfers.answer(wire, peer)
-    return None if replies is None else list(replies)
+def sent(transfers: Transfers, wire: bytes, peer: str) -> list[bytes]:
+    """Every reply ``transfers`` sends to ``wire`` from ``peer``."""
+    return list(transfers.answer(wire, peer))
 
 
 def ixfr_query(zone: str, serial: int) -> bytes:
@@ -157,17 +156,18 @@ def test_what_is_not_a_transfer_of_an_apex_is_left_to_the_responder(
     assert parse(responder.respond(query("svc-global", IXFR), False) or b"").rcode() == 5
 
 
-def test_ixfr_over_udp_is_the_soa_when_current_else_tc(responder: Responder) -> None:
+def test_ixfr_over_udp_is_the_current_soa_alone(responder: Responder) -> None:
+    """RFC 1995 §2, §4: over UDP an IXFR gets the current SOA alone, whatever the client
+    holds (BIND 9.18 answers so, even for differences that would fit): a client behind it
+    asks again over TCP. Without the client's SOA it is FORMERR (RFC 1995 §3; BIND's)."""
     soa = parse(responder.respond(query("svc-global", SOA), True) or b"")
     serial = soa.answer[0][0].serial
-    for since in (serial, serial + 5):  # current, or (a replica's) newer: nothing to send
+    for since in (serial - 1, serial, serial + 5):  # behind, current, (a replica's) newer
         msg = parse(responder.respond(ixfr_query("svc-global.", since), True) or b"")
         assert msg.rcode() == dns.rcode.NOERROR and not msg.flags & dns.flags.TC
         assert [r.to_text() for r in msg.answer] == [r.to_text() for r in soa.answer]
-    for wire in (ixfr_query("svc-global.", serial - 1), query("svc-global", IXFR)):
-        msg = parse(responder.respond(wire, True) or b"")
-        assert msg.rcode() == dns.rcode.NOERROR and msg.flags & dns.flags.TC
-        assert not msg.answer
+    msg = parse(responder.respond(query("svc-global", IXFR), True) or b"")
+    assert msg.rcode() == dns.rcode.FORMERR and not msg.answer
 
 
 def bad_srv(target: bytes) -> Answer:
@@ -201,7 +201,8 @@ def test_the_tcp_side_refuses_by_default_and_counts(index: Index) -> None:
     assert replies is not None and len(replies) == 1
     assert parse(replies[0]).rcode() == dns.rcode.REFUSED
     assert count("axfr", "refused") == before + 1
-    assert Transfers(responder).answer(query("web.default.svc-global", AXFR), "::1") is None
+    below = sent(Transfers(responder), query("web.default.svc-global", AXFR), "::1")
+    assert [parse(r).rcode() for r in below] == [dns.rcode.NOTAUTH]  # the responder's
     outside = Transfers(responder, networks(["10.0.0.0/8"], "--allow-transfer"), index.versions)
     replies = sent(outside, query("svc-global", AXFR), "127.0.0.1")
     assert replies is not None and parse(replies[0]).rcode() == dns.rcode.REFUSED
@@ -213,10 +214,12 @@ def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
     idx, allowed = transferring()
     errors = count("axfr", "error")
-    before_cut = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
-    assert before_cut is not None and parse(before_cut[0]).rcode() == dns.rcode.SERVFAIL
-    assert count("axfr", "error") == errors + 1
-    assert "no version of the zone yet" in caplog.text
+    # The first version was cut at the initial sync, before the first answer: the SOA's
+    # serial is one a transfer sends (issue 36: SERVFAIL in the first second).
+    soa = parse(idx.responder.respond(query("svc-global", SOA), True) or b"")
+    first = records(sent(allowed, query("svc-global", AXFR), "127.0.0.9"))
+    assert first[0][1] == "SOA" and int(first[0][2].split()[2]) == soa.answer[0][0].serial
+    assert idx.version_serial == soa.answer[0][0].serial
     idx.cut_version(1000)
     before, full, before_bytes = count("ixfr", "ok"), count("ixfr", "full"), \
         metrics.REGISTRY.get_sample_value("dnsside_transfer_bytes_total") or 0.0
@@ -239,7 +242,7 @@ def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
     failed = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
     assert failed is not None and len(failed) == 1
     assert parse(failed[0]).rcode() == dns.rcode.SERVFAIL
-    assert count("axfr", "error") == errors + 2
+    assert count("axfr", "error") == errors + 1
     assert "a record cannot be transferred faithfully" in caplog.text
 
 
@@ -386,16 +389,17 @@ def test_a_transfer_is_packed_as_it_is_sent_and_one_cut_short_says_so(
     assert whole is not None and len(whole) == 1
     caplog.clear()
     replies = allowed.answer(query("svc-global", AXFR), "127.0.0.9")
-    assert replies is not None and not isinstance(replies, list)
+    assert replies.streamed
     assert "transfer: AXFR" not in caplog.text  # nothing sent yet, nothing logged
     assert next(iter(replies)) == whole[0]
     replies.close()  # the connection is lost
     assert f"records: cut short after {len(whole[0])} bytes in 1 messages" in caplog.text
 
 
-def rcode(replies: object) -> int:
-    assert isinstance(replies, list) and len(replies) == 1
-    return parse(replies[0]).rcode()
+def rcode(replies: Transfer) -> int:
+    got = list(replies)
+    assert not replies.streamed and len(got) == 1
+    return parse(got[0]).rcode()
 
 
 def test_transfers_are_capped_per_client_and_in_all_and_share_the_versions_records(
@@ -413,10 +417,10 @@ def test_transfers_are_capped_per_client_and_in_all_and_share_the_versions_recor
     wire = query("svc-global", AXFR)
     busy = count("axfr", "busy")
     first, second = allowed.answer(wire, "2001:db8::1"), allowed.answer(wire, "2001:db8::2")
-    assert isinstance(first, Transfer) and isinstance(second, Transfer)
+    assert first.streamed and second.streamed
     assert rcode(allowed.answer(wire, "2001:db8::3")) == dns.rcode.REFUSED  # the same /64
     third = allowed.answer(wire, "127.0.0.4")
-    assert isinstance(third, Transfer)
+    assert third.streamed
     assert rcode(allowed.answer(wire, "127.0.0.5")) == dns.rcode.REFUSED  # 3 in all
     assert rcode(allowed.answer(wire, "127.0.0.5")) == dns.rcode.REFUSED
     assert count("axfr", "busy") == busy + 3
@@ -426,12 +430,62 @@ def test_transfers_are_capped_per_client_and_in_all_and_share_the_versions_recor
            "(--transfer-max-per-client)" in caplog.text
     next(first)
     first.close()  # the client went
-    assert isinstance(allowed.answer(wire, "127.0.0.5"), Transfer)
+    assert allowed.answer(wire, "127.0.0.5").streamed
     assert len(list(second)) == 1  # the whole zone sent: its slot is free
-    assert isinstance(allowed.answer(wire, "2001:db8::3"), Transfer)
+    assert allowed.answer(wire, "2001:db8::3").streamed
     versions = idx.versions[to_wire("svc-global")]
     req = transfer.request(wire, idx.responder.zone_by_wire)
     assert req is not None
     shared = versions.records()
     assert versions.records() is shared
     assert any(part is shared for part in transfer.axfr_records(req, versions).parts)
+
+
+def test_a_transfer_asked_with_edns_has_opt_in_every_message_and_signed_it_stays_last(
+        index: Index) -> None:
+    """RFC 6891 §6.1.1: a request with OPT gets OPT back; BIND 9.18 puts it in every message
+    of a transfer, and so does dnsside (before the TSIG, which is last: RFC 8945 §5.3)."""
+    q = dns.message.make_query("svc-global.", "AXFR", use_edns=0, payload=1232)
+    req = transfer.request(q.to_wire(), index.responder.zone_by_wire)
+    assert req is not None and req.opt
+    parts = transfer.messages(req, transfer.axfr_records(req, index.versions[req.zone.wire]),
+                              limit=512)
+    assert len(parts) > 5
+    assert all(dns.message.from_wire(m).edns == 0 for m in parts)
+    assert records(parts) == records(axfr(index, "svc-global"))
+    key = make_key("xfr-key.", "hmac-sha256", KEY.secret)
+    signed = Transfers(index.responder, versions=index.versions, tsig=key)
+    q.use_tsig(KEY)
+    replies = sent(signed, q.to_wire(), "192.0.2.7")
+    ctx = None
+    for wire in replies:
+        msg = dns.message.from_wire(wire, keyring={KEY.name: KEY}, request_mac=q.mac,
+                                    xfr=True, tsig_ctx=ctx, multi=True)
+        ctx = msg.tsig_ctx
+        assert msg.had_tsig and msg.edns == 0 and msg.rcode() == dns.rcode.NOERROR
+
+
+def test_the_tcp_side_answers_each_edge_as_bind(index: Index) -> None:
+    """EDNS version 1: BADVERS, never the zone; a name that is no apex: NOTAUTH; an IXFR
+    without the client's SOA: FORMERR to a client that may transfer, REFUSED to one that
+    may not (BIND 9.18's order: access first); each counted by the responder."""
+    allowed = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
+                        index.versions)
+    tcp = index.responder.tcp_counts
+
+    def one(wire: bytes, peer: str = "127.0.0.9") -> dns.message.Message:
+        replies = sent(allowed, wire, peer)
+        assert len(replies) == 1
+        return dns.message.from_wire(replies[0])
+
+    badvers = one(dns.message.make_query("svc-global.", "AXFR", use_edns=1).to_wire())
+    assert badvers.rcode() == dns.rcode.BADVERS and badvers.edns == 0 and not badvers.answer
+    for name, qtype in (("web.default.svc-global", AXFR), ("example.com", IXFR)):
+        assert one(query(name, qtype)).rcode() == dns.rcode.NOTAUTH
+    formerr = count("ixfr", "formerr")
+    before = tcp[(IXFR, dns.rcode.FORMERR)]
+    assert one(query("svc-global", IXFR)).rcode() == dns.rcode.FORMERR
+    assert count("ixfr", "formerr") == formerr + 1
+    assert tcp[(IXFR, dns.rcode.FORMERR)] == before + 1
+    assert one(query("svc-global", IXFR), "192.0.2.7").rcode() == dns.rcode.REFUSED
+    assert not allowed.under_way  # the slot of the FORMERR was given back

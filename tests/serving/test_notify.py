@@ -228,3 +228,74 @@ async def test_with_a_key_notifies_are_signed_and_only_a_signed_answer_counts(
         await wait_until(lambda: notifier.answered.get(target) == 12)
         await notifier.close()
     assert verified[:2] == [True, True]  # dnspython checked each NOTIFY's MAC
+
+
+def gauge(target: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value("dnsside_notify_given_up", {"target": target})
+
+
+async def test_an_unanswered_notify_stops_after_its_tries_and_says_so_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 36: a secondary that never answers got a NOTIFY a minute forever. Now: TRIES
+    (10) a version, then none until the next version; giving up is one line until it
+    answers again, the gauge says it, and so does the state explain shows."""
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.01)
+    monkeypatch.setattr(notify, "LONGEST_WAIT", 0.04)
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    given_up = count("given_up")
+    answering = False
+
+    def answer(msg: dns.message.Message) -> dns.message.Message | None:
+        return acknowledge(msg) if answering else None
+
+    async with secondary(answer) as (sec, target):
+        notifier = Notifier([target], ZONES[:1])
+        assert gauge(target) == 0
+        notifier.notify(20)
+        await wait_until(lambda: count("given_up") == given_up + 1)
+        assert len(sec.received) == notify.TRIES == 10
+        assert gauge(target) == 1
+        assert "stopped after 10 NOTIFYs of svc-global. serial 20" in notifier.states()[target]
+        notifier.notify(21)  # the next version: tried again, given up again, told no more
+        await wait_until(lambda: count("given_up") == given_up + 2)
+        assert len(sec.received) == 20
+        answering = True
+        notifier.notify(22)
+        await wait_until(lambda: notifier.answered.get(target) == 22)
+        await notifier.close()
+    assert gauge(target) == 0 and notifier.states()[target].startswith("answers")
+    assert caplog.text.count(f"notify: {target} does not answer; the NOTIFY") == 1
+    assert caplog.text.count(f"notify: {target} does not answer: stopped after 10 NOTIFYs of "
+                             "svc-global. serial 20; none is sent to it until the next "
+                             "version") == 1
+    assert "stopped after 10 NOTIFYs of svc-global. serial 21" not in caplog.text
+    assert caplog.text.count(f"notify: {target} answers again") == 1
+
+
+async def test_a_secondary_is_told_of_once_not_once_per_zone(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Two zones: the first try of each goes unanswered, then the secondary answers every
+    NOTIFY of one zone and none of the other. It used to log "does not answer" and "answers
+    again" milliseconds apart, as each zone's task told its own outcome; the secondary's
+    state is now one: it does not answer while any zone's latest NOTIFY goes unanswered."""
+    monkeypatch.setattr(notify, "FIRST_WAIT", 0.02)
+    monkeypatch.setattr(notify, "LONGEST_WAIT", 0.04)
+    caplog.set_level(logging.INFO, logger="dnsside.transfer")
+    seen: set[str] = set()
+    given_up = count("given_up")
+
+    def answer(msg: dns.message.Message) -> dns.message.Message | None:
+        zone = msg.question[0].name.to_text()
+        first = zone not in seen
+        seen.add(zone)
+        return None if first or zone == "clusterset.local." else acknowledge(msg)
+
+    async with secondary(answer) as (_sec, target):
+        notifier = Notifier([target], ZONES)
+        notifier.notify(30)
+        await wait_until(lambda: count("given_up") == given_up + 1)
+        await notifier.close()
+    assert notifier.answered.get(target) == 30  # svc-global. was acknowledged
+    assert caplog.text.count(f"notify: {target} does not answer") == 2  # the state, then stop
+    assert f"notify: {target} answers again" not in caplog.text
+    assert "stopped after 10 NOTIFYs of clusterset.local. serial 30" in caplog.text
