@@ -31,7 +31,7 @@ def file_index(source: Path, *, cluster_name: str = "east", mcs_zones: Sequence[
                round_robin: str = "on", catalog_zone: str | None = None,
                started: int = 1795720000) -> Index:
     """The index `dnsside serve --source SOURCE --cluster-name CLUSTER_NAME` builds, synced
-    (with ``allow_transfer``, keeping the zones' versions; none is cut yet; with
+    (with ``allow_transfer``, keeping the zones' versions, the first cut at the sync; with
     ``catalog_zone``, its catalog, the process ``started`` at that second)."""
     config = Config(source=str(source), cluster_name=cluster_name)
     config.mcs_zones = tuple(mcs_zones)
