@@ -221,14 +221,14 @@ class Responder:
                     body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
+        k = ring.turn  # ring is answer: the same object
         if answer.size <= room:
-            spin = ring.spin  # ring is answer: the same object
-            if spin is not None:  # every start pre-encoded: the turn is the cycle's
+            ring.turn = k + 1 if k + 1 < ring.n else 0
+            spin = ring.spin
+            if spin is not None:  # every start pre-encoded
                 return b"".join((data[:2], flags.to_bytes(2, "big"),
                                  answer.counts_edns if opt else answer.counts, data[12:qend],
-                                 next(spin), opt))
-            k = ring.turn
-            ring.turn = k + 1 if k + 1 < ring.n else 0
+                                 spin[k], opt))
             twice, step, body, end = ring.twice, ring.step, answer.body, ring.length
             at = k * step if step else ring.bounds[k]
             if twice is not None:
@@ -241,7 +241,6 @@ class Responder:
         tail = answer.tail
         assert tail is not None
         if tail.size_part <= room:
-            k = ring.turn
             ring.turn = k + 1 if k + 1 < ring.n else 0
             counts = tail.counts_part_edns if opt else tail.counts_part
             at, body = ring.bounds[k], answer.body

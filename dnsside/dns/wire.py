@@ -24,8 +24,7 @@ import socket
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import cycle
+from collections.abc import Iterable, Sequence
 
 A, NS, SOA, TXT, AAAA, SRV, OPT, HINFO, IXFR, AXFR, ANY = (1, 2, 6, 16, 28, 33, 41, 13, 251, 252,
                                                          255)
@@ -179,11 +178,12 @@ class Ring(Answer):
 
     A small answer (its body, once per start, takes at most :data:`SPIN_UP_TO` bytes: a
     service of a few members, the answers asked most) keeps every start's body (records
-    from that start on, then the glue, which no turn moves) pre-encoded in ``spin``, an
-    ``itertools.cycle``: a whole reply costs one ``next()`` and nothing is sliced or
-    counted in Python (the cycle's own C counter is the turn; it is also atomic under the
-    GIL, so the UDP thread and the event loop never give a start twice). Memory: at most
-    :data:`SPIN_UP_TO` bytes an answer, which is why only small ones.
+    from that start on, then the glue, which no turn moves) pre-encoded in ``spin``, a
+    tuple whose first item is the body itself: a whole reply is ``spin[turn]``, nothing
+    sliced. (An ``itertools.cycle`` would count in C, but reaches its bytes through three
+    objects, not one: over a query file of many names that cost more than the counting,
+    bench/ROUND_ROBIN.md.) Memory: at most :data:`SPIN_UP_TO` bytes an answer, which is
+    why only small ones.
 
     A bigger one would cost the square of its size, so it is sent from ``turn`` on as
     slices of the body: ``bounds[k]`` is where record ``k`` starts in the body
@@ -222,13 +222,13 @@ class Ring(Answer):
                 bounds.append(end)
             self.bounds = array("H", bounds)  # a body is under 64 KiB (MAX_BODY)
         body = self.body
-        self.spin: Iterator[bytes] | None = None
+        self.spin: tuple[bytes, ...] | None = None
         self.twice: bytes | None = None
         if n * len(body) <= SPIN_UP_TO:
             records, rest = body[:part_end], body[part_end:]
             # The first start is the body itself: one copy fewer.
-            self.spin = cycle([body] + [records[at:] + records[:at] + rest
-                                        for at in (self.bounds[k] for k in range(1, n))])
+            self.spin = (body, *(records[at:] + records[:at] + rest
+                                 for at in (self.bounds[k] for k in range(1, n))))
         elif len(body) <= TWICE_UP_TO:
             self.twice = body[:part_end] * 2
         self.turn = 0  # the next reply's start, 0 .. n-1 (answers without a spin)
@@ -284,7 +284,7 @@ class Ring(Answer):
 
 
 # An answer whose body, once per start, takes at most this many bytes keeps every start
-# pre-encoded (a ``next()`` a reply); else one of at most TWICE_UP_TO bytes keeps its records
+# pre-encoded (an index a reply); else one of at most TWICE_UP_TO bytes keeps its records
 # twice (one slice a reply); bigger ones take two slices of the body. More would cost more
 # memory than it saves CPU (at 100k members: bench/ROUND_ROBIN.md).
 SPIN_UP_TO = 1024

@@ -1,5 +1,5 @@
 """The three ways a rotating answer keeps its starts (dnsside.dns.wire.Ring: every start
-pre-encoded in a cycle, its records kept twice, slices of the body) give the same replies:
+pre-encoded, its records kept twice, slices of the body) give the same replies:
 n successive whole answers are the n turns of the records, in order, with the glue whole;
 and a truncated page (worked out once a room) is the longest run of whole records from its
 start that fits, wrapping around, for records of one size and of several.
@@ -100,10 +100,10 @@ def wire_records(responder: Responder, name: str, qtype: int) -> list[bytes]:
 
 
 def test_every_start_of_a_spin_is_the_turn_of_the_body(responder: Responder) -> None:
-    """The cycle's first start is the body itself (no copy), the others its turns."""
+    """The first start is the body itself (no copy), the others its turns."""
     ring = ring_of(responder, "three.bulk.svc-global", A)
     assert ring.spin is not None
-    starts = [next(ring.spin) for _ in range(ring.n)]
+    starts = list(ring.spin)
     records = wire_records(responder, "three.bulk.svc-global", A)
     assert starts[0] is ring.body
     assert starts == [b"".join(records[k:] + records[:k]) for k in range(ring.n)]
