@@ -183,7 +183,7 @@ def iter_messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMI
     is found by summing their lengths in C (:func:`itertools.accumulate`) a block at a time
     and bisecting, and the message is joined from slices of the version's own sequences;
     a 600,000-record zone took a tenth of a second of the event loop's time per transfer
-    record by record, a few times less so.
+    record by record, this way 1.3-1.9 times less (10k members, in-process).
     """
     apex = req.zone.wire
     head_size = 12 + len(req.question)
