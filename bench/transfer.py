@@ -4,6 +4,7 @@ dnsside's own.
 
     .venv/bin/python -m bench.transfer [--members 100000]   # ~6 min at 100k
     .venv/bin/python -m bench.transfer --quick               # 10k members, fewer of everything
+    .venv/bin/python -m bench.transfer --contention [...]    # bench/xfr_contention.py
 
 The topology is `bench/topology.py`'s (the one `bench/run.py` and `bench/kube_scale.py` use),
 loaded into the fake API server of testkit/ (in this process, on its own thread), and
@@ -688,6 +689,13 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    if "--contention" in sys.argv[1:]:
+        # Other clients' UDP latency and dnsside's memory during 1 and 4 concurrent AXFRs
+        # (issue 36): bench/xfr_contention.py, which takes the rest of the arguments.
+        from bench import xfr_contention
+
+        sys.argv.remove("--contention")
+        return xfr_contention.main()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--members", type=int, default=None, help="default 100000 (--quick: 10000)")
     ap.add_argument("--quick", action="store_true",

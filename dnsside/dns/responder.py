@@ -202,7 +202,7 @@ class Responder:
         """The reply: ``answer`` as a whole, else without its additional section, else
         TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
         ``space`` is the size limit less ``opt``. An answer with a ring starts at its
-        next record (a slice of its records kept twice, or two slices of its body: see
+        next record (its next pre-encoded start, or slices of its body: see
         :class:`~dnsside.dns.wire.Ring`); the others are sent as they are."""
         room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
@@ -225,27 +225,31 @@ class Responder:
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
         k = ring.turn  # ring is answer: the same object
-        ring.turn = k + 1 if k + 1 < ring.n else 0
         if answer.size <= room:
-            twice, step = ring.twice, ring.step
+            ring.turn = k + 1 if k + 1 < ring.n else 0
+            spin = ring.spin
+            if spin is not None:  # every start pre-encoded
+                return b"".join((data[:2], flags.to_bytes(2, "big"),
+                                 answer.counts_edns if opt else answer.counts, data[12:qend],
+                                 spin[k], opt))
+            twice, step, body, end = ring.twice, ring.step, answer.body, ring.length
             at = k * step if step else ring.bounds[k]
             if twice is not None:
                 return b"".join((data[:2], flags.to_bytes(2, "big"),
                                  answer.counts_edns if opt else answer.counts, data[12:qend],
-                                 twice[at : at + ring.length], ring.rest, opt))
-            body, end = answer.body, ring.length
+                                 twice[at : at + end], body[end:], opt))
             return b"".join((data[:2], flags.to_bytes(2, "big"),
                              answer.counts_edns if opt else answer.counts, data[12:qend],
                              body[at:end], body[:at], body[end:], opt))
         tail = answer.tail
         assert tail is not None
         if tail.size_part <= room:
+            ring.turn = k + 1 if k + 1 < ring.n else 0
             counts = tail.counts_part_edns if opt else tail.counts_part
             at, body = ring.bounds[k], answer.body
             first, second = body[at : ring.length], body[:at]
         else:
-            flags |= TC
-            ring.turn = k  # a page is no turn: the next whole answer starts where it would
+            flags |= TC  # a page is no turn: the next whole answer starts where it would
             fit, first, second = ring.page(answer.body, room - 12)
             counts = section_counts(fit, 0, 1 if opt else 0)
         return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], first,

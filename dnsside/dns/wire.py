@@ -173,35 +173,41 @@ class Ring(Answer):
     """An answer that rotates (``--round-robin``, more than one answer record): its ``ring``
     is itself, so the query path reads one object, as for any other answer.
 
-    Each reply starts one record further on than the one before (``turn``, per answer, so
-    a name asked between others still gets every start in turn: a counter shared by all
-    names would give a name asked every second query only every second start).
-    ``bounds[k]`` is where record ``k`` starts in the body (``bounds[n]``: where the
-    records end; ``step`` the records' size when they all have one: every A and AAAA
-    RRset), so the records from ``k`` on, wrapped around, are two slices of the body,
-    nothing encoded per query. An answer whose records and glue take at most
-    :data:`TWICE_UP_TO` bytes (a service of a few members) also keeps its records
-    ``twice``, end to end, and its glue as ``rest``: one slice then. Bigger ones do not
-    (they would double the memory of the large RRsets, which are most of the bytes of a
-    big zone).
+    Each reply starts one record further on than the one before (per answer, so a name
+    asked between others still gets every start in turn: a counter shared by all names
+    would give a name asked every second query only every second start).
 
-    A reply truncated to whole records (TC=1, no EDNS: musl, busybox) gets a *page*,
-    counted apart (``pages``): the records that fit from a start chosen so that
-    successive truncated replies of one name tile the records, see :meth:`page`.
+    A small answer (its body, once per start, takes at most :data:`SPIN_UP_TO` bytes: a
+    service of a few members, the answers asked most) keeps every start's body (records
+    from that start on, then the glue, which no turn moves) pre-encoded in ``spin``, a
+    tuple whose first item is the body itself: a whole reply is ``spin[turn]``, nothing
+    sliced. (An ``itertools.cycle`` would count in C, but reaches its bytes through three
+    objects, not one: over a query file of many names that cost more than the counting,
+    bench/ROUND_ROBIN.md.) Memory: at most :data:`SPIN_UP_TO` bytes an answer, which is
+    why only small ones.
 
+    A bigger one would cost the square of its size, so it is sent from ``turn`` on as
+    slices of the body: ``bounds[k]`` is where record ``k`` starts in the body
+    (``bounds[n]``: where the records end; ``step`` the records' size when they all have
+    one: every A and AAAA RRset), nothing encoded per query. One of at most
+    :data:`TWICE_UP_TO` bytes keeps its records ``twice``, end to end: one slice then.
     The UDP thread and the event loop's TCP may both move ``turn`` at once: the worst
     that does is one start given twice.
+
+    A reply truncated to whole records (TC=1) gets a *page*, counted apart (``pages``): the
+    records that fit from a start chosen so that successive truncated replies of one name
+    tile the records, see :meth:`page`.
     """
 
-    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "rest", "room", "step",
-                 "turn", "twice")
+    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "room", "spin",
+                 "step", "stops", "turn", "twice")
     keeps_ends = False
 
     def __init__(self, rcode: int, qtype: int, answer: Sequence[bytes],
                  additional: Sequence[bytes] = ()) -> None:
         super().__init__(rcode, qtype, answer, (), additional)
         self.ring = self
-        self.n = len(answer)
+        self.n = n = len(answer)
         part_end = sum(map(len, answer))
         self.length = part_end
         size = len(answer[0])
@@ -217,14 +223,21 @@ class Ring(Answer):
                 bounds.append(end)
             self.bounds = array("H", bounds)  # a body is under 64 KiB (MAX_BODY)
         body = self.body
-        small = len(body) <= TWICE_UP_TO
-        self.twice: bytes | None = body[:part_end] * 2 if small else None
-        self.rest = body[part_end:] if small else b""
-        self.turn = 0  # the next reply's start, 0 .. n-1
+        self.spin: tuple[bytes, ...] | None = None
+        self.twice: bytes | None = None
+        if n * len(body) <= SPIN_UP_TO:
+            records, rest = body[:part_end], body[part_end:]
+            # The first start is the body itself: one copy fewer.
+            self.spin = (body, *(records[at:] + records[:at] + rest
+                                 for at in (self.bounds[k] for k in range(1, n))))
+        elif len(body) <= TWICE_UP_TO:
+            self.twice = body[:part_end] * 2
+        self.turn = 0  # the next reply's start, 0 .. n-1 (answers without a spin)
         self.pages = 0  # truncated replies so far
         # The last room a page was cut for, how many records fit it from the first, and the
         # pages of a lap: a name is asked with one or two sizes, so worked out once each.
         self.room = self.per = self.laps = 0
+        self.stops: array[int] | None = None
 
     def page(self, body: bytes, room: int) -> tuple[int, bytes, bytes]:
         """The next truncated reply's records for ``body`` (the answer's) when ``room`` bytes
@@ -235,27 +248,47 @@ class Ring(Answer):
         laps every record comes first. Any ``laps`` successive pages cover every record
         of an RRset of equal-sized records (A, AAAA) unless ``per`` divides ``n`` (then
         one more), as the records from ``L + 1`` of one lap on and those up to
-        ``L + 1 + j·per`` of the next join up."""
-        n, bounds, length = self.n, self.bounds, self.length
+        ``L + 1 + j·per`` of the next join up. Where a page from each start ends is worked
+        out once a room (:meth:`_cut`): a page is then a lookup and two slices."""
         if room != self.room:
-            per = bisect_right(bounds, room) - 1
-            self.room, self.per, self.laps = room, per, -(-n // per) if per > 0 else 1
-        per, laps, turn = self.per, self.laps, self.pages
-        if per <= 0:
+            self._cut(room)
+        stops = self.stops
+        if stops is None:
             return 0, b"", b""
+        turn, laps, n = self.pages, self.laps, self.n
         self.pages = turn + 1
-        start = (turn // laps + turn % laps * per) % n
+        start = (turn // laps + turn % laps * self.per) % n
+        bounds, stop = self.bounds, stops[start]
         at = bounds[start]
-        end = bisect_right(bounds, at + room, start) - 1  # records start .. end-1 fit
-        if end < n:
-            return end - start, body[at : bounds[end]], b""
-        more = bisect_right(bounds, room - (length - at), 0, start + 1) - 1  # 0 .. more-1
-        return n - start + more, body[at:length], body[: bounds[more]]
+        if stop <= n:
+            return stop - start, body[at : bounds[stop]], b""
+        return stop - start, body[at : self.length], body[: bounds[stop - n]]
+
+    def _cut(self, room: int) -> None:
+        """The pages of ``room``: ``per`` records fit from the first, a lap is ``laps``
+        pages, and a page from record ``k`` ends before record ``stops[k]`` (counted on past
+        ``n`` when it wraps around). 2 bytes a record, for the names that get pages."""
+        n, bounds, length = self.n, self.bounds, self.length
+        per = bisect_right(bounds, room) - 1
+        self.room, self.per, self.laps = room, per, -(-n // per) if per > 0 else 1
+        if per <= 0:
+            self.stops = None
+            return
+        stops = array("H", bytes(2 * n))
+        for k in range(n):
+            at = bounds[k]
+            end = bisect_right(bounds, at + room, k) - 1  # records k .. end-1 fit
+            if end >= n:  # and from the first on, 0 .. more-1
+                end = n + bisect_right(bounds, room - (length - at), 0, k + 1) - 1
+            stops[k] = end
+        self.stops = stops
 
 
-# An answer at most this big (records and glue: a service of a few members) keeps its records
-# twice: one slice a reply. Bigger ones take two slices: their second copy would cost more
-# memory (7 % of the RSS at 100k members for up to 1232 bytes) than it saves CPU.
+# An answer whose body, once per start, takes at most this many bytes keeps every start
+# pre-encoded (an index a reply); else one of at most TWICE_UP_TO bytes keeps its records
+# twice (one slice a reply); bigger ones take two slices of the body. More would cost more
+# memory than it saves CPU (at 100k members: bench/ROUND_ROBIN.md).
+SPIN_UP_TO = 1024
 TWICE_UP_TO = 512
 
 

@@ -133,6 +133,13 @@ TRANSFER_BYTES = Counter(
     "Bytes of the zone transfers sent (the DNS messages, without TCP's length prefixes).",
     registry=REGISTRY,
 )
+TRANSFERS_SENDING = Gauge(
+    "dnsside_transfers_sending",
+    "Zone transfers being sent now (from the request to the last message written); while "
+    "any is, the interpreter's switch interval is lowered to 0.5 ms so that UDP answers do "
+    "not wait behind the transfer for the GIL.",
+    registry=REGISTRY,
+)
 for _type in ("axfr", "ixfr"):  # every series from the start, at 0
     for _result in ("ok", "refused", "busy", "badtsig", "error", "formerr"):
         TRANSFERS.labels(type=_type, result=_result)

@@ -99,3 +99,26 @@ def test_unread_transfers_cost_one_message_each_and_are_capped(
         again = dns.zone.from_xfr(dns.query.xfr(s.host, "svc-global", port=s.port,
                                                 source="127.0.2.1"))
         assert again == whole
+
+
+def test_transfers_being_sent_are_counted_until_done_or_gone(
+        big_zone: Path, socks: list[socket.socket]) -> None:
+    """`dnsside_transfers_sending` counts a transfer from its request to its last message or
+    its client's going; while it is above 0 the interpreter's switch interval is lowered
+    (serving/pacing.py), so a count that leaked would keep it low for good: a transfer read
+    whole, one cut short and a refused one each leave the count as it was."""
+    with Dnsside("--source", str(big_zone), "--cluster-name", "east", "--allow-transfer",
+                 "127.0.0.0/8", "--transfer-max-per-client", "1", "--tcp-idle-timeout", "60",
+                 timeout=60) as s:
+        assert s.metric("dnsside_transfers_sending") == 0
+        socks += [unread_axfr(s, "127.0.3.1"), unread_axfr(s, "127.0.3.2")]
+        wait_for(lambda: s.metric("dnsside_transfers_sending") == 2, 30, "two being sent")
+        assert parse(first_reply(unread_axfr(s, "127.0.3.1"))).rcode() == dns.rcode.REFUSED
+        whole = dns.zone.from_xfr(dns.query.xfr(s.host, "svc-global", port=s.port,
+                                                source="127.0.3.3"))
+        assert len(whole.nodes) > MEMBERS
+        assert s.metric("dnsside_transfers_sending") == 2
+        socks.pop().close()
+        wait_for(lambda: s.metric("dnsside_transfers_sending") == 1, 10, "one cut short")
+        socks.pop().close()
+        wait_for(lambda: s.metric("dnsside_transfers_sending") == 0, 10, "none")
