@@ -31,11 +31,12 @@ from typing import Any
 
 from dnsside.config import default
 from dnsside.core import diagnosis, locality
-from dnsside.core.assembly import ClusterView, GlobalService, Member, assemble, probe_url, refusals
+from dnsside.core.assembly import ClusterView, GlobalService, assemble, probe_url, refusals
 from dnsside.core.counts import Counts, Tally, spilled, tally
 from dnsside.core.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.core.gcpause import bulk
 from dnsside.core.links import Links
+from dnsside.core.members import KEEP_FROM, KeptMembers, Member
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
 from dnsside.core.store import LocalStore
@@ -156,6 +157,8 @@ class Index:
         # The unknown dnsside.io/locality values told, by service (told once each).
         self._unknown_locality: dict[Key, str] = {}
         self._told: list[Told] = []
+        # The big global services' members, kept between assemblies (KeptMembers).
+        self._kept: dict[Key, KeptMembers] = {}
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
@@ -191,6 +194,12 @@ class Index:
         """The answers as they are now become the zones' version ``serial``: the SOA says
         it, and transfers send it. The caller owns the clock that numbers versions."""
         self._publisher.cut(serial)
+
+    @property
+    def encoded_members(self) -> int:
+        """How many members' names and records were encoded (once per zone) since the index
+        was made: a big service's unchanged members are reused, not encoded again."""
+        return self._publisher.encoded_members
 
     @property
     def zone_options(self) -> ZoneOptions:
@@ -360,9 +369,13 @@ class Index:
             (services[(namespace, m)], self.local.slices_of(namespace, m))
             for m in sorted(self.local.mirrors_by_key.get(key, ()))
         ]
-        return assemble(namespace, name, local,
-                        self.local.slices_of(namespace, name) if local is not None else [],
-                        mirrors, self.cluster_view)
+        kept = self._kept.pop(key, None) or KeptMembers()
+        gs = assemble(namespace, name, local,
+                      self.local.slices_of(namespace, name) if local is not None else [],
+                      mirrors, self.cluster_view, kept)
+        if gs is not None and len(gs.members) >= KEEP_FROM:
+            self._kept[key] = kept  # a big service: what it keeps spares the next change
+        return gs
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
         """Re-assemble and re-encode ``dirty``; return the keys whose answers or counts

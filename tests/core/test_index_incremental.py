@@ -1,0 +1,209 @@
+"""A big Service changed one endpoint at a time (issue 33, item 12), without sockets.
+
+The index keeps a big service's members and their encoding between rebuilds
+(core/members.KeptMembers, core/encode.EncodedMembers) and re-encodes only what changed.
+What it answers must be exactly what an index built afresh from the same objects
+answers, byte for byte, in every zone and with every flag that shapes answers, after
+every kind of change; and one endpoint's change must cost one member, not the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dnsside.core.index import Index, IndexOptions
+from dnsside.core.publishing import make_responder
+from dnsside.core.remotes import parse_remote_service
+from dnsside.dns.zone import ZoneOptions
+from dnsside.model.events import (
+    Delete,
+    Event,
+    Kind,
+    Remote,
+    RemoteState,
+    RemoteStatus,
+    Replace,
+    Synced,
+    Upsert,
+)
+from dnsside.model.linkerd import Record, parse_object, parse_slice
+from dnsside.model.selectors import LabelSelector
+from testkit import objects
+from testkit.flatnet import (
+    REMOTE_DISCOVERY_LABELS,
+    endpoint,
+    endpoint_slice,
+    link,
+    local_objects,
+    service,
+)
+
+pytestmark = pytest.mark.quick
+
+PODS = 150  # per cluster: past core/members.KEEP_FROM, so the big-service path is taken
+MCS = "clusterset.local."
+SELECTOR = LabelSelector(tuple(REMOTE_DISCOVERY_LABELS.items()))
+EXPORTED = {"mirror.linkerd.io/exported": "true"}
+Pods = dict[int, tuple[str, bool]]  # pod number → (address, ready)
+
+
+def v4(n: int, shift: int = 0) -> str:
+    return f"10.{40 + (n + shift) // 250}.{(n + shift) % 250}.7"
+
+
+def pods(count: int = PODS, shift: int = 0) -> Pods:
+    return {n: (v4(n, shift), True) for n in range(count)}
+
+
+def pods6(count: int) -> Pods:
+    return {n: (f"fd00:42::{n:x}", True) for n in range(count)}
+
+
+def a_slice(name: str, state: Pods, *, prefix: str = "big", ipv6: bool = False,
+            ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    eps = [endpoint(ip, f"{prefix}-{n}", ready=ready) for n, (ip, ready) in sorted(state.items())]
+    return endpoint_slice(name, "big", eps, address_type="IPv6" if ipv6 else "IPv4",
+                          ports=ports)
+
+
+class World:
+    """The objects as they are now: east's exported headless `big` (two IPv4 slices and an
+    IPv6 one for its first pods: dual-stack hostnames) and north's own `big`, read
+    directly (--flat-network), in one slice."""
+
+    def __init__(self) -> None:
+        self.local = {"big-a": a_slice("big-a", {n: p for n, p in pods().items() if n % 2}),
+                      "big-b": a_slice("big-b", {n: p for n, p in pods().items()
+                                                 if not n % 2}),
+                      "big-6": a_slice("big-6", pods6(20), ipv6=True)}
+        self.north = {"big-1": a_slice("big-1", pods(shift=1000), prefix="nb")}
+
+    def local_records(self) -> tuple[Record, ...]:
+        objs = [*local_objects(), link("north"), service("big", labels=EXPORTED),
+                *self.local.values()]
+        return tuple(r for r in map(parse_object, objs) if r is not None)
+
+    def north_records(self) -> tuple[Record, ...]:
+        big = parse_remote_service(service("big", labels=dict(REMOTE_DISCOVERY_LABELS)),
+                                   "test", "north", SELECTOR)
+        assert big is not None
+        return (big, *map(parse_slice, self.north.values()))
+
+
+def make_index(zone: ZoneOptions, world: World) -> Index:
+    options = IndexOptions(cluster_name="east", zone=zone)
+    index = Index(make_responder(["svc-global."], zone, (MCS,)), options)
+    index.apply([Replace(frozenset(Kind), world.local_records()), Synced()])
+    index.apply([Remote("north", Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
+                                         world.north_records())),
+                 RemoteStatus("north", RemoteState.SYNCED, "", "test")])
+    return index
+
+
+SOA_IN = b"\x00\x06\x00\x01"  # the apex's SOA holds the serial: a clock, not the answers
+
+
+def answers(index: Index) -> dict[bytes, tuple[bytes, bytes, object]]:
+    return {k: (a.body, a.counts, a.stat) for k, a in index.responder.answers.items()
+            if not k.endswith(SOA_IN)}
+
+
+def same_as_afresh(index: Index, world: World, zone: ZoneOptions) -> None:
+    """What ``index`` answers (and assembles) is what an index made from ``world`` at once
+    answers: every question, every byte."""
+    fresh = make_index(zone, world)
+    got, want = answers(index), answers(fresh)
+    assert got.keys() == want.keys(), sorted(got.keys() ^ want.keys())[:5]
+    differ = [k for k in want if got[k] != want[k]]
+    assert not differ, differ[:5]
+    assert dict(index.responder.names).keys() == dict(fresh.responder.names).keys()
+    key = ("data", "big")
+    assert index.global_services[key] == fresh.global_services[key]
+
+
+def north_slice(world: World, state: Pods, **kw: Any) -> Event:
+    world.north["big-1"] = a_slice("big-1", state, prefix="nb", **kw)
+    return Remote("north", Upsert(parse_slice(world.north["big-1"])))
+
+
+def local_slice(world: World, name: str, state: Pods, **kw: Any) -> Event:
+    world.local[name] = a_slice(name, state, **kw)
+    return Upsert(parse_slice(world.local[name]))
+
+
+def north_pods() -> Pods:
+    return pods(shift=1000)
+
+
+# Each change: what it does to the world, as the event a source would send.
+CHANGES: dict[str, Callable[[World], Event]] = {
+    "re-sent identical": lambda w: Remote("north", Upsert(parse_slice(w.north["big-1"]))),
+    "one not ready": lambda w: north_slice(w, {**north_pods(), 7: (v4(7, 1000), False)}),
+    "one moved": lambda w: north_slice(w, {**north_pods(), 9: ("10.99.0.9", True)}),
+    "one gone": lambda w: north_slice(w, {n: p for n, p in north_pods().items() if n != 3}),
+    "one added": lambda w: north_slice(w, {**north_pods(), PODS: ("10.99.1.1", True)}),
+    "all moved": lambda w: north_slice(w, pods(shift=5000)),
+    "an unsafe address": lambda w: north_slice(w, {**north_pods(), 4: ("127.0.0.1", True)}),
+    "ports changed": lambda w: north_slice(w, north_pods(),
+                                           ports=objects.ports([("web", 80), ("web2", 80)])),
+    "a local one not ready": lambda w: local_slice(
+        w, "big-a", {n: (v4(n), n != 25) for n in range(PODS) if n % 2}),
+    "a dual-stack one moved": lambda w: local_slice(
+        w, "big-6", {**pods6(20), 2: ("fd00:99::2", True)}, ipv6=True),
+    "a local slice gone": lambda w: (w.local.pop("big-b"), Delete(Kind.SLICE, "data",
+                                                                   "big-b"))[1],
+}
+
+ZONES = {
+    "default": ZoneOptions(),
+    "round-robin off, local-first": ZoneOptions(round_robin=False, srv_priority="local-first"),
+    "publish not ready": ZoneOptions(publish_not_ready=True),
+}
+
+
+@pytest.mark.parametrize("zone", ZONES.values(), ids=list(ZONES))
+@pytest.mark.parametrize("change", list(CHANGES), ids=list(CHANGES))
+def test_a_big_service_changed_answers_what_an_index_made_afresh_answers(
+        change: str, zone: ZoneOptions) -> None:
+    world = World()
+    index = make_index(zone, world)
+    assert len(index.global_services[("data", "big")].members) == 2 * PODS
+    index.apply([CHANGES[change](world)])
+    same_as_afresh(index, world, zone)
+    # And back (the kept members of the change are the ones then replaced).
+    world2 = World()
+    index.apply([Replace(frozenset(Kind), world2.local_records()),
+                 Remote("north", Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
+                                         world2.north_records()))])
+    same_as_afresh(index, world2, zone)
+
+
+def test_changes_one_after_another_answer_what_an_index_made_afresh_answers() -> None:
+    zone = ZoneOptions()
+    world = World()
+    index = make_index(zone, world)
+    for change in CHANGES.values():
+        index.apply([change(world)])
+        same_as_afresh(index, world, zone)
+
+
+def test_one_endpoint_changed_encodes_one_member_not_the_service() -> None:
+    """The index's count of members encoded (once per zone: svc-global and the MCS zone):
+    one endpoint's change re-encodes that one; a slice re-sent identical none; every
+    address changed, every member of that slice."""
+    world = World()
+    index = make_index(ZoneOptions(), world)
+    before = index.encoded_members
+    index.apply([CHANGES["one moved"](world)])
+    assert index.encoded_members - before == 2  # one member, in two zones
+    before = index.encoded_members
+    assert index.apply([CHANGES["re-sent identical"](world)]) == set()
+    assert index.encoded_members == before
+    index.apply([CHANGES["all moved"](world)])
+    assert index.encoded_members - before == 2 * PODS
+    before = index.encoded_members
+    index.apply([CHANGES["a local one not ready"](world)])  # it leaves the answers
+    assert index.encoded_members == before
