@@ -188,6 +188,35 @@ def run(shape: str, endpoints: int, repeats: int, mcs: tuple[str, ...], zone: Zo
         print(f"{label:<12} {median * 1000:>14.1f} ms {max(times) * 1000:>6.1f} ms "
               f"{median / base:>8.2f}x {statistics.median(walls) * 1000:>9.1f} ms "
               f"{shown:>16}")
+        if hasattr(index, "prepare"):
+            ahead(index, label, events, repeats, base)
+
+
+def ahead(index: Index, label: str, events: tuple[Event, Event], repeats: int,
+          base: float) -> None:
+    """The same change as the server applies it: Index.prepare's steps (the event loop
+    runs others between two), then Index.apply; the longest of them is what one holds
+    the loop."""
+    steps: list[float] = []
+    applies: list[float] = []
+    for _ in range(repeats):
+        for e in events:
+            gc.collect()
+            work = index.prepare([e])
+            while True:
+                t0 = time.thread_time()
+                more = next(work, False) is None
+                steps.append(time.thread_time() - t0)
+                if not more:
+                    break
+            t0 = time.thread_time()
+            index.apply([e])
+            applies.append(time.thread_time() - t0)
+    longest = max(max(steps), max(applies))
+    print(f"{'  ahead':<12} {statistics.median(applies) * 1000:>14.1f} ms "
+          f"{longest * 1000:>6.1f} ms {longest / base:>8.2f}x  (apply after "
+          f"{len(steps) // (2 * repeats)} steps ahead of at most "
+          f"{max(steps) * 1000:.1f} ms; max: the longest of either)")
 
 
 def main() -> int:

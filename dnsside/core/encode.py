@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from operator import attrgetter
 from typing import cast
 
@@ -114,15 +115,37 @@ class EncodedMembers:
         wires: list[_MemberWire | None] = list(map(kept.get, ids))
         for i in [i for i, (w, m) in enumerate(zip(wires, members, strict=True))
                   if w is None or w.member is not m]:
-            w = wires[i] = _MemberWire(members[i], svc_name, ttl, out)
-            if w.name is not None:
-                own: dict[bytes, Answer] = {}
-                _address_answers(out, w.name, [w], own)
-                w.own = tuple(own.items())
-            self.encoded += 1
+            wires[i] = self._encode(members[i], svc_name, ttl, out)
         found = cast(list[_MemberWire], wires)
         self._next[svc_name] = dict(zip(ids, found, strict=True))
         return found
+
+    def ahead(self, members: Iterable[Member], zones: Sequence[Zone], options: ZoneOptions,
+              gs_name: tuple[str, str]) -> None:
+        """Encode, ahead of the rebuild that will need them, the members (of a headless
+        service ``gs_name``, namespace and name) not kept yet, in every zone: the rebuild
+        finds them by the same member objects. Unused, they go at the next rebuild."""
+        out = ServiceAnswers(rotate=options.round_robin)
+        chosen = [m for m in members if m.addresses and (m.ready or options.publish_not_ready)]
+        namespace, name = gs_name
+        for zone in zones:
+            svc_name = service_name(name, namespace, zone.services_wire)
+            kept = self._kept.setdefault(svc_name, {})
+            for m in chosen:
+                w = kept.get(id(m))
+                if w is None or w.member is not m:
+                    kept[id(m)] = self._encode(m, svc_name, options.ttl, out)
+
+    def _encode(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers
+                ) -> _MemberWire:
+        """One member's wire, with its own name's answers."""
+        w = _MemberWire(member, svc_name, ttl, out)
+        if w.name is not None:
+            own: dict[bytes, Answer] = {}
+            _address_answers(out, w.name, [w], own)
+            w.own = tuple(own.items())
+        self.encoded += 1
+        return w
 
     def done(self) -> None:
         """The encoding is over: keep what it met, drop the rest."""
@@ -150,13 +173,12 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[Target],
     service's answers unless given)."""
     answers = out.answers if into is None else into
     if len(group) == 1:  # a pod's own name (most calls): its tails are distinct already
-        pairs = ((A, group[0].a), (AAAA, group[0].aaaa))
+        pairs = ((A, [AT_QUESTION + t for t in group[0].a]),
+                 (AAAA, [AT_QUESTION + t for t in group[0].aaaa]))
     else:
-        pairs = ((A, tuple(dict.fromkeys([t for w in group for t in w.a]))),
-                 (AAAA, tuple(dict.fromkeys([t for w in group for t in w.aaaa]))))
-    for rtype, tails in pairs:
-        if tails:
-            rrs = [AT_QUESTION + t for t in tails]
+        pairs = ((A, _group_records(out, group, A)), (AAAA, _group_records(out, group, AAAA)))
+    for rtype, rrs in pairs:
+        if rrs:
             if len(rrs) > _FIT_ALWAYS:
                 rrs = fit(rrs, MAX_BODY)
             if out.rotate and len(rrs) > 1:
@@ -173,8 +195,29 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[Target],
             answers[name + _TYPE_IN[rtype]] = answer
 
 
-# Address records are at most 2 + 10 + 16 bytes: this many always fit in MAX_BODY.
+def _group_records(out: ServiceAnswers, group: Sequence[Target], rtype: int) -> list[bytes]:
+    """The distinct A (or AAAA) records of a group's members, in order, as many as could
+    fit in an answer and one more (a service of 12,000 pods: the first few thousand).
+    Kept for the group while encoding: the service's name and its cluster's often have
+    the very same group."""
+    found = out.records.get((id(group), rtype))
+    if found is None:
+        seen: dict[bytes, None] = {}
+        tails = chain.from_iterable(map(_TAILS[rtype], group))
+        while len(seen) <= _MAX_RECORDS:
+            more = list(islice(tails, _MAX_RECORDS + 1 - len(seen)))
+            if not more:
+                break
+            seen.update(dict.fromkeys(more))
+        found = out.records[(id(group), rtype)] = (group, [AT_QUESTION + t for t in seen])
+    return found[1]
+
+
+# Address records are at most 2 + 10 + 16 bytes: this many always fit in MAX_BODY; and
+# at least 2 + 10 + 4: no more than this many ever fit.
 _FIT_ALWAYS = MAX_BODY // 28
+_MAX_RECORDS = MAX_BODY // 16
+_TAILS = {A: attrgetter("a"), AAAA: attrgetter("aaaa")}
 _TYPE_IN = {t: struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV)}  # QTYPE, QCLASS
 
 
@@ -193,6 +236,9 @@ class ServiceAnswers:
     # Each cluster's name below each service name (one service, a few zones).
     clusters: dict[tuple[str, bytes], bytes] = field(default_factory=dict)
     kept: EncodedMembers | None = None  # while encoding a big service: its kept members
+    # While encoding: a group's address records by (id(group), type), with the group.
+    records: dict[tuple[int, int], tuple[Sequence[Target], list[bytes]]] = field(
+        default_factory=dict)
     rotate: bool = False  # --round-robin: answers of several records rotate
     # A big service's pods' own answers, one Part per pod and zone, kept from one
     # encoding to the next (the same tuple: the same answers); None for a small service,
@@ -263,9 +309,13 @@ def _encode_in_zone(
     wires = _wires(out, members, svc_name, options.ttl)
     own = _own(gs, members, wires)  # the service's own name: --locality
     _address_answers(out, svc_name, own)
+    clusters = list(map(_CLUSTER, wires))
     by_cluster: dict[str, list[_MemberWire]] = {}
-    for w in wires:
-        by_cluster.setdefault(w.member.cluster, []).append(w)
+    if clusters.count(clusters[0]) == len(clusters):  # one cluster (a big service, often)
+        by_cluster[clusters[0]] = wires
+    else:
+        for w, cluster in zip(wires, clusters, strict=True):
+            by_cluster.setdefault(cluster, []).append(w)
     for cluster, group in by_cluster.items():
         _address_answers(out, cluster_name(cluster, svc_name), group)
     _pods(out, wires)
@@ -274,6 +324,7 @@ def _encode_in_zone(
 
 
 _PORTS = attrgetter("member.ports")  # a wire's member's ports
+_CLUSTER = attrgetter("member.cluster")
 
 
 def _own(gs: GlobalService, members: list[Member], wires: list[_MemberWire]

@@ -18,7 +18,7 @@ same object always means the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -269,6 +269,10 @@ class KeptMembers:
         """The assembly is over: keep what it met (a cluster gone takes its part along)."""
         self._by_source, self._met = self._met, {}
 
+    def peek(self, cluster: str, via: Via) -> KeptEndpoints | None:
+        """What is kept of one cluster and source, for work done ahead (not an assembly)."""
+        return self._by_source.get((cluster, via))
+
 
 class KeptEndpoints:
     """A big headless Service's endpoints (of one cluster and source) as members, kept
@@ -296,14 +300,8 @@ def _screen_slice(s: SliceRecord, ports: tuple[Port, ...], cluster: str, via: Vi
     same ports) holds unchanged."""
     known = before.by_endpoint if before is not None and before.ports == ports else {}
     now = _KeptSlice(s, ports)
-    # Every member of the slice holds its ports once each, in one tuple (the SRV encoder
-    # goes by the tuples, few and shared, not by member).
-    distinct = ports if len(set(ports)) == len(ports) else tuple(dict.fromkeys(ports))
-    if before is not None and before.members and before.members[0].ports == distinct:
-        distinct = before.members[0].ports
-    endpoints = s.endpoints
-    keys: Sequence[object] = (endpoints.pieces() if isinstance(endpoints, Endpoints)
-                              else endpoints)
+    distinct = _distinct_ports(ports, before)
+    keys = _endpoint_keys(s)
     found: list[Member | _Screened | None] = list(map(known.get, keys))
     fresh: dict[object, Member | _Screened] = {}
     for i in [i for i, x in enumerate(found) if x is None]:  # new or changed endpoints
@@ -327,6 +325,54 @@ def _screen_slice(s: SliceRecord, ports: tuple[Port, ...], cluster: str, via: Vi
             now.members.extend(x[0])
             now.refused.extend(x[1])
     return now
+
+
+def _distinct_ports(ports: tuple[Port, ...], before: _KeptSlice | None) -> tuple[Port, ...]:
+    """The ports every member of a slice holds, each once, in one tuple (the SRV encoder
+    goes by the tuples, few and shared, not by member): the kept one when equal."""
+    distinct = ports if len(set(ports)) == len(ports) else tuple(dict.fromkeys(ports))
+    if before is not None and before.members and before.members[0].ports == distinct:
+        return before.members[0].ports
+    return distinct
+
+
+def _endpoint_keys(s: SliceRecord) -> Sequence[object]:
+    """Each endpoint of ``s`` as it is compared: its packed text (or the endpoint itself,
+    for the rare slice that could not be packed)."""
+    endpoints = s.endpoints
+    return endpoints.pieces() if isinstance(endpoints, Endpoints) else endpoints
+
+
+def screen_ahead(s: SliceRecord, kept: KeptEndpoints, cluster: str, via: Via, screen: Screen,
+                 chunk: int) -> Iterator[list[Member]]:
+    """Screen, ahead of the assembly that will need it, what of slice ``s`` the kept one of
+    its name does not hold, ``chunk`` endpoints a step: into the table the assembly looks
+    endpoints up in. Yields, each step, the members it made (for their encoding ahead).
+
+    Nothing of this is trusted later: the assembly finds each endpoint by its text or
+    screens it itself, so a step never taken, or a slice changed again meanwhile, only
+    costs time."""
+    before = kept.slices.get(s.name)
+    if before is None or before.record is s:
+        return
+    ports = screen.ports(s.ports, Member(cluster, None, (), (), True, via, s.name))
+    if before.ports != ports:
+        return
+    distinct = _distinct_ports(ports, before)
+    known = before.by_endpoint
+    new = [key for key in dict.fromkeys(_endpoint_keys(s)) if key not in known]
+    for start in range(0, len(new), chunk):
+        made: list[Member] = []
+        for key in new[start:start + chunk]:
+            e = Endpoints.unpack(key) if isinstance(key, str) else key
+            assert isinstance(e, Endpoint)
+            screened = known[key] = _screen_endpoint(e, cluster, via, ports, distinct,
+                                                     s.name, screen)
+            if isinstance(screened, Member):
+                made.append(screened)
+            else:
+                made.extend(screened[0])
+        yield made
 
 
 def _screen_endpoint(e: Endpoint, cluster: str, via: Via, ports: tuple[Port, ...],

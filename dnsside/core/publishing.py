@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import (
@@ -26,7 +27,7 @@ from dnsside.core.encode import (
     ServiceAnswers,
     encode_service,
 )
-from dnsside.core.members import KEEP_FROM
+from dnsside.core.members import KEEP_FROM, Member
 from dnsside.core.tables import Key
 from dnsside.dns.names import namespace_name
 from dnsside.dns.responder import Responder
@@ -142,12 +143,9 @@ class Publisher:
         self._published.pop(key, None)
         self.changed = True
         fresh: dict[bytes, Answer] = dict(new.answers)
-        for part in added:
-            fresh.update(part)
-        gone_keys = [k for k in (old.answers if old is not None else ())
-                     if k not in fresh]
-        for part in gone:
-            gone_keys.extend(k for k, _ in part if k not in fresh)
+        fresh.update(chain.from_iterable(added))
+        gone_keys = [k for k in (old.answers if old is not None else ()) if k not in fresh]
+        gone_keys += [k for k, _ in chain.from_iterable(gone) if k not in fresh]
         if self.versions:
             self._hand_to_versions(fresh, gone_keys)
         # Insert first, then remove what is no longer there: a concurrent reader
@@ -187,6 +185,16 @@ class Publisher:
         self.encoded_members += (kept.encoded - before if kept is not None
                                  else len(gs.members) * len(self.responder.zones))
         return new
+
+    def encode_ahead(self, key: Key, members: list[Member]) -> None:
+        """Encode ``members`` of the big service ``key`` ahead of its rebuild (see
+        :meth:`EncodedMembers.ahead`); nothing is published."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return
+        before = kept.encoded
+        kept.ahead(members, self.responder.zones, self.zone_options, key)
+        self.encoded_members += kept.encoded - before
 
     def _hand_to_versions(self, fresh: dict[bytes, Answer], gone: list[bytes]) -> None:
         """Each answer that changes (or goes), before the tables change."""
