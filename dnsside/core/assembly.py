@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from dnsside.core.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
@@ -252,11 +253,12 @@ def _assemble(
             continue
         if svc.role is Role.FEDERATED and not view.include_federated:
             continue
-        mirror = _mirror_member(svc, slices, view.failing_gateways)
         if svc.cluster in flat_clusters:
-            excluded.append(excluded_as(mirror, Exclusion.SERVED_FLAT))
+            excluded.append(excluded_as(_mirror_member(svc, slices, view.failing_gateways),
+                                        Exclusion.SERVED_FLAT))
             continue
-        screened = screen.member(mirror)
+        screened = kept.mirror(svc, slices, view.failing_gateways, partial(
+            _mirror_member, svc, slices, view.failing_gateways), screen)
         if screened is not None:
             blocks.append([screened])
     members = _without_clashes(blocks, excluded)

@@ -18,7 +18,7 @@ same object always means the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -27,7 +27,7 @@ from dnsside.core import diagnosis
 from dnsside.core.diagnosis import Exclusion
 from dnsside.model.addresses import Unsafe, unsafe_address
 from dnsside.model.endpoints import Endpoint, Endpoints
-from dnsside.model.linkerd import Port, SliceRecord, Via
+from dnsside.model.linkerd import Port, ServiceRecord, SliceRecord, Via
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +242,12 @@ class _KeptSlice:
 _Screened = tuple[tuple[Member, ...], tuple[Member, ...]]
 
 
+# A mirror's member as kept: its Service, its slices, the failing gateways it was made
+# with, the member screened (None: refused whole) and what the screen refused of it.
+_KeptMirror = tuple[ServiceRecord, tuple[SliceRecord, ...], frozenset[str], Member | None,
+                    tuple[Member, ...]]
+
+
 # A global service of at least this many members keeps them between assemblies
 # (KeptMembers) and their encoding between rebuilds (encode.EncodedMembers); a smaller one
 # is done whole every time: cheap, and nothing is kept for it.
@@ -252,11 +258,35 @@ class KeptMembers:
     """What one global service keeps of its members between assemblies: its endpoints'
     members, per cluster and source (:class:`KeptEndpoints`)."""
 
-    __slots__ = ("_by_source", "_met")
+    __slots__ = ("_by_source", "_met", "_mirrors", "_mirrors_met")
 
     def __init__(self) -> None:
         self._by_source: dict[tuple[str, Via], KeptEndpoints] = {}
         self._met: dict[tuple[str, Via], KeptEndpoints] = {}
+        # Each mirror Service's member as screened, by the Service's name, with what it
+        # was made of: the Service and slice records and the failing gateways.
+        self._mirrors: dict[str, _KeptMirror] = {}
+        self._mirrors_met: dict[str, _KeptMirror] = {}
+
+    def mirror(self, svc: ServiceRecord, slices: Sequence[SliceRecord],
+               failing: frozenset[str], make: Callable[[], Member], screen: Screen
+               ) -> Member | None:
+        """A mirror Service's member, screened (None: nothing of it may be published): the
+        one kept when made of the very same records and failing gateways, else ``make``'s.
+        A big service of Linkerd's per-pod mirrors has one per pod: one changed re-makes
+        one."""
+        last = self._mirrors.get(svc.name)
+        if (last is not None and last[0] is svc and last[2] == failing
+                and len(last[1]) == len(slices)
+                and all(a is b for a, b in zip(last[1], slices, strict=True))):
+            screened, refused = last[3], last[4]
+            screen.excluded.extend(refused)
+        else:
+            mark = len(screen.excluded)
+            screened = screen.member(make())
+            refused = tuple(screen.excluded[mark:])
+        self._mirrors_met[svc.name] = (svc, tuple(slices), failing, screened, refused)
+        return screened
 
     def endpoints(self, cluster: str, via: Via) -> KeptEndpoints:
         found = self._by_source.get((cluster, via))
@@ -268,6 +298,7 @@ class KeptMembers:
     def done(self) -> None:
         """The assembly is over: keep what it met (a cluster gone takes its part along)."""
         self._by_source, self._met = self._met, {}
+        self._mirrors, self._mirrors_met = self._mirrors_met, {}
 
     def peek(self, cluster: str, via: Via) -> KeptEndpoints | None:
         """What is kept of one cluster and source, for work done ahead (not an assembly)."""

@@ -30,7 +30,16 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.model.linkerd import Record, parse_object, parse_slice
+from dnsside.model.endpoints import Endpoint
+from dnsside.model.linkerd import (
+    Port,
+    Record,
+    Role,
+    ServiceRecord,
+    SliceRecord,
+    parse_object,
+    parse_slice,
+)
 from dnsside.model.selectors import LabelSelector
 from testkit import objects
 from testkit.flatnet import (
@@ -246,3 +255,47 @@ def test_one_endpoint_changed_encodes_one_member_not_the_service() -> None:
     before = index.encoded_members
     index.apply([CHANGES["a local one not ready"](world)])  # it leaves the answers
     assert index.encoded_members == before
+
+
+# Linkerd's per-pod mirrors of a big headless service of west: one Service and one
+# slice (the gateway's endpoint) per pod.
+HTTP = Port("http", 8080, "TCP")
+MIRROR_KINDS = frozenset({Kind.SERVICE, Kind.SLICE})  # no Link list: every cluster counts
+
+
+def pod_mirror(n: int, ip: str | None = None) -> ServiceRecord:
+    return ServiceRecord("data", f"web-{n}-west", Role.POD_MIRROR, "web", "west",
+                         f"web-{n}", (ip or f"10.96.{n // 250}.{n % 250 + 1}",), (HTTP,))
+
+
+def gateway_slice(n: int, ready: bool = True) -> SliceRecord:
+    return SliceRecord("data", f"web-{n}-west-x", f"web-{n}-west",
+                       (Endpoint(("172.18.0.3",), ready, None, None),), (HTTP,))
+
+
+def mirrors_index(records: list[Record]) -> Index:
+    zone = ZoneOptions()
+    index = Index(make_responder(["svc-global."], zone, (MCS,)),
+                  IndexOptions(cluster_name="east", zone=zone))
+    index.apply([Replace(MIRROR_KINDS, tuple(records)), Synced()])
+    return index
+
+
+def test_one_per_pod_mirror_changed_encodes_one_member_and_answers_as_afresh() -> None:
+    """A service of PODS per-pod mirrors: one mirror's gateway endpoint not ready, then
+    another's ClusterIP moved, each re-encode one member (per zone), and the answers are
+    an index made afresh's."""
+    records: dict[str, Record] = {}
+    for n in range(PODS):
+        records[f"svc{n}"], records[f"slice{n}"] = pod_mirror(n), gateway_slice(n)
+    index = mirrors_index(list(records.values()))
+    assert len(index.global_services[("data", "web")].members) == PODS
+    for change, key in ((gateway_slice(5, ready=False), "slice5"),
+                        (pod_mirror(9, "10.97.0.9"), "svc9")):
+        before = index.encoded_members
+        records[key] = change
+        index.apply([Upsert(change)])
+        assert index.encoded_members - before == 2 - (key == "slice5") * 2  # not ready: gone
+        fresh = mirrors_index(list(records.values()))
+        assert answers(index) == answers(fresh)
+        assert index.global_services[("data", "web")] == fresh.global_services[("data", "web")]
