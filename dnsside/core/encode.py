@@ -28,7 +28,7 @@ from typing import cast
 from dnsside.core.assembly import GlobalService
 from dnsside.core.locality import answering
 from dnsside.core.members import Member
-from dnsside.core.srv import Target, fit, srv_answers
+from dnsside.core.srv import KeptAnswers, Target, fit, srv_answers
 from dnsside.dns.names import (
     MCS,
     SVC_GLOBAL,
@@ -99,12 +99,14 @@ class EncodedMembers:
     ``encoded`` counts the members whose names and records were encoded (not reused).
     """
 
-    __slots__ = ("_kept", "_next", "encoded")
+    __slots__ = ("_kept", "_next", "encoded", "srv")
 
     def __init__(self) -> None:
         self.encoded = 0
         self._kept: dict[bytes, dict[int, _MemberWire]] = {}  # by service name, id(member)
         self._next: dict[bytes, dict[int, _MemberWire]] = {}
+        # The SRV answers as last made, and as made now (srv.KeptSrv).
+        self.srv: tuple[KeptAnswers, KeptAnswers] = ({}, {})
 
     def wires(self, members: list[Member], svc_name: bytes, ttl: int, out: ServiceAnswers
               ) -> list[_MemberWire]:
@@ -150,6 +152,7 @@ class EncodedMembers:
     def done(self) -> None:
         """The encoding is over: keep what it met, drop the rest."""
         self._kept, self._next = self._next, {}
+        self.srv = (self.srv[1], {})
 
 
 class _ServiceTarget:
@@ -320,7 +323,7 @@ def _encode_in_zone(
         _address_answers(out, cluster_name(cluster, svc_name), group)
     _pods(out, wires)
     srv_answers(out.answers, out.names, out.rotate, svc_name, own,
-                list(map(_PORTS, own)), options)
+                list(map(_PORTS, own)), options, out.kept.srv if out.kept else None)
 
 
 _PORTS = attrgetter("member.ports")  # a wire's member's ports
@@ -372,7 +375,8 @@ def _encode_mcs(
         _address_answers(out, svc_name, [service])
         targets = [service]
         ports = [tuple(dict.fromkeys(p for m in chosen for p in m.ports))]
-    srv_answers(out.answers, out.names, out.rotate, svc_name, targets, ports, options)
+    srv_answers(out.answers, out.names, out.rotate, svc_name, targets, ports, options,
+                out.kept.srv if out.kept else None)
 
 
 _ENCODERS = {SVC_GLOBAL: _encode_in_zone, MCS: _encode_mcs}  # Zone.scheme → its encoder

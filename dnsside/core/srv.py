@@ -37,6 +37,8 @@ class Target(Protocol):
 
 
 Pair = tuple[Target, int]  # a target and a port number: one record
+Triple = tuple[int, Target, int]  # a record as written: its priority, target and port
+KeptAnswers = dict[bytes, "KeptSrv"]  # SRV answers as made, by name
 
 # 100 // n is 0 past 100 targets (the weight is then 1): this many are enough to count.
 COUNTED = 101
@@ -54,11 +56,13 @@ def fit(rrs: list[bytes], room: int) -> list[bytes]:
 
 def srv_answers(answers: dict[bytes, Answer], names: set[bytes], rotate: bool,
                 svc_name: bytes, targets: Sequence[Target],
-                ports_of: Sequence[tuple[Port, ...]], options: ZoneOptions) -> None:
+                ports_of: Sequence[tuple[Port, ...]], options: ZoneOptions,
+                kept: tuple[KeptAnswers, KeptAnswers] | None = None) -> None:
     """SRV below a service name: the service name answers for every port,
     ``_<port>._<proto>`` for each named one (unnamed ports have none); into ``answers``,
     the empty non-terminals ``_<proto>.<svc>`` into ``names``. ``ports_of[i]``: the ports
-    ``targets[i]`` serves."""
+    ``targets[i]`` serves. ``kept``: a big service's answers as last made, and where to
+    keep these (an answer made of the same records is the same)."""
     if not any(ports_of):
         return
     numbers: dict[int, tuple[int, ...]] = {}  # id(ports) → its port numbers, each once
@@ -70,7 +74,7 @@ def srv_answers(answers: dict[bytes, Answer], names: set[bytes], rotate: bool,
         return found
 
     _put_srv(answers, rotate, svc_name, svc_name, _pairs(targets, ports_of, every_port),
-             options)
+             options, kept)
     # The named ports, in the order they first appear (port tuples are shared by a
     # slice's endpoints: a few distinct ones among thousands of targets).
     named: dict[tuple[str, str], None] = {}
@@ -97,7 +101,7 @@ def srv_answers(answers: dict[bytes, Answer], names: set[bytes], rotate: bool,
             return found
 
         _put_srv(answers, rotate, name, svc_name, _pairs(targets, ports_of, its_ports),
-                 options)
+                 options, kept)
 
 
 def _pairs(targets: Sequence[Target], ports_of: Sequence[tuple[Port, ...]],
@@ -115,7 +119,8 @@ def _pairs(targets: Sequence[Target], ports_of: Sequence[tuple[Port, ...]],
 
 def _put_srv(answers: dict[bytes, Answer], rotate: bool, name: bytes, svc_name: bytes,
              pairs: Callable[[Callable[[Target], bool] | None], Iterator[Pair]],
-             options: ZoneOptions) -> None:
+             options: ZoneOptions, kept_both: tuple[KeptAnswers, KeptAnswers] | None
+             ) -> None:
     """The SRV answer of ``name`` (``svc_name`` or a ``_port._proto`` name below it) and its
     glue. A glue record's owner is a compression pointer into the SRV record naming its
     target when the answer keeps one order; when the records rotate, a pointer into them
@@ -133,33 +138,49 @@ def _put_srv(answers: dict[bytes, Answer], rotate: bool, name: bytes, svc_name: 
         if first:
             weights[prio] = max(1, 100 // len(first))
             runs.append((prio, chain(first, walk)))
+    records: Iterator[Triple] = (
+        (prio, w, port) for prio, run in runs for w, port in run)
+    kept, kept_next = kept_both if kept_both is not None else (None, None)
+    last = kept.get(name) if kept is not None else None
+    if last is not None and last.weights == weights:
+        # The same records (the very same target objects, immutable) as far as the last
+        # answer went, and the one that did not fit, or the end: the same bytes.
+        n = len(last.seen)
+        probe = list(islice(records, n + 1))
+        if probe[:n] == last.seen and (last.full or len(probe) == n):
+            answers[name + _SRV_IN] = last.answer
+            if kept_next is not None:
+                kept_next[name] = last
+            return
+        records = chain(probe, records)
     # Offsets below are absolute in the reply: header, then the question (name + 4).
     offset = 12 + len(name) + 4
     answer: list[bytes] = []
+    seen: list[Triple] = []  # the records looked at: those taken and the first left out
+    full = False
     target_at: dict[bytes, tuple[int, Target]] = {}
     # Everything of a record but its target: the pointer to the question, the RR head
     # (RDLENGTH depends on the target's length), priority, weight and port.
     heads: dict[tuple[int, int, int], bytes] = {}
     size = 0
-    for prio, run in runs:
-        for w, port in run:
-            target = w.target
-            head = heads.get((prio, port, len(target)))
-            if head is None:
-                head = heads[(prio, port, len(target))] = (
-                    AT_QUESTION + rr_head(SRV, ttl, 6 + len(target))
-                    + _PACK_SRV(prio, weights[prio], port))
-            rr = head + target
-            if size + len(rr) > MAX_BODY:
-                break
-            # The glue's owner will point at the target inside this record's RDATA.
-            if target not in target_at:
-                target_at[target] = (offset + size + 2 + 10 + 6, w)
-            answer.append(rr)
-            size += len(rr)
-        else:
-            continue
-        break  # the answer is full
+    for triple in records:
+        prio, w, port = triple
+        target = w.target
+        head = heads.get((prio, port, len(target)))
+        if head is None:
+            head = heads[(prio, port, len(target))] = (
+                AT_QUESTION + rr_head(SRV, ttl, 6 + len(target))
+                + _PACK_SRV(prio, weights[prio], port))
+        rr = head + target
+        seen.append(triple)
+        if size + len(rr) > MAX_BODY:
+            full = True
+            break
+        # The glue's owner will point at the target inside this record's RDATA.
+        if target not in target_at:
+            target_at[target] = (offset + size + 2 + 10 + 6, w)
+        answer.append(rr)
+        size += len(rr)
     rotate = rotate and len(answer) > 1
     additional: list[bytes] = []
     if rotate:
@@ -172,8 +193,26 @@ def _put_srv(answers: dict[bytes, Answer], rotate: bool, name: bytes, svc_name: 
             if w.aaaa:
                 additional += [owner + t for t in w.aaaa]
     additional = fit(additional, MAX_BODY - size)
-    answers[name + _SRV_IN] = (Ring(NOERROR, SRV, answer, additional) if rotate
-                               else Answer(NOERROR, SRV, answer, (), additional))
+    made = answers[name + _SRV_IN] = (Ring(NOERROR, SRV, answer, additional) if rotate
+                                      else Answer(NOERROR, SRV, answer, (), additional))
+    if kept_next is not None:
+        kept_next[name] = KeptSrv(seen, full, weights, made)
+
+
+class KeptSrv:
+    """One SRV answer as made, with what it was made of: the records looked at (priority,
+    the target object itself, port), the last of them left out when the answer was
+    ``full``, and the weights. A big service keeps them between encodings: a change past
+    the records an answer holds (most, in a service of thousands) keeps the answer."""
+
+    __slots__ = ("answer", "full", "seen", "weights")
+
+    def __init__(self, seen: list[Triple], full: bool, weights: dict[int, int],
+                 answer: Answer) -> None:
+        self.seen = seen
+        self.full = full
+        self.weights = weights
+        self.answer = answer
 
 
 def _is_local(t: Target) -> bool:
@@ -221,4 +260,4 @@ def _still_glue(targets: list[tuple[bytes, Target]], known: dict[bytes, int],
     return out
 
 
-__all__ = ["COUNTED", "Target", "fit", "srv_answers"]
+__all__ = ["COUNTED", "KeptAnswers", "KeptSrv", "Target", "fit", "srv_answers"]

@@ -299,3 +299,21 @@ def test_one_per_pod_mirror_changed_encodes_one_member_and_answers_as_afresh() -
         fresh = mirrors_index(list(records.values()))
         assert answers(index) == answers(fresh)
         assert index.global_services[("data", "web")] == fresh.global_services[("data", "web")]
+
+
+@pytest.mark.parametrize("moved", [0, 1499], ids=["first", "last"])
+def test_a_service_past_one_answers_size_answers_as_afresh_after_one_pod_moved(
+        moved: int) -> None:
+    """1,500 of north's pods: more SRV records than an answer holds, so a change past the
+    ones it holds keeps the SRV answers as they were, one among them makes them anew;
+    either way, the bytes of an index made afresh."""
+    world = World()
+    world.north["big-1"] = a_slice("big-1", pods(1500, shift=1000), prefix="nb")
+    zone = ZoneOptions()
+    index = make_index(zone, world)
+    srv = dns.name.from_text("big.data.svc-global.").to_wire() + b"\x00\x21\x00\x01"
+    before = index.responder.answers[srv]
+    assert len(before.body) > 60_000  # full: the records that fit, not all 1,500 + 80
+    index.apply([north_slice(world, {**pods(1500, shift=1000), moved: ("10.99.7.7", True)})])
+    same_as_afresh(index, world, zone)
+    assert (index.responder.answers[srv] is before) is (moved == 1499)
