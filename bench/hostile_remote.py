@@ -13,7 +13,8 @@ cost, measured from outside:
 - ``forged``: a Status message with a newline (as a failed watch, and as an ERROR event):
   whether a log line of dnsside's starts with the forged text.
 - ``flood``: north's 12,000-endpoint slice re-sent (two alternating versions) as fast as
-  dnsside reads it: another client's UDP and TCP answer times and /healthz's (from a
+  dnsside reads it (``floodall``: the two versions differ in every address, not one
+  readiness): another client's UDP and TCP answer times and /healthz's (from a
   separate process, so the fakes' threads do not share its interpreter), dnsside's CPU
   and peak RSS, and how many events north got out.
 - ``metadata``: pods of west at the documented cloud-metadata addresses: what dnsside
@@ -70,10 +71,12 @@ def _cluster(tmp: Path, name: str, objects: list[dict[str, Any]]) -> ThreadedKub
     return k
 
 
-def big_slice(version: int) -> dict[str, Any]:
-    """North's slice of FLOOD_ENDPOINTS pods; ``version`` flips the last one's readiness."""
-    eps = [endpoint(f"10.245.{n // 250}.{n % 250 + 1}", f"big-{n}",
-                    ready=(n != FLOOD_ENDPOINTS - 1 or version % 2 == 0))
+def big_slice(version: int, every: bool = False) -> dict[str, Any]:
+    """North's slice of FLOOD_ENDPOINTS pods; ``version`` flips the last one's readiness
+    (``every``: moves every pod to another address instead)."""
+    base = 245 - 100 * (version % 2) if every else 245
+    eps = [endpoint(f"10.{base}.{n // 250}.{n % 250 + 1}", f"big-{n}",
+                    ready=every or (n != FLOOD_ENDPOINTS - 1 or version % 2 == 0))
            for n in range(FLOOD_ENDPOINTS)]
     return endpoint_slice("big-1", "big", eps)
 
@@ -224,7 +227,8 @@ def run(attack: str, tmp: Path) -> None:
         service("db", labels=dict(REMOTE_DISCOVERY_LABELS)),
         endpoint_slice("db-n1", "db", [endpoint("10.245.200.5", "db-0")])]
     west_objs = west_objects()
-    if attack == "flood":
+    flood = attack.startswith("flood")
+    if flood:
         north_objs += [service("big", labels=dict(REMOTE_DISCOVERY_LABELS)), big_slice(0)]
     if attack == "metadata":
         west_objs += [
@@ -256,14 +260,15 @@ def run(attack: str, tmp: Path) -> None:
                 print("log lines naming them: " + str(sum(
                     any(a in line for a in METADATA.values()) for line in srv.lines)))
                 return
-            baseline = timed(srv, 3.0) if attack == "flood" else {}
+            baseline = timed(srv, 3.0) if flood else {}
             lines0, bytes0 = len(srv.lines), sum(len(x) + 1 for x in srv.lines)
             cpu0 = cpu_seconds(srv.proc.pid)
             watches0 = north.call(lambda: north.kube.requests.copy())
-            if attack == "flood":
+            if flood:
+                every = attack == "floodall"
                 versions = [json.dumps({"type": "MODIFIED", "object": {
-                    **big_slice(v), "metadata": {**big_slice(v)["metadata"],
-                                                 "resourceVersion": str(10_000 + v)}}}
+                    **big_slice(v, every), "metadata": {
+                        **big_slice(v)["metadata"], "resourceVersion": str(10_000 + v)}}}
                                        ).encode() + b"\n" for v in (1, 2)]
                 handler = hostile.flooder(versions)
             else:
@@ -271,7 +276,7 @@ def run(attack: str, tmp: Path) -> None:
             north.call(setattr, north.kube, "hostile", handler)
             north.call(north.kube.end_streams)
             t0 = time.monotonic()
-            during = timed(srv, SECONDS) if attack == "flood" else None
+            during = timed(srv, SECONDS) if flood else None
             while time.monotonic() - t0 < SECONDS:
                 time.sleep(0.2)
             cpu = cpu_seconds(srv.proc.pid) - cpu0

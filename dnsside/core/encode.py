@@ -21,18 +21,20 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from itertools import chain, islice
+from operator import attrgetter
+from typing import cast
 
-from dnsside.core.assembly import GlobalService, Member
+from dnsside.core.assembly import GlobalService
 from dnsside.core.locality import answering
+from dnsside.core.members import Member
+from dnsside.core.srv import KeptAnswers, Target, fit, srv_answers
 from dnsside.dns.names import (
     MCS,
     SVC_GLOBAL,
     cluster_name,
     member_name,
-    protocol_name,
     service_name,
-    srv_name,
 )
 from dnsside.dns.wire import (
     AAAA,
@@ -50,21 +52,17 @@ from dnsside.dns.wire import (
 from dnsside.dns.zone import Zone, ZoneOptions
 from dnsside.model.linkerd import Port, Via
 
-
-class _Target(Protocol):
-    """What an SRV record points at, and the A/AAAA record tails of its glue."""
-
-    target: bytes
-    local: bool  # priority 0 under --srv-priority local-first
-    a: tuple[bytes, ...]
-    aaaa: tuple[bytes, ...]
+# One pod's own name's answers in one zone: (question, answer) pairs.
+Part = tuple[tuple[bytes, Answer], ...]
 
 
 class _MemberWire:
     """One member's pieces in wire form, computed once per rebuild of its service and
-    reused by every RRset it appears in (its own name, its cluster, the service, each SRV)."""
+    reused by every RRset it appears in (its own name, its cluster, the service, each SRV).
+    A big service keeps them from one rebuild to the next (:class:`EncodedMembers`), with
+    ``own``: its own name's answers."""
 
-    __slots__ = ("a", "aaaa", "local", "member", "name", "target")
+    __slots__ = ("a", "aaaa", "local", "member", "name", "own", "target")
 
     def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
@@ -86,8 +84,75 @@ class _MemberWire:
             tails = out.tails[id(member)] = (tuple(head_a + p for p in v4),
                                              tuple(head_aaaa + p for p in v6))
         self.a, self.aaaa = tails
+        self.own: Part = ()
 
 
+class EncodedMembers:
+    """A big service's members in wire form, kept from one encoding to the next, so a
+    change re-encodes the members it changed and nothing else.
+
+    The key is the member object itself (its id, the entry holding it alive): assembly
+    hands back the very same :class:`~dnsside.core.members.Member` for an endpoint that
+    did not change (:class:`~dnsside.core.members.KeptEndpoints`), and a member is
+    immutable, so the same object means the same bytes. Every encoding replaces the kept
+    entries with those of the members it met: nothing of a departed member stays.
+    ``encoded`` counts the members whose names and records were encoded (not reused).
+    """
+
+    __slots__ = ("_kept", "_next", "encoded", "srv")
+
+    def __init__(self) -> None:
+        self.encoded = 0
+        self._kept: dict[bytes, dict[int, _MemberWire]] = {}  # by service name, id(member)
+        self._next: dict[bytes, dict[int, _MemberWire]] = {}
+        # The SRV answers as last made, and as made now (srv.KeptSrv).
+        self.srv: tuple[KeptAnswers, KeptAnswers] = ({}, {})
+
+    def wires(self, members: list[Member], svc_name: bytes, ttl: int, out: ServiceAnswers
+              ) -> list[_MemberWire]:
+        """The members' wires in this zone: those kept, and the others encoded now (with
+        their own name's answers)."""
+        kept = self._kept.get(svc_name, {})
+        ids = list(map(id, members))
+        wires: list[_MemberWire | None] = list(map(kept.get, ids))
+        for i in [i for i, (w, m) in enumerate(zip(wires, members, strict=True))
+                  if w is None or w.member is not m]:
+            wires[i] = self._encode(members[i], svc_name, ttl, out)
+        found = cast(list[_MemberWire], wires)
+        self._next[svc_name] = dict(zip(ids, found, strict=True))
+        return found
+
+    def ahead(self, members: Iterable[Member], zones: Sequence[Zone], options: ZoneOptions,
+              gs_name: tuple[str, str]) -> None:
+        """Encode, ahead of the rebuild that will need them, the members (of a headless
+        service ``gs_name``, namespace and name) not kept yet, in every zone: the rebuild
+        finds them by the same member objects. Unused, they go at the next rebuild."""
+        out = ServiceAnswers(rotate=options.round_robin)
+        chosen = [m for m in members if m.addresses and (m.ready or options.publish_not_ready)]
+        namespace, name = gs_name
+        for zone in zones:
+            svc_name = service_name(name, namespace, zone.services_wire)
+            kept = self._kept.setdefault(svc_name, {})
+            for m in chosen:
+                w = kept.get(id(m))
+                if w is None or w.member is not m:
+                    kept[id(m)] = self._encode(m, svc_name, options.ttl, out)
+
+    def _encode(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers
+                ) -> _MemberWire:
+        """One member's wire, with its own name's answers."""
+        w = _MemberWire(member, svc_name, ttl, out)
+        if w.name is not None:
+            own: dict[bytes, Answer] = {}
+            _address_answers(out, w.name, [w], own)
+            w.own = tuple(own.items())
+        self.encoded += 1
+        return w
+
+    def done(self) -> None:
+        """The encoding is over: keep what it met, drop the rest."""
+        self._kept, self._next = self._next, {}
+        self.srv = (self.srv[1], {})
 
 
 class _ServiceTarget:
@@ -105,20 +170,23 @@ class _ServiceTarget:
         self.aaaa = tuple(head_aaaa + p for p in v6)
 
 
-def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target]) -> None:
+def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[Target],
+                     into: dict[bytes, Answer] | None = None) -> None:
+    """The A and AAAA answers of ``name``: every address of ``group``, into ``into`` (the
+    service's answers unless given)."""
+    answers = out.answers if into is None else into
     if len(group) == 1:  # a pod's own name (most calls): its tails are distinct already
-        pairs = ((A, group[0].a), (AAAA, group[0].aaaa))
+        pairs = ((A, [AT_QUESTION + t for t in group[0].a]),
+                 (AAAA, [AT_QUESTION + t for t in group[0].aaaa]))
     else:
-        pairs = ((A, tuple(dict.fromkeys([t for w in group for t in w.a]))),
-                 (AAAA, tuple(dict.fromkeys([t for w in group for t in w.aaaa]))))
-    for rtype, tails in pairs:
-        if tails:
-            rrs = [AT_QUESTION + t for t in tails]
+        pairs = ((A, _group_records(out, group, A)), (AAAA, _group_records(out, group, AAAA)))
+    for rtype, rrs in pairs:
+        if rrs:
             if len(rrs) > _FIT_ALWAYS:
-                rrs = _fit(rrs, MAX_BODY)
+                rrs = fit(rrs, MAX_BODY)
             if out.rotate and len(rrs) > 1:
                 # Each name its own turn (see dnsside.dns.wire.Ring): not shared.
-                out.answers[name + _TYPE_IN[rtype]] = Ring(NOERROR, rtype, rrs)
+                answers[name + _TYPE_IN[rtype]] = Ring(NOERROR, rtype, rrs)
                 continue
             # The owner is a pointer to the question, so the same addresses make the same
             # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
@@ -127,22 +195,33 @@ def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[_Target])
             answer = out.shared.get(body)
             if answer is None:
                 answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
-            out.answers[name + _TYPE_IN[rtype]] = answer
+            answers[name + _TYPE_IN[rtype]] = answer
 
 
-# Address records are at most 2 + 10 + 16 bytes: this many always fit in MAX_BODY.
+def _group_records(out: ServiceAnswers, group: Sequence[Target], rtype: int) -> list[bytes]:
+    """The distinct A (or AAAA) records of a group's members, in order, as many as could
+    fit in an answer and one more (a service of 12,000 pods: the first few thousand).
+    Kept for the group while encoding: the service's name and its cluster's often have
+    the very same group."""
+    found = out.records.get((id(group), rtype))
+    if found is None:
+        seen: dict[bytes, None] = {}
+        tails = chain.from_iterable(map(_TAILS[rtype], group))
+        while len(seen) <= _MAX_RECORDS:
+            more = list(islice(tails, _MAX_RECORDS + 1 - len(seen)))
+            if not more:
+                break
+            seen.update(dict.fromkeys(more))
+        found = out.records[(id(group), rtype)] = (group, [AT_QUESTION + t for t in seen])
+    return found[1]
+
+
+# Address records are at most 2 + 10 + 16 bytes: this many always fit in MAX_BODY; and
+# at least 2 + 10 + 4: no more than this many ever fit.
 _FIT_ALWAYS = MAX_BODY // 28
+_MAX_RECORDS = MAX_BODY // 16
+_TAILS = {A: attrgetter("a"), AAAA: attrgetter("aaaa")}
 _TYPE_IN = {t: struct.pack("!HH", t, CLASS_IN) for t in (A, AAAA, SRV)}  # QTYPE, QCLASS
-
-
-def _fit(rrs: list[bytes], room: int) -> list[bytes]:
-    """Keep as many records as fit in ``room`` bytes (only huge RRsets ever lose any)."""
-    total = 0
-    for i, rr in enumerate(rrs):
-        total += len(rr)
-        if total > room:
-            return rrs[:i]
-    return rrs
 
 
 @dataclass
@@ -159,7 +238,22 @@ class ServiceAnswers:
     tails: dict[int, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
     # Each cluster's name below each service name (one service, a few zones).
     clusters: dict[tuple[str, bytes], bytes] = field(default_factory=dict)
+    kept: EncodedMembers | None = None  # while encoding a big service: its kept members
+    # While encoding: a group's address records by (id(group), type), with the group.
+    records: dict[tuple[int, int], tuple[Sequence[Target], list[bytes]]] = field(
+        default_factory=dict)
     rotate: bool = False  # --round-robin: answers of several records rotate
+    # A big service's pods' own answers, one Part per pod and zone, kept from one
+    # encoding to the next (the same tuple: the same answers); None for a small service,
+    # whose every answer is in ``answers``.
+    parts: list[Part] | None = None
+
+    def every(self) -> dict[bytes, Answer]:
+        """Every answer, ``parts`` included (for tests and tools; the publisher diffs parts)."""
+        out = dict(self.answers)
+        for part in self.parts or ():
+            out.update(part)
+        return out
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
@@ -167,17 +261,45 @@ def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
 
 
 def encode_service(
-    gs: GlobalService, zones: Sequence[Zone], options: ZoneOptions
+    gs: GlobalService, zones: Sequence[Zone], options: ZoneOptions,
+    kept: EncodedMembers | None = None,
 ) -> ServiceAnswers:
     """Pre-encode every answer of ``gs`` in every zone, by each zone's naming scheme.
-    No published member → no names."""
+    No published member → no names. ``kept``: a big service's members as encoded last
+    time (updated here); the pods' own answers then come in ``parts``."""
     out = ServiceAnswers(rotate=options.round_robin)
     members = published(gs, options)
     if not members:
+        if kept is not None:
+            kept.done()
         return out
+    if kept is not None:
+        out.parts = []
+        out.kept = kept
     for zone in zones:
         _ENCODERS[zone.scheme](gs, members, zone.services_wire, options, out)
+    if kept is not None:
+        kept.done()
     return out
+
+
+def _wires(out: ServiceAnswers, members: list[Member], svc_name: bytes, ttl: int
+           ) -> list[_MemberWire]:
+    kept = out.kept
+    if kept is None:
+        return [_MemberWire(m, svc_name, ttl, out) for m in members]
+    return kept.wires(members, svc_name, ttl, out)
+
+
+def _pods(out: ServiceAnswers, wires: list[_MemberWire]) -> None:
+    """The pods' own names' answers: into the service's answers, or (a big service) its
+    ``parts``, encoded when their wire was."""
+    if out.parts is not None:
+        out.parts.extend([w.own for w in wires if w.own])
+        return
+    for w in wires:
+        if w.name is not None:
+            _address_answers(out, w.name, [w])
 
 
 def _encode_in_zone(
@@ -187,18 +309,25 @@ def _encode_in_zone(
     """The ``--zone`` names: ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
     ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = service_name(gs.name, gs.namespace, zone)
-    wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
+    wires = _wires(out, members, svc_name, options.ttl)
     own = _own(gs, members, wires)  # the service's own name: --locality
     _address_answers(out, svc_name, own)
+    clusters = list(map(_CLUSTER, wires))
     by_cluster: dict[str, list[_MemberWire]] = {}
-    for w in wires:
-        by_cluster.setdefault(w.member.cluster, []).append(w)
+    if clusters.count(clusters[0]) == len(clusters):  # one cluster (a big service, often)
+        by_cluster[clusters[0]] = wires
+    else:
+        for w, cluster in zip(wires, clusters, strict=True):
+            by_cluster.setdefault(cluster, []).append(w)
     for cluster, group in by_cluster.items():
         _address_answers(out, cluster_name(cluster, svc_name), group)
-        for w in group:
-            if w.name is not None:
-                _address_answers(out, w.name, [w])
-    _srv_answers(out, svc_name, [(w, p) for w in own for p in w.member.ports], options)
+    _pods(out, wires)
+    srv_answers(out.answers, out.names, out.rotate, svc_name, own,
+                list(map(_PORTS, own)), options, out.kept.srv if out.kept else None)
+
+
+_PORTS = attrgetter("member.ports")  # a wire's member's ports
+_CLUSTER = attrgetter("member.cluster")
 
 
 def _own(gs: GlobalService, members: list[Member], wires: list[_MemberWire]
@@ -230,147 +359,24 @@ def _encode_mcs(
         members = [m for m in members if not m.via.local]
         if not members:
             return
-    pairs: list[tuple[_Target, Port]]
+    targets: Sequence[Target]
+    ports: list[tuple[Port, ...]]
     if gs.headless:
-        wires = [_MemberWire(m, svc_name, options.ttl, out) for m in members]
+        wires = _wires(out, members, svc_name, options.ttl)
         own = _own(gs, members, wires)
         _address_answers(out, svc_name, own)
-        for w in wires:
-            if w.name is not None:
-                _address_answers(out, w.name, [w])
-        pairs = [(w, p) for w in own if w.name is not None for p in w.member.ports]
+        _pods(out, wires)
+        targets = [w for w in own if w.name is not None]
+        ports = list(map(_PORTS, targets))
     else:
         own_members = answering(gs, members)
         chosen = [m for m in own_members if m.via is Via.FEDERATED] or own_members
         service = _ServiceTarget(svc_name, chosen, options.ttl)
         _address_answers(out, svc_name, [service])
-        pairs = [(service, p) for p in dict.fromkeys(p for m in chosen for p in m.ports)]
-    _srv_answers(out, svc_name, pairs, options)
+        targets = [service]
+        ports = [tuple(dict.fromkeys(p for m in chosen for p in m.ports))]
+    srv_answers(out.answers, out.names, out.rotate, svc_name, targets, ports, options,
+                out.kept.srv if out.kept else None)
 
 
 _ENCODERS = {SVC_GLOBAL: _encode_in_zone, MCS: _encode_mcs}  # Zone.scheme → its encoder
-
-
-def _srv_answers(
-    out: ServiceAnswers, svc_name: bytes, pairs: list[tuple[_Target, Port]], options: ZoneOptions,
-) -> None:
-    """SRV below a service name, the same in both schemes: the service name answers for
-    every port, ``_<port>._<proto>`` for each named one (unnamed ports have none)."""
-    if not pairs:
-        return
-    # One record per target and port number: two port names (or protocols) on one number
-    # would otherwise repeat a record (RFC 2181 §5: an RRset holds no duplicates).
-    distinct = list({(id(w), p.port): (w, p) for w, p in pairs}.values())
-    _put_srv(out, svc_name, svc_name, distinct, options)
-    named: dict[tuple[str, str], list[tuple[_Target, Port]]] = {}
-    for w, p in pairs:
-        if p.name:
-            named.setdefault((p.name, p.protocol), []).append((w, p))
-    for (port_name, protocol), group_pairs in named.items():
-        proto = protocol_name(protocol, svc_name)
-        if proto is None:
-            continue
-        out.names.add(proto)
-        try:
-            name = srv_name(port_name, proto)
-        except ValueError:
-            continue
-        distinct = list({(id(w), p.port): (w, p) for w, p in group_pairs}.values())
-        _put_srv(out, name, svc_name, distinct, options)
-
-
-def _put_srv(
-    out: ServiceAnswers, name: bytes, svc_name: bytes, pairs: list[tuple[_Target, Port]],
-    options: ZoneOptions,
-) -> None:
-    """The SRV answer of ``name`` (``svc_name`` or a ``_port._proto`` name below it) and its
-    glue. A glue record's owner is a compression pointer into the SRV record naming its
-    target when the answer keeps one order; when the records rotate, a pointer into them
-    would point at another record after a turn, so the owners point only at what stays
-    put (:func:`_still_glue`)."""
-    ttl = options.ttl
-    local_first = options.srv_priority == "local-first"
-
-    def priority(w: _Target) -> int:
-        return 10 if local_first and not w.local else 0
-
-    per_priority: dict[int, int] = {0: len(pairs)}
-    if local_first:
-        per_priority = {}
-        for w, _ in pairs:
-            per_priority[priority(w)] = per_priority.get(priority(w), 0) + 1
-    weights = {prio: max(1, 100 // n) for prio, n in per_priority.items()}
-    # Offsets below are absolute in the reply: header, then the question (name + 4).
-    offset = 12 + len(name) + 4
-    answer: list[bytes] = []
-    target_at: dict[bytes, tuple[int, _Target]] = {}
-    # Everything of a record but its target: the pointer to the question, the RR head
-    # (RDLENGTH depends on the target's length), priority, weight and port.
-    heads: dict[tuple[int, int, int], bytes] = {}
-    size = 0
-    for w, p in sorted(pairs, key=lambda wp: priority(wp[0])) if local_first else pairs:
-        prio = priority(w) if local_first else 0
-        target = w.target
-        head = heads.get((prio, p.port, len(target)))
-        if head is None:
-            head = heads[(prio, p.port, len(target))] = (
-                AT_QUESTION + rr_head(SRV, ttl, 6 + len(target))
-                + _PACK_SRV(prio, weights[prio], p.port))
-        rr = head + target
-        if size + len(rr) > MAX_BODY:
-            break
-        # The glue's owner will point at the target inside this record's RDATA.
-        if target not in target_at:
-            target_at[target] = (offset + size + 2 + 10 + 6, w)
-        answer.append(rr)
-        size += len(rr)
-    rotate = out.rotate and len(answer) > 1
-    additional: list[bytes] = []
-    if rotate:
-        additional = _still_glue([(target, w) for target, (_, w) in target_at.items()],
-                                 {svc_name: 12 + len(name) - len(svc_name)}, offset + size)
-    else:
-        for target, (at, w) in target_at.items():
-            owner = _pointer(at) if at < 0x4000 else target
-            additional += [owner + t for t in w.a]
-            if w.aaaa:
-                additional += [owner + t for t in w.aaaa]
-    additional = _fit(additional, MAX_BODY - size)
-    out.answers[name + _TYPE_IN[SRV]] = (Ring(NOERROR, SRV, answer, additional) if rotate
-                                         else Answer(NOERROR, SRV, answer, (), additional))
-
-
-_PACK_SRV = struct.Struct("!HHH").pack  # priority, weight, port
-
-
-def _pointer(at: int) -> bytes:
-    return struct.pack("!H", 0xC000 | at)
-
-
-def _still_glue(targets: list[tuple[bytes, _Target]], known: dict[bytes, int],
-                at: int) -> list[bytes]:
-    """The glue of a rotating SRV answer, written from offset ``at`` of the reply (just past
-    the answer records, whose length no turn changes). Owners are compressed only against
-    names that do not move with a turn: ``known`` (the service name inside the question,
-    where every target ends) and the glue owners written before, so a target's second
-    address record is a pointer to its first, and a pod's owner its hostname label and a
-    pointer to its cluster's name, once written."""
-    out: list[bytes] = []
-    for target, w in targets:
-        tails = (*w.a, *w.aaaa)
-        if not tails:
-            continue
-        pos = 0
-        while target[pos] and target[pos:] not in known:
-            if at + pos < 0x4000:
-                known[target[pos:]] = at + pos
-            pos += target[pos] + 1
-        owner = target[:pos] + _pointer(known[target[pos:]]) if target[pos] else target
-        out.append(owner + tails[0])
-        at += len(owner) + len(tails[0])
-        if len(tails) > 1:
-            again = _pointer(known[target]) if target in known else owner
-            for tail in tails[1:]:
-                out.append(again + tail)
-                at += len(again) + len(tail)
-    return out

@@ -13,9 +13,10 @@ from typing import Any
 
 from dnslib import RCODE, DNSRecord
 
-from dnsside.core.assembly import GlobalService, Member
+from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import published
 from dnsside.core.locality import answering, describe
+from dnsside.core.members import Member
 from dnsside.core.view import ExplainView
 from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse

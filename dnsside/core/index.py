@@ -31,14 +31,15 @@ from typing import Any
 
 from dnsside.config import default
 from dnsside.core import diagnosis, locality
-from dnsside.core.assembly import ClusterView, GlobalService, Member, assemble, probe_url, refusals
+from dnsside.core.assembly import ClusterView, GlobalService, assemble, probe_url, refusals
 from dnsside.core.counts import Counts, Tally, spilled, tally
 from dnsside.core.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.core.gcpause import bulk
 from dnsside.core.links import Links
+from dnsside.core.members import KEEP_FROM, KeptMembers, Member, Screen, screen_ahead
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
-from dnsside.core.store import LocalStore
+from dnsside.core.store import LocalStore, Store
 from dnsside.core.tables import Key, Table
 from dnsside.core.view import ReportView
 from dnsside.dns.responder import Responder
@@ -61,6 +62,9 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord, Via
 from dnsside.model.locality import Locality
+
+# Endpoints screened and encoded in one step of Index.prepare: a few milliseconds.
+AHEAD_CHUNK = 500
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -156,6 +160,8 @@ class Index:
         # The unknown dnsside.io/locality values told, by service (told once each).
         self._unknown_locality: dict[Key, str] = {}
         self._told: list[Told] = []
+        # The big global services' members, kept between assemblies (KeptMembers).
+        self._kept: dict[Key, KeptMembers] = {}
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
@@ -194,6 +200,12 @@ class Index:
         self._publisher.cut(serial)
 
     @property
+    def encoded_members(self) -> int:
+        """How many members' names and records were encoded (once per zone) since the index
+        was made: a big service's unchanged members are reused, not encoded again."""
+        return self._publisher.encoded_members
+
+    @property
     def zone_options(self) -> ZoneOptions:
         return self.options.zone
 
@@ -219,6 +231,37 @@ class Index:
             with bulk():
                 return self._apply(batch)
         return self._apply(batch)
+
+    def prepare(self, events: Iterable[Event], chunk: int = AHEAD_CHUNK) -> Iterator[None]:
+        """Do ahead, in steps of ``chunk`` endpoints, the work :meth:`apply` of ``events``
+        will need for the big services they change: screen a slice's new endpoints and
+        encode their members. The caller lets others run between two steps, so a slice of
+        12,000 endpoints all changed holds the event loop for one step at a time, then
+        :meth:`apply` publishes it at once (never half of it) at the cost of a small change.
+
+        It changes no answer and nothing :meth:`apply` trusts: apply finds each endpoint
+        by its text and each member by its object, or does the work itself, so a step
+        never taken, or another batch applied between two steps, only costs time."""
+        for event in events:
+            cluster, via = self.options.cluster_name, Via.LOCAL_ENDPOINT
+            store: Store = self.local
+            if isinstance(event, Remote):
+                remote = self.flat.clusters.get(event.cluster)
+                if remote is None:
+                    continue
+                cluster, via, store, event = event.cluster, Via.FLAT_NETWORK, remote, event.event
+            if not isinstance(event, Upsert) or not isinstance(event.record, SliceRecord):
+                continue
+            s = event.record
+            key = store.key_of(store.services.get((s.namespace, s.service_name)))
+            kept = self._kept.get(key) if key is not None else None
+            endpoints = kept.peek(cluster, via) if kept is not None else None
+            if key is None or endpoints is None:
+                continue  # not a big service's endpoints: apply does the little there is
+            screen = Screen(key[0], key[1], self.cluster_view.zone_octets)
+            for made in screen_ahead(s, endpoints, cluster, via, screen, chunk):
+                self._publisher.encode_ahead(key, made)
+                yield
 
     def _apply(self, events: list[Event]) -> set[Key]:
         started = time.perf_counter()
@@ -363,9 +406,13 @@ class Index:
             (services[(namespace, m)], self.local.slices_of(namespace, m))
             for m in sorted(self.local.mirrors_by_key.get(key, ()))
         ]
-        return assemble(namespace, name, local,
-                        self.local.slices_of(namespace, name) if local is not None else [],
-                        mirrors, self.cluster_view)
+        kept = self._kept.pop(key, None) or KeptMembers()
+        gs = assemble(namespace, name, local,
+                      self.local.slices_of(namespace, name) if local is not None else [],
+                      mirrors, self.cluster_view, kept)
+        if gs is not None and len(gs.members) >= KEEP_FROM:
+            self._kept[key] = kept  # a big service: what it keeps spares the next change
+        return gs
 
     def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
         """Re-assemble and re-encode ``dirty``; return the keys whose answers or counts
@@ -450,4 +497,4 @@ HANDLERS: dict[type, Callable[[Index, Any, _Batch], None]] = {
 }
 
 
-__all__ = ["HANDLERS", "Index", "IndexOptions", "IndexReport", "Observer"]
+__all__ = ["AHEAD_CHUNK", "HANDLERS", "Index", "IndexOptions", "IndexReport", "Observer"]

@@ -20,8 +20,9 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dnsside.core.assembly import GlobalService, Member
+from dnsside.core.assembly import GlobalService
 from dnsside.core.diagnosis import Notice, Told
+from dnsside.core.members import Member
 from dnsside.model.locality import Locality, LocalityAnnotation
 
 

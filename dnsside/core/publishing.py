@@ -18,9 +18,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
 from dnsside.core.assembly import GlobalService
-from dnsside.core.encode import ServiceAnswers, encode_service
+from dnsside.core.encode import (
+    EncodedMembers,
+    Part,
+    ServiceAnswers,
+    encode_service,
+)
+from dnsside.core.members import KEEP_FROM, Member
 from dnsside.core.tables import Key
 from dnsside.dns.catalog import CatalogZone, FixedVersions
 from dnsside.dns.names import namespace_name
@@ -40,6 +47,21 @@ def make_responder(
     served = [*(Zone(z, options) for z in zones), *(McsZone(z, options) for z in mcs_zones)]
     fixed = [CatalogZone(catalog, options, [z.origin for z in served], started)] if catalog else []
     return Responder(served, fixed)
+
+
+class _Published:
+    """What one service put into the responder's tables, to take it out again: the keys
+    of its answers (the tables hold the answers), its names, its pods' parts by id and how
+    many answers in all."""
+
+    __slots__ = ("answers", "count", "names", "parts")
+
+    def __init__(self, answers: tuple[bytes, ...], names: tuple[bytes, ...],
+                 parts: dict[int, Part], count: int) -> None:
+        self.answers = answers
+        self.names = names
+        self.parts = parts
+        self.count = count
 
 
 def _same_answer(a: Answer | None, b: Answer) -> bool:
@@ -65,7 +87,10 @@ class Publisher:
         self.cut_serial: int | None = None  # the last version cut, None before the first
         # What each service put into the responder's tables, to take it out again.
         # Tuples of the keys, not the dicts: the responder already holds the answers.
-        self._published: dict[Key, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = {}
+        self._published: dict[Key, _Published] = {}
+        # The big services' members in wire form, kept between encodings.
+        self._kept: dict[Key, EncodedMembers] = {}
+        self.encoded_members = 0  # members encoded (per zone), not reused: see EncodedMembers
         self._namespace_refs: Counter[bytes] = Counter()
 
     def set_serial(self, serial: int, ready: bool = False) -> None:
@@ -110,66 +135,102 @@ class Publisher:
 
     def publish(self, key: Key, gs: GlobalService | None) -> bool:
         """Put ``gs``'s answers in the responder's tables in place of its previous ones;
-        False (and nothing touched) when they are the same bytes."""
-        r = self.responder
-        new = (
-            encode_service(gs, self.responder.zones, self.zone_options)
-            if gs is not None
-            else ServiceAnswers()
-        )
+        False (and nothing touched) when they are the same bytes.
+
+        A big service's pods' answers come as ``parts`` (:class:`EncodedMembers`), the
+        same tuple object for a pod that did not change: only the parts that came or went
+        are compared and written, so one pod's change costs one pod, not the service."""
+        new = self._encode(key, gs)
         old = self._published.get(key)
-        if old is None and not new.answers:
+        if old is None and not new.answers and not new.parts:
             return False
-        if old is not None and self._unchanged(old, new):
+        kept_parts = old.parts if old is not None else {}
+        new_parts = {id(p): p for p in new.parts or ()}
+        added = [p for i, p in new_parts.items() if kept_parts.get(i) is not p]
+        gone = [p for i, p in kept_parts.items() if new_parts.get(i) is not p]
+        count = len(new.answers) + sum(map(len, new_parts.values()))
+        if old is not None and self._unchanged(old, new, added, count):
+            old.parts = new_parts  # the same answers; let go of the parts no longer kept
             return False
         self._published.pop(key, None)
         self.changed = True
+        fresh: dict[bytes, Answer] = dict(new.answers)
+        fresh.update(chain.from_iterable(added))
+        gone_keys = [k for k in (old.answers if old is not None else ()) if k not in fresh]
+        gone_keys += [k for k, _ in chain.from_iterable(gone) if k not in fresh]
         if self.versions:
-            self._hand_to_versions(old, new)
+            self._hand_to_versions(fresh, gone_keys)
         # Insert first, then remove what is no longer there: a concurrent reader
         # sees either the old or the new answer for a name, never a gap.
-        r.answers.update(new.answers)
+        r = self.responder
+        r.answers.update(fresh)
         for name in new.names:
             r.names[name] = r.zone_by_wire[self._zone_suffix(name)]
+        for k in gone_keys:
+            r.answers.pop(k, None)
         if old is not None:
-            old_answers, old_names = old
-            for k in old_answers:
-                if k not in new.answers:
-                    r.answers.pop(k, None)
-            for name in old_names:
+            for name in old.names:
                 if name not in new.names:
                     r.names.pop(name, None)
-        if new.answers:
-            self._published[key] = (tuple(new.answers), tuple(new.names))
-        delta = (1 if new.answers else 0) - (1 if old is not None else 0)
+        if count:
+            self._published[key] = _Published(tuple(new.answers), tuple(new.names),
+                                              new_parts, count)
+        delta = (1 if count else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)
         return True
 
-    def _hand_to_versions(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]] | None,
-                          new: ServiceAnswers) -> None:
-        """Each answer ``new`` replaces (or drops), before the tables change."""
+    def _encode(self, key: Key, gs: GlobalService | None) -> ServiceAnswers:
+        """``gs`` encoded, a big one with its members kept from the last time."""
+        if gs is None:
+            self._kept.pop(key, None)
+            return ServiceAnswers()
+        kept: EncodedMembers | None = None
+        if len(gs.members) >= KEEP_FROM:
+            kept = self._kept.get(key)
+            if kept is None:
+                kept = self._kept[key] = EncodedMembers()
+            before = kept.encoded
+        else:
+            self._kept.pop(key, None)
+        new = encode_service(gs, self.responder.zones, self.zone_options, kept)
+        self.encoded_members += (kept.encoded - before if kept is not None
+                                 else len(gs.members) * len(self.responder.zones))
+        return new
+
+    def encode_ahead(self, key: Key, members: list[Member]) -> None:
+        """Encode ``members`` of the big service ``key`` ahead of its rebuild (see
+        :meth:`EncodedMembers.ahead`); nothing is published."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return
+        before = kept.encoded
+        kept.ahead(members, self.responder.zones, self.zone_options, key)
+        self.encoded_members += kept.encoded - before
+
+    def _hand_to_versions(self, fresh: dict[bytes, Answer], gone: list[bytes]) -> None:
+        """Each answer that changes (or goes), before the tables change."""
         answers = self.responder.answers
-        for k, answer in new.answers.items():
+        for k, answer in fresh.items():
             before = answers.get(k)
             if not _same_answer(before, answer):
                 self.versions[self._zone_suffix(k[:-4])].replace(k[:-4], before, answer)
-        if old is not None:
-            for k in old[0]:
-                if k not in new.answers:
-                    self.versions[self._zone_suffix(k[:-4])].replace(k[:-4], answers.get(k),
-                                                                     None)
+        for k in gone:
+            self.versions[self._zone_suffix(k[:-4])].replace(k[:-4], answers.get(k), None)
 
-    def _unchanged(self, old: tuple[tuple[bytes, ...], tuple[bytes, ...]],
-                   new: ServiceAnswers) -> bool:
-        """``new`` holds exactly the questions, answer bytes and names published before."""
-        old_answers, old_names = old
-        if len(old_answers) != len(new.answers) or len(old_names) != len(new.names):
+    def _unchanged(self, old: _Published, new: ServiceAnswers,
+                   added: list[Part], count: int) -> bool:
+        """``new`` holds exactly the questions, answer bytes and names published before:
+        as many answers, and each one not in a part kept the same as the one published
+        (the names of a service are its own: one published under it was its before)."""
+        if count != old.count or len(old.names) != len(new.names):
             return False
         answers = self.responder.answers
-        return (all(name in new.names for name in old_names)
-                and all(k in new.answers and _same_answer(answers.get(k), new.answers[k])
-                        for k in old_answers))
+        if not all(name in new.names for name in old.names):
+            return False
+        if not all(_same_answer(answers.get(k), a) for k, a in new.answers.items()):
+            return False
+        return all(_same_answer(answers.get(k), a) for part in added for k, a in part)
 
     def _count_namespace(self, namespace: str, delta: int) -> None:
         """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the

@@ -45,16 +45,21 @@ class Endpoints(Sequence[Endpoint]):
         packed = pack_rows([(e.addresses, e.ready, e.hostname, e.pod_name) for e in endpoints])
         return tuple(endpoints) if packed is None else packed
 
+    def pieces(self) -> list[str]:
+        """Each endpoint still packed, in order: equal pieces are equal endpoints, so a
+        caller can tell which endpoints of a slice changed without decoding the others."""
+        return self._packed.split(_ENDPOINT) if self._packed else []
+
+    @staticmethod
+    def unpack(piece: str) -> Endpoint:
+        """One piece of :meth:`pieces` as the endpoint it is."""
+        flags, hostname, pod_name, *addresses = piece.split(_FIELD)
+        return Endpoint(tuple(addresses), flags[0] == "r",
+                        hostname if flags[1] == "h" else None,
+                        pod_name if flags[2] == "p" else None)
+
     def _decode(self) -> list[Endpoint]:
-        if not self._packed:
-            return []
-        out = []
-        for piece in self._packed.split(_ENDPOINT):
-            flags, hostname, pod_name, *addresses = piece.split(_FIELD)
-            out.append(Endpoint(tuple(addresses), flags[0] == "r",
-                                hostname if flags[1] == "h" else None,
-                                pod_name if flags[2] == "p" else None))
-        return out
+        return [self.unpack(piece) for piece in self.pieces()]
 
     def __iter__(self) -> Iterator[Endpoint]:
         return iter(self._decode())

@@ -13,9 +13,10 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from dnsside.core.assembly import GlobalService, Member
+from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import encode_service
 from dnsside.core.index import Index, IndexOptions
+from dnsside.core.members import Member
 from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
 from dnsside.dns.wire import to_wire

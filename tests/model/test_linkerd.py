@@ -11,11 +11,11 @@ import yaml
 from dnsside.core.assembly import (
     ClusterView,
     GlobalService,
-    Member,
     assemble,
     probe_url,
 )
 from dnsside.core.diagnosis import NO_REMOTE_ENDPOINTS, Exclusion
+from dnsside.core.members import Member
 from dnsside.model.linkerd import (
     FEDERATED_CLUSTER,
     LinkRecord,
