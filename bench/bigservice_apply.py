@@ -37,7 +37,6 @@ from typing import Any
 
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.publishing import make_responder
-from dnsside.core.remotes import parse_remote_service
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Event,
@@ -49,7 +48,7 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.model.linkerd import Record, parse_object, parse_slice
+from dnsside.model.linkerd import Record, parse_object, parse_remote_service, parse_slice
 from dnsside.model.selectors import LabelSelector
 from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,

@@ -17,8 +17,8 @@ import pytest
 
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.publishing import make_responder
-from dnsside.core.remotes import parse_remote_service
 from dnsside.dns.zone import ZoneOptions
+from dnsside.model.endpoints import Endpoint
 from dnsside.model.events import (
     Delete,
     Event,
@@ -30,7 +30,6 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.model.endpoints import Endpoint
 from dnsside.model.linkerd import (
     Port,
     Record,
@@ -38,6 +37,7 @@ from dnsside.model.linkerd import (
     ServiceRecord,
     SliceRecord,
     parse_object,
+    parse_remote_service,
     parse_slice,
 )
 from dnsside.model.selectors import LabelSelector
