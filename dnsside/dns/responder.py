@@ -57,6 +57,7 @@ from dnsside.dns.wire import (
     TXT,
     A,
     Answer,
+    Ring,
     question_end,
     resource_record,
     section_counts,
@@ -204,8 +205,7 @@ class Responder:
         room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
         body: bytes | memoryview
-        ring = answer.ring
-        if ring is None:
+        if not answer.rotates:
             if answer.size <= room:
                 counts, body = (answer.counts_edns if opt else answer.counts), answer.body
             else:
@@ -221,7 +221,8 @@ class Responder:
                     body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
-        k = ring.turn  # ring is answer: the same object
+        ring: Ring = answer  # type: ignore[assignment]  # (rotates: a Ring; no cast call)
+        k = ring.turn
         ring.turn = k + 1 if k + 1 < ring.n else 0
         if answer.size <= room:
             twice, step = ring.twice, ring.step
