@@ -115,8 +115,8 @@ class Answer:
     negative answer, the apex, ``--round-robin off``) and True for a :class:`Ring`. A flag,
     not a reference to the ring: a Ring that named itself (``ring = self``, as it once did)
     was a reference cycle, so every Ring a change replaced waited as garbage for the
-    cyclic collector's full pass, which after the index's gc.freeze comes only every few
-    tens of minutes: RSS grew by the Rings of every change until then (issue 35,
+    cyclic collector's full pass, which after the index's gc.freeze can take tens of
+    minutes to come: RSS grew by the Rings of every change until then (issue 35,
     bench/MEMORY_CHURN.md). Nothing in an answer refers back to it.
     """
 

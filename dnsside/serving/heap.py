@@ -3,8 +3,8 @@
 Every change to the objects frees and allocates Python objects of every size: watch
 events' JSON, records, pre-encoded answers. Those over 512 bytes come from the C
 allocator, and glibc keeps what is freed inside its heap resident, reused only by a later
-request that fits: under steady churn the heap's free part grew by about 0.5 MB a minute
-while the memory in use stayed flat (issue 35, bench/MEMORY_CHURN.md). ``malloc_trim(0)``
+request that fits: at 150 changes a second the heap's free part grew by about 0.5 MB a
+minute while the memory in use stayed flat (issue 35, bench/MEMORY_CHURN.md). ``malloc_trim(0)``
 hands the free pages back (``madvise``), also those in the middle of the heap; it takes
 well under a millisecond on dnsside's heap, so it runs at most once per
 ``--heap-trim-period`` and only after changes: an idle server does nothing.
