@@ -250,6 +250,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--udp-io", str, "batch", "UDP system calls: batch (recvmmsg/sendmmsg, Linux; falls "
          "back to plain where unavailable) or plain (one recvfrom and one sendto per query)",
          _SERVING, choices=("batch", "plain")),
+    Flag("--heap-trim-period", float, 10.0, "after changes, hand the heap memory they freed "
+         "back to the system (glibc malloc_trim) at most once per this many seconds; 0: never",
+         _SERVING, metavar="SECONDS"),
 )
 _BY_NAME = {f.name: f for f in FLAGS}
 
@@ -387,6 +390,7 @@ class Config:
     gateway_probe_failures: int = default("--gateway-probe-failures")
     lameduck: float = default("--lameduck")  # seconds answering after SIGTERM, not ready
     udp_io: str = default("--udp-io")  # batch (recvmmsg/sendmmsg) or plain (recvfrom/sendto)
+    heap_trim_period: float = default("--heap-trim-period")  # seconds; 0: no malloc_trim
     round_robin: str = default("--round-robin")  # on: answers rotate; off: one order
 
     @classmethod
@@ -492,6 +496,8 @@ class Config:
             raise ValueError("--gateway-probe-failures must be >= 1")
         if self.lameduck < 0:
             raise ValueError("--lameduck must be >= 0")
+        if self.heap_trim_period < 0:
+            raise ValueError("--heap-trim-period must be >= 0 (0: never)")
         parse_hostport(self.listen, "--listen")
         parse_hostport(self.http_listen, "--http-listen")
         networks(self.explain_from, "--explain-from")

@@ -54,6 +54,7 @@ from dnsside.dns.wire import (
     TXT,
     A,
     Answer,
+    Ring,
     authority_serial,
     question_end,
     read_edns,
@@ -207,8 +208,7 @@ class Responder:
         room = space - qend + 12  # for the header and the body
         flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
         body: bytes | memoryview
-        ring = answer.ring
-        if ring is None:
+        if not answer.rotates:
             if answer.size <= room:
                 counts, body = (answer.counts_edns if opt else answer.counts), answer.body
             else:
@@ -224,7 +224,8 @@ class Responder:
                     body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
             return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
                              opt))
-        k = ring.turn  # ring is answer: the same object
+        ring: Ring = answer  # type: ignore[assignment]  # (rotates: a Ring; no cast call)
+        k = ring.turn
         if answer.size <= room:
             ring.turn = k + 1 if k + 1 < ring.n else 0
             spin = ring.spin

@@ -112,11 +112,16 @@ class Answer:
     gets addresses. Nearly every answer is small (one pod's address) and has none,
     so the slots for it live in the tail, not here.
 
-    ``ring`` is None for an answer that is always sent in one order (one record, a
-    negative answer, the apex, ``--round-robin off``); a :class:`Ring` is its own.
+    ``rotates`` is False for an answer that is always sent in one order (one record, a
+    negative answer, the apex, ``--round-robin off``) and True for a :class:`Ring`. A flag,
+    not a reference to the ring: a Ring that named itself (``ring = self``, as it once did)
+    was a reference cycle, so every Ring a change replaced waited as garbage for the
+    cyclic collector's full pass, which after the index's gc.freeze can take tens of
+    minutes to come: RSS grew by the Rings of every change until then (issue 35,
+    bench/MEMORY_CHURN.md). Nothing in an answer refers back to it.
     """
 
-    __slots__ = ("body", "counts", "counts_edns", "flags", "ring", "size", "stat", "tail")
+    __slots__ = ("body", "counts", "counts_edns", "flags", "rotates", "size", "stat", "tail")
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
@@ -129,7 +134,7 @@ class Answer:
         self.body = part + b"".join(additional) if ar else part
         self.counts, self.counts_edns = section_counts(an, ns, ar), section_counts(an, ns, ar + 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
-        self.ring: Ring | None = None
+        self.rotates = False
         self.tail: _Tail | None = None
         if self.size + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             self.tail = _Tail(an, ns, 12 + len(part), answer if self.keeps_ends else ())
@@ -170,8 +175,9 @@ _NO_ENDS: tuple[int, ...] = ()
 
 
 class Ring(Answer):
-    """An answer that rotates (``--round-robin``, more than one answer record): its ``ring``
-    is itself, so the query path reads one object, as for any other answer.
+    """An answer that rotates (``--round-robin``, more than one answer record): ``rotates``
+    is True, and the query path reads its turns from the answer itself, one object as for
+    any other answer (and no reference to itself: see :class:`Answer`).
 
     Each reply starts one record further on than the one before (per answer, so a name
     asked between others still gets every start in turn: a counter shared by all names
@@ -206,7 +212,7 @@ class Ring(Answer):
     def __init__(self, rcode: int, qtype: int, answer: Sequence[bytes],
                  additional: Sequence[bytes] = ()) -> None:
         super().__init__(rcode, qtype, answer, (), additional)
-        self.ring = self
+        self.rotates = True
         self.n = n = len(answer)
         part_end = sum(map(len, answer))
         self.length = part_end

@@ -32,6 +32,7 @@ from dnsside.dns.zone import ZoneOptions
 from dnsside.model.locality import Locality
 from dnsside.netvalues import networks, parse_hostport
 from dnsside.serving.caps import raise_open_files
+from dnsside.serving.heap import HeapTrimmer
 from dnsside.serving.http import HttpServer
 from dnsside.serving.notify import Notifier, notify_signer
 from dnsside.serving.reporting import IndexReporter
@@ -188,6 +189,7 @@ class App:
         self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig),
                                   self.responder.fixed_zones) if config.notify else None)
         self.versioning = Versioning(self.index, self.notifier)
+        self.heap = HeapTrimmer(config.heap_trim_period)
         if config.notify and not transfers_allowed(config):
             log.warning("--notify %s: NOTIFYs are sent, but no transfer is allowed, so the "
                         "secondaries' IXFR/AXFR will be REFUSED: add --allow-transfer with "
@@ -348,6 +350,7 @@ class App:
             if flat is not None:  # what a linked cluster's events cost is its budget's
                 flat.applied(batch, ahead + time.perf_counter() - started)
             self.versioning.changed()
+            self.heap.changed()
             if source is self.source:
                 metrics.SOURCE_LAST_EVENT.labels(source=name).set(time.time())
                 metrics.SOURCE_SYNCED.labels(source=name).set(1 if self.index.synced else 0)
@@ -403,6 +406,7 @@ class App:
             srv.close()
         await self.tcp.close_all(grace=3.0)
         self.versioning.close()
+        self.heap.stop()
         if self.notifier is not None:
             await self.notifier.close()
         with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -356,3 +356,16 @@ GATEWAY_PROBES = Counter(
     ["cluster", "result"],
     registry=REGISTRY,
 )
+HEAP_TRIM_MODE = Gauge(
+    "dnsside_heap_trim_mode",
+    "How freed heap memory goes back to the system after changes, one series set to 1: "
+    "glibc (malloc_trim, at most once per --heap-trim-period) or off (no malloc_trim in "
+    "this C library, or --heap-trim-period 0).",
+    ["mode"],
+    registry=REGISTRY,
+)
+HEAP_TRIMS = Counter(
+    "dnsside_heap_trims",
+    "Times freed heap memory was handed back to the system (malloc_trim) after changes.",
+    registry=REGISTRY,
+)
