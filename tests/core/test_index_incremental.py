@@ -51,7 +51,8 @@ from testkit.flatnet import (
     service,
 )
 
-pytestmark = pytest.mark.quick
+# Quick tier: the tests marked below; the exhaustive ones run in the full suite (the
+# quick tier must stay under a minute).
 
 PODS = 80  # per cluster: past core/members.KEEP_FROM, so the big-service path is taken
 MCS = "clusterset.local."
@@ -214,6 +215,7 @@ def test_changes_one_after_another_answer_what_an_index_made_afresh_answers(
         same_as_afresh(index, world, zone)
 
 
+@pytest.mark.quick
 def test_the_pods_a_change_leaves_alone_keep_their_very_answers() -> None:
     """One pod of north's changed: every other pod's answer stays the very object the
     responder held (nothing re-encoded or rewritten for it); the changed pod's is new."""
@@ -228,6 +230,7 @@ def test_the_pods_a_change_leaves_alone_keep_their_very_answers() -> None:
     assert table[key[9]] is not before[9] and table[key[9]].body != before[9].body
 
 
+@pytest.mark.quick
 def test_one_endpoint_changed_encodes_one_member_not_the_service() -> None:
     """The index's count of members encoded (once per zone: svc-global and the MCS zone):
     one endpoint's change re-encodes that one; a slice re-sent identical none; every
@@ -281,6 +284,7 @@ def mirrors_index(records: list[Record]) -> Index:
     return index
 
 
+@pytest.mark.quick
 def test_one_per_pod_mirror_changed_encodes_one_member_and_answers_as_afresh() -> None:
     """A service of PODS per-pod mirrors: one mirror's gateway endpoint not ready, then
     another's ClusterIP moved, each re-encode one member (per zone), and the answers are
@@ -301,6 +305,7 @@ def test_one_per_pod_mirror_changed_encodes_one_member_and_answers_as_afresh() -
         assert index.global_services[("data", "web")] == fresh.global_services[("data", "web")]
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("moved", [0, 1499], ids=["first", "last"])
 def test_a_service_past_one_answers_size_answers_as_afresh_after_one_pod_moved(
         moved: int) -> None:

@@ -22,7 +22,8 @@ from testkit.inprocess import ask, file_responder
 from testkit.rawdns import SRV, A, bulk_objects, opt_rr, query
 from testkit.serve import DEMO
 
-pytestmark = pytest.mark.quick
+# Quick tier: the tests marked below; the exhaustive ones run in the full suite (the
+# quick tier must stay under a minute).
 
 # members -> how the A answer keeps its starts (the SRV answers are bigger: see the test)
 SIZES = {"three": 3, "twenty": 20, "sixty": 60, "many": 150}
@@ -71,6 +72,7 @@ def test_every_storage_gives_every_turn_in_order(responder: Responder) -> None:
     assert seen == {"spin", "twice", "slices"}  # each way is asked above
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("qtype", [A, SRV])
 @pytest.mark.parametrize("edns", [None, opt_rr()], ids=["512", "1232"])
 def test_a_page_is_the_longest_run_that_fits(responder: Responder, qtype: int,
@@ -99,6 +101,7 @@ def wire_records(responder: Responder, name: str, qtype: int) -> list[bytes]:
     return [ring.body[ring.bounds[k] : ring.bounds[k + 1]] for k in range(ring.n)]
 
 
+@pytest.mark.quick
 def test_every_start_of_a_spin_is_the_turn_of_the_body(responder: Responder) -> None:
     """The first start is the body itself (no copy), the others its turns."""
     ring = ring_of(responder, "three.bulk.svc-global", A)
