@@ -42,22 +42,7 @@ class KnotCatalogSecondary(KnotSecondary):
         home = self.tmp / "knot"
         home.mkdir(exist_ok=True)
         conf = home / "knot.conf"
-        keys = key = acl = zone_acl = ""
-        if self.tsig:
-            name, algorithm, secret = self.tsig
-            keys = f"""key:
-  - id: {name}
-    algorithm: {algorithm}
-    secret: {secret}
-"""
-            key = f"\n    key: {name}"
-        if self.notify:
-            acl = f"""acl:
-  - id: notify_from_primary
-    address: 127.0.0.1
-    action: notify{key}
-"""
-            zone_acl = "\n    acl: notify_from_primary"
+        keys, key, acl, zone_acl = self.access()
         every = max(self.refresh, 2)
         timers = "".join(f"\n    {t}: {every}" for t in (
             "refresh-min-interval", "refresh-max-interval", "retry-min-interval",

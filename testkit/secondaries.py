@@ -311,10 +311,9 @@ class KnotSecondary(Secondary):
     def zone_file(self, zone: str) -> Path:
         return self.tmp / "knot" / f"{zone.rstrip('.')}.zone"
 
-    def configure(self) -> list[str]:
-        home = self.tmp / "knot"
-        home.mkdir(exist_ok=True)
-        conf = home / "knot.conf"
+    def access(self) -> tuple[str, str, str, str]:
+        """The configuration's pieces for ``tsig`` and ``notify``: the `key:` section, a
+        remote's `key:` line, the `acl:` section and a zone's `acl:` line ("" when unused)."""
         keys = key = acl = zone_acl = ""
         if self.tsig:
             name, algorithm, secret = self.tsig
@@ -331,6 +330,13 @@ class KnotSecondary(Secondary):
     action: notify{key}
 """
             zone_acl = "\n    acl: notify_from_primary"
+        return keys, key, acl, zone_acl
+
+    def configure(self) -> list[str]:
+        home = self.tmp / "knot"
+        home.mkdir(exist_ok=True)
+        conf = home / "knot.conf"
+        keys, key, acl, zone_acl = self.access()
         zones = "".join(f"""
   - domain: {z}
     master: primary{zone_acl}
