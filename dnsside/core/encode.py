@@ -351,8 +351,11 @@ def _encode_mcs(
     service (a link with headless mirroring off) has no name of its own: it is in the
     service's A/AAAA, not in SRV. ClusterIP (§2.3): the federated Service's ClusterIP is
     the clusterset IP when there is one, else every member's ClusterIP stands in; SRV
-    points at ``<svc>.<ns>.svc.M``. Never a ``<clusterid>.<svc>.<ns>.svc.M`` name (§2.3.4,
-    §2.4.4: no per-cluster subsets), so that is NXDOMAIN.
+    points at ``<svc>.<ns>.svc.M``. Never records at ``<clusterid>.<svc>.<ns>.svc.M``
+    (§2.3.4, §2.4.4: no per-cluster subsets); where pod names exist below it, that name
+    is an empty non-terminal, NODATA (RFC 8020: NXDOMAIN would deny the pod names to a
+    QNAME-minimising resolver, and a secondary serving the transferred zone says NODATA
+    too), else NXDOMAIN.
     """
     svc_name = service_name(gs.name, gs.namespace, services)
     if not gs.local_exported:  # only exporting clusters' members belong (KEP-1645)
@@ -366,6 +369,8 @@ def _encode_mcs(
         own = _own(gs, members, wires)
         _address_answers(out, svc_name, own)
         _pods(out, wires)
+        out.names.update(cluster_name(c, svc_name)
+                         for c in {w.member.cluster for w in wires if w.name is not None})
         targets = [w for w in own if w.name is not None]
         ports = list(map(_PORTS, targets))
     else:

@@ -261,8 +261,9 @@ class Explainer:
 def _mcs_naming(gs: GlobalService, kind: Kind) -> str:
     """How the --mcs-zone encoder reads this service, in one sentence."""
     if kind is Kind.CLUSTER:
-        return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): NXDOMAIN "
-                "whatever the members")
+        return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): no "
+                "records whatever the members; NODATA where pod names exist below it (an "
+                "empty non-terminal, RFC 8020), else NXDOMAIN")
     if gs.headless:
         return ("KEP-1645 headless service: every published member's address; pod members "
                 "have <hostname>.<clusterid> names and SRV targets, cluster-level members "

@@ -12,8 +12,9 @@ A ``--zone`` Z (scheme ``svc-global``) names the global services so::
 
 A ``--mcs-zone`` M (scheme ``mcs``, the Multi-Cluster Services names of KEP-1645) hangs
 the same shapes below ``svc.M``, which owns no record, and has ``dns-version.M`` at the
-top. Its per-cluster name is in the grammar but never encoded (KEP-1645 has none), so
-it is NXDOMAIN; the encoder, not the grammar, decides which names exist.
+top. Its per-cluster name is in the grammar but owns no record (KEP-1645 has none): an
+empty non-terminal above pod names, else NXDOMAIN; the encoder, not the grammar, decides
+which names exist.
 
 :func:`parse` reads a name as a typed :class:`Request`; the builders below it write the
 owner names the encoders publish, and :func:`owner` is the exact inverse of

@@ -95,14 +95,17 @@ def test_headless_names_are_exactly_the_specifications() -> None:
         M, "svc." + M, "dns-version." + M,  # fixed names of the zone
         SVC + ".", "db-0.east." + SVC + ".", "db-0.west." + SVC + ".",
         "_tcp." + SVC + ".", "_http._tcp." + SVC + ".",
-    }  # `<ns>.svc.M` comes from the index; no `<clusterid>.<svc>` name, no not-ready pod
+        "east." + SVC + ".", "west." + SVC + ".",  # empty non-terminals above pod names
+    }  # `<ns>.svc.M` comes from the index; no not-ready pod, no north (no pod name)
     assert rdata(ask(r, SVC)) == ["10.42.0.1", "10.43.0.1", "10.43.9.9"]
     assert rdata(ask(r, SVC, "AAAA"), "AAAA") == ["fd00::1"]
     srv = ask(r, "_http._tcp." + SVC, "SRV")
     assert rdata(srv, "SRV") == [f"0 50 80 db-0.east.{SVC}.", f"0 50 80 db-0.west.{SVC}."]
     # the service SRV has every port, unnamed too, but only pod targets
     assert len(rdata(ask(r, SVC, "SRV"), "SRV")) == 4
-    assert ask(r, "north." + SVC).rcode() == dns.rcode.NXDOMAIN
+    assert ask(r, "north." + SVC).rcode() == dns.rcode.NXDOMAIN  # nothing below it
+    west = ask(r, "west." + SVC)  # KEP-1645: no records; pod names below: NODATA
+    assert west.rcode() == dns.rcode.NOERROR and not west.answer
     # the excluded member is nowhere
     assert "10.99.0.1" not in rdata(ask(r, "db.ns.svc-global"))
 

@@ -111,7 +111,12 @@ def test_every_published_name_parses_to_the_name_written() -> None:
     everything = {Kind.APEX, Kind.NAMESPACE, Kind.SERVICE, Kind.MEMBER, Kind.PROTOCOL,
                   Kind.SRV}
     assert kinds[SVC_GLOBAL] == everything | {Kind.CLUSTER}
-    assert kinds[MCS] == everything | {Kind.VERSION, Kind.SERVICES}  # KEP-1645: no CLUSTER
+    # KEP-1645: a CLUSTER name owns no record; it exists as an empty non-terminal
+    assert kinds[MCS] == everything | {Kind.VERSION, Kind.SERVICES, Kind.CLUSTER}
+    mcs_owners = [(key[:-4], zone) for key in responder.answers
+                  if (zone := responder.zone_of(key[:-4])) is not None and zone.scheme == MCS]
+    assert mcs_owners and not [n for n, zone in mcs_owners
+                               if parse(n, zone).kind is Kind.CLUSTER]
     # explain reads names through the same grammar: an SRV name filters the service.
     report = Explainer(index).explain("_http._tcp.nginx-svc.default.svc-global", "SRV")
     assert report["global_service"] == "default/nginx-svc"

@@ -6,12 +6,12 @@ point at loopback only and nothing is validated, so it never leaves 127.0.0.1.
 Every name the MCS names promise must resolve through it exactly as dnsside
 answers it directly.
 
-One known interaction, written down in docs/names.md: the specification forbids
-`<clusterid>.<svc>.<ns>.svc.M`, and dnsside answers NXDOMAIN there although
-pod names exist below it. unbound's minimised walk towards
-`<pod>.<clusterid>.<svc>...` meets that NXDOMAIN and, in its default relaxed
-mode, asks again with the full name (`test_pod_names_resolve_past_the_forbidden_cluster_label`
-checks that it does and gets the pod).
+The one name that owns no record although the specification's grammar has it,
+`<clusterid>.<svc>.<ns>.svc.M`, is an empty non-terminal where pod names exist below
+it: NODATA (RFC 8020), not NXDOMAIN. So even unbound in strict QNAME-minimisation
+mode (`qname-minimisation-strict: yes`, `harden-below-nxdomain: yes`), used here,
+walks from it down to the pod's own name
+(`test_pod_names_resolve_through_the_cluster_label` checks that it does and gets the pod).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def dnsside() -> Iterator[Dnsside]:
 
 @pytest.fixture(scope="module")
 def unbound(dnsside: Dnsside, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Unbound]:
-    # Relaxed QNAME minimisation, unbound's default: see the module docstring.
+    # Strict QNAME minimisation: see the module docstring.
     u = Unbound(tmp_path_factory.mktemp("unbound-mcs"), "127.0.0.1", dnsside.port,
-                zones=(M, ZONE), strict=False)
+                zones=(M, ZONE), strict=True)
     u.start()
     yield u
     u.stop()
@@ -66,7 +66,9 @@ def test_done_when_through_unbound(dnsside: Dnsside, unbound: Unbound) -> None:
     txt = same_answer(dnsside, unbound, f"dns-version.{M}", "TXT")
     assert [rd.to_text() for rd in txt.answer[0]] == ['"1.0.0"']
 
-    nx = same_answer(dnsside, unbound, f"west.{NGINX}", "A")
+    ent = same_answer(dnsside, unbound, f"west.{NGINX}", "A")  # pod names below it
+    assert ent.rcode() == dns.rcode.NOERROR and not ent.answer
+    nx = same_answer(dnsside, unbound, f"north.{NGINX}", "A")  # none ready: nothing below
     assert nx.rcode() == dns.rcode.NXDOMAIN
 
     nodata = same_answer(dnsside, unbound, f"default.svc.{M}", "A")
@@ -85,10 +87,11 @@ def test_names_agree_through_unbound(dnsside: Dnsside, unbound: Unbound, name: s
     same_answer(dnsside, unbound, name, rdtype)
 
 
-def test_pod_names_resolve_past_the_forbidden_cluster_label(dnsside: Dnsside,
-                                                           unbound: Unbound) -> None:
-    """A cold lookup of a pod name: unbound's minimised walk asks `<clusterid>.<svc>...`,
-    gets NXDOMAIN, and (relaxed mode, its default) asks the full name, which answers."""
+def test_pod_names_resolve_through_the_cluster_label(dnsside: Dnsside,
+                                                    unbound: Unbound) -> None:
+    """A cold lookup of a pod name: unbound's strict minimised walk asks
+    `<clusterid>.<svc>...`, gets NODATA (an empty non-terminal), and goes on to the full
+    name, which answers."""
     svc = f"cockroachdb.db.svc.{M}"
     name = f"cockroachdb-2.west.{svc}"  # asked by no other test: not in unbound's cache
     assert answers(unbound.query(name, "A")) == ["10.43.90.3"]
@@ -98,7 +101,7 @@ def test_pod_names_resolve_past_the_forbidden_cluster_label(dnsside: Dnsside,
                 if "dnsside.query:" in line]
 
     wait_for(lambda: name + "." in asked(), 10, f"the full query for {name}")
-    assert f"west.{svc}." in asked()  # the minimised step that got NXDOMAIN
+    assert f"west.{svc}." in asked()  # the minimised step, NODATA
 
 
 def test_unbound_logged_no_errors(unbound: Unbound) -> None:
