@@ -50,18 +50,15 @@ def topology_file(size: int) -> Path:
 def names_of(source: Path, flags: list[str]) -> list[str]:
     """Every owner name the index holds for ``source`` (through the code as it is now)."""
     from dnsside.config import Config
-    from dnsside.core.index import Index
-    from dnsside.core.publishing import make_responder
+    from dnsside.core.build import make_index
     from dnsside.model.events import Kind, Replace, Synced
-    from dnsside.serving.app import index_options
     from dnsside.sources.file import load_records
 
     config = Config(source=str(source), cluster_name="east")
     for flag in flags:
         if flag.startswith("--mcs-zone="):
             config.mcs_zones = (*config.mcs_zones, flag.split("=", 1)[1])
-    options = index_options(config)
-    index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
+    index = make_index(config)
     records, _ = load_records(source)
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
     out = {dns.name.from_wire(key[:-4], 0)[0].to_text() for key in index.responder.answers}

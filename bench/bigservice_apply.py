@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Event,
@@ -87,11 +87,10 @@ def records(objects: list[dict[str, Any]]) -> tuple[Record, ...]:
     return tuple(out)
 
 
-def make_index(shape: str, endpoints: int, mcs: tuple[str, ...], zone: ZoneOptions
-               ) -> tuple[Index, Callable[[dict[str, Any]], Event], list[dict[str, Any]]]:
+def big_service(shape: str, endpoints: int, mcs: tuple[str, ...], zone: ZoneOptions
+                ) -> tuple[Index, Callable[[dict[str, Any]], Event], list[dict[str, Any]]]:
     """The index, how a slice of the big Service becomes an event, and its slices."""
-    options = IndexOptions(cluster_name="east", zone=zone)
-    index = Index(make_responder(["svc-global."], options.zone, mcs), options)
+    index = make_index(IndexOptions(cluster_name="east", zone=zone, mcs_zones=mcs))
     if shape == "flat":
         slices = [slice_object("big-1", 0, endpoints)]
         index.apply([Replace(frozenset(Kind), records([*local_objects(), link("north")])),
@@ -137,7 +136,7 @@ def digest(index: Index) -> str:
 
 def run(shape: str, endpoints: int, repeats: int, mcs: tuple[str, ...], zone: ZoneOptions,
         digests: bool = False) -> None:
-    index, event, slices = make_index(shape, endpoints, mcs, zone)
+    index, event, slices = big_service(shape, endpoints, mcs, zone)
     if digests:
         print(f"initial answers {digest(index)}")
     first = slices[0]

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index
+from dnsside.core.index import IndexOptions
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Synced, Upsert
 from dnsside.model.linkerd import Role, SliceRecord
@@ -54,9 +54,9 @@ def main() -> int:
                    help="also serve the KEP-1645 names under this zone")
     args = p.parse_args()
 
-    options = IndexOptions(cluster_name=args.cluster_name)
-    responder = make_responder(["svc-global."], options.zone, args.mcs_zone)
-    index = Index(responder, options)
+    index = make_index(IndexOptions(cluster_name=args.cluster_name,
+                                    mcs_zones=tuple(args.mcs_zone)))
+    responder = index.responder
     source = FileSource(args.topology)
     t0 = time.perf_counter()
     events = [*source._load(), Synced()]

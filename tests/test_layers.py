@@ -397,3 +397,45 @@ def test_the_quick_guard_lets_the_venvs_python_and_unmarked_tests_be() -> None:
     assert not quick_violations(ast.parse(
         "import subprocess\ndef test_a():\n    subprocess.run(['dig'])\n"
         "@pytest.mark.quick\ndef test_b():\n    pass\n"))
+
+
+# --------------------------------------------------------------------------- one index builder
+
+BUILDER = "dnsside/core/build.py"  # make_index: the index and its responder, made together
+# Every Python file of the checkout that could build an index.
+CHECKOUT = sorted(p for folder in ("dnsside", "testkit", "bench", "tests", "scripts")
+                  for p in (ROOT / folder).rglob("*.py"))
+
+
+def builders(tree: ast.AST) -> list[str]:
+    """What in ``tree`` builds an index other than through the one builder: a function
+    named make_index, or a call of Index(...) or make_responder(...)."""
+    found = [f"def {n.name} (line {n.lineno})" for n in ast.walk(tree)
+             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "make_index"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func).rpartition(".")[2]
+            if called in ("Index", "make_responder"):
+                found.append(f"{called}(...) (line {node.lineno})")
+    return found
+
+
+def test_an_index_is_built_in_one_place() -> None:
+    """The app, explain, check, testkit, bench and the tests all build an index with
+    dnsside.core.build.make_index (from a Config or from IndexOptions): the zone options
+    given once, no second make_index anywhere."""
+    bad = {p.relative_to(ROOT).as_posix(): found for p in CHECKOUT
+           if p.relative_to(ROOT).as_posix() != BUILDER
+           and (found := builders(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert not bad, bad
+    made = [f for f in builders(ast.parse((ROOT / BUILDER).read_text())) if f.startswith("def")]
+    assert len(made) == 1, made
+
+
+@pytest.mark.parametrize("source", [
+    "def make_index(zone):\n    return 1\n",
+    "idx = Index(make_responder(['svc-global.'], zone), options)\n",
+    "from dnsside.core import index\nidx = index.Index(r, o)\n",
+])
+def test_the_builder_guard_sees_a_second_builder(source: str) -> None:
+    assert builders(ast.parse(source))

@@ -24,7 +24,6 @@ affected cluster is rebuilt.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -91,9 +90,18 @@ class _GlobalServices(Mapping[Key, GlobalService]):
         return len(self._index.tallies)
 
 
+# A clock the caller owns (:mod:`dnsside.core.build` passes the system's): seconds.
+Clock = Callable[[], float]
+
+
 @dataclass(frozen=True)
 class IndexOptions:
     cluster_name: str = "local"
+    # The zones served (--zone), the KEP-1645 ones (--mcs-zone), the catalog (--catalog-zone):
+    # the responder's, made with the index (dnsside.core.build.make_index).
+    zones: tuple[str, ...] = ("svc-global.",)
+    mcs_zones: tuple[str, ...] = ()
+    catalog_zone: str | None = None
     include_local: bool = True
     include_federated: bool = True
     zone: ZoneOptions = field(default_factory=ZoneOptions)
@@ -137,11 +145,14 @@ class _Batch:
 
 class Index:
     def __init__(self, responder: Responder, options: IndexOptions,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, *, clock: Clock, timer: Clock) -> None:
+        """Built by :func:`dnsside.core.build.make_index` only: ``clock`` (wall seconds)
+        numbers versions and dates what Links say, ``timer`` times a batch."""
         self.options = options
         self.observer = observer
+        self._clock, self._timer = clock, timer
         self.local = LocalStore()
-        self.links = Links(options.links_namespace)
+        self.links = Links(options.links_namespace, clock)
         self.flat = FlatNetwork(options.flat_namespaces)  # --flat-network
         self.counts = Counts()
         # Every global service that exists, by the counts it adds to the metrics.
@@ -165,7 +176,7 @@ class Index:
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
-        self._publisher.set_serial(int(time.time()))
+        self._publisher.set_serial(int(clock()))
 
     @property
     def responder(self) -> Responder:
@@ -264,7 +275,7 @@ class Index:
                 yield
 
     def _apply(self, events: list[Event]) -> set[Key]:
-        started = time.perf_counter()
+        started = self._timer()
         batch = _Batch()
         for event in events:
             HANDLERS[type(event)](self, event, batch)
@@ -280,7 +291,7 @@ class Index:
         if became_synced:  # where zones are transferred, the first version, numbered by
             # this second (the index's own is no version's: one past it, if the sync took
             # less than a second)
-            self._publisher.set_ready(next_serial(self.serial, time.time()))
+            self._publisher.set_ready(next_serial(self.serial, self._clock()))
             self._told.append(Told(Notice.SYNCED, (
                 f"initial sync done: {len(self.global_services)} global services, "
                 f"{self.counts.members()} members, clusters "
@@ -290,7 +301,7 @@ class Index:
             self._check_configuration()
         told, self._told = self._told, []
         if self.observer is not None:
-            self.observer(self, IndexReport(changed, time.perf_counter() - started, told,
+            self.observer(self, IndexReport(changed, self._timer() - started, told,
                                             became_synced))
         return changed
 
@@ -497,4 +508,4 @@ HANDLERS: dict[type, Callable[[Index, Any, _Batch], None]] = {
 }
 
 
-__all__ = ["AHEAD_CHUNK", "HANDLERS", "Index", "IndexOptions", "IndexReport", "Observer"]
+__all__ = ["AHEAD_CHUNK", "HANDLERS", "Clock", "Index", "IndexOptions", "IndexReport", "Observer"]

@@ -24,12 +24,10 @@ import time
 from typing import TYPE_CHECKING
 
 from dnsside.config import Config, flag
-from dnsside.core.index import Index, IndexOptions, Observer
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index, transfers_allowed
+from dnsside.core.index import Index
 from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.tsig import TsigKey
-from dnsside.dns.zone import ZoneOptions
-from dnsside.model.locality import Locality
 from dnsside.netvalues import networks, parse_hostport
 from dnsside.serving.caps import raise_open_files
 from dnsside.serving.heap import HeapTrimmer
@@ -53,43 +51,11 @@ NO_CLUSTER_HINT = ("without a cluster, `--source FILE` serves a YAML/JSON file o
                    "runs a demo")
 
 
-def index_options(config: Config) -> IndexOptions:
-    return IndexOptions(
-        cluster_name=config.cluster_name,
-        include_local=not config.no_local,
-        include_federated=not config.no_federated,
-        flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
-        links_namespace=config.links_namespace,
-        namespaces=tuple(config.namespaces),
-        transfer_history=config.ixfr_history if transfers_allowed(config) else None,
-        locality=Locality(config.locality),
-        zone=ZoneOptions(
-            ttl=config.ttl,
-            publish_not_ready=config.publish_not_ready,
-            srv_priority=config.srv_priority,
-            round_robin=config.round_robin == "on",
-            ns_addresses=config.ns_addresses,
-        ),
-    )
-
-
-def transfers_allowed(config: Config) -> bool:
-    """Somebody may transfer the zones: the records are then kept as versions too."""
-    return bool(config.allow_transfer or config.tsig_key_file)
-
-
 def pacing(config: Config) -> Pacing:
     """How the API servers are retried, the local one and every linked cluster's (each
     source is given this one value): --kube-backoff-cap bounds every wait."""
     return Pacing(backoff_base=min(0.5, config.kube_backoff_cap),
                   backoff_cap=config.kube_backoff_cap)
-
-
-def make_index(config: Config, observer: Observer | None = None) -> Index:
-    """The index and, through it, the responder of ``config``'s zones."""
-    options = index_options(config)
-    return Index(make_responder(config.zones, options.zone, config.mcs_zones,
-                                config.catalog_zone, int(time.time())), options, observer)
 
 
 class LinkedClusters:

@@ -14,10 +14,10 @@ import dns.rdatatype
 import pytest
 
 from dnsside.core.assembly import GlobalService
+from dnsside.core.build import make_index
 from dnsside.core.encode import encode_service
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.members import Member
-from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
 from dnsside.dns.wire import to_wire
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
@@ -197,8 +197,7 @@ def test_dns_version_is_fixed_and_any_sees_it() -> None:
 
 @pytest.fixture
 def index() -> Index:
-    options = IndexOptions(cluster_name="east")
-    idx = Index(make_responder(["svc-global."], options.zone, [M]), options)
+    idx = make_index(IndexOptions(cluster_name="east", mcs_zones=(M,)))
     idx.apply([Replace(BOTH, demo_records()), Synced()])
     return idx
 

@@ -10,8 +10,8 @@ import dns.rcode
 import pytest
 import yaml
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -57,8 +57,7 @@ def rec(o: dict[str, Any]) -> Record:
 
 @pytest.fixture
 def index() -> Index:
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone),
-                IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
+    idx = make_index(IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
     idx.apply([Replace(ALL, demo_records()), Synced()])
     return idx
 
@@ -74,7 +73,7 @@ def addrs(idx: Index, name: str) -> list[str]:
 
 
 def test_servfail_until_synced() -> None:
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone), IndexOptions())
+    idx = make_index()
     idx.apply([Replace(BOTH, demo_records())])
     assert ask(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.SERVFAIL
     assert ask(idx, "example.com").rcode() == dns.rcode.REFUSED
@@ -201,7 +200,7 @@ def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
     objs.append(rec({"kind": "EndpointSlice", "metadata": {
         "name": "big-1", "namespace": "x", "labels": {"kubernetes.io/service-name": "big"}},
         "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "p", "port": 1}]}))
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone), IndexOptions())
+    idx = make_index()
     idx.apply([Replace(BOTH, tuple(objs)), Synced()])
     for rdtype in ("A", "SRV"):
         reply = idx.responder.respond(dns.message.make_query("big.x.svc-global", rdtype).to_wire(),

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.core.tables import Table
 from dnsside.dns.wire import Answer
 from dnsside.kubeapi.client import continue_token
@@ -51,8 +51,7 @@ def records() -> tuple[Record, ...]:
 
 
 def demo_index(*mcs: str) -> Index:
-    options = IndexOptions(cluster_name="east")
-    idx = Index(make_responder(["svc-global."], options.zone, mcs), options)
+    idx = make_index(IndexOptions(cluster_name="east", mcs_zones=tuple(mcs)))
     idx.apply([Replace(ALL, records()), Synced()])
     return idx
 
