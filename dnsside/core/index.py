@@ -38,7 +38,7 @@ from dnsside.core.links import Links
 from dnsside.core.members import KEEP_FROM, KeptMembers, Member, Screen, screen_ahead
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
-from dnsside.core.store import LocalStore, Store
+from dnsside.core.store import OBJECT_EVENTS, LocalStore, Store
 from dnsside.core.tables import Key, Table
 from dnsside.core.view import ReportView
 from dnsside.dns.responder import Responder
@@ -309,29 +309,33 @@ class Index:
         if told is not None:
             self._told.append(told)
 
-    def _objects(self, event: Upsert | Delete | Replace, batch: _Batch) -> None:
-        """The local cluster's objects; a Link event also says the Link watch follows, and
-        a Link list is the complete one."""
-        self.local.apply(event, batch.dirty)
-        if isinstance(event, Upsert):
-            if isinstance(event.record, LinkRecord):
-                self._told.extend(self.links.put(event.record))
-                self._hear(self.links.watch(""))
-        elif isinstance(event, Delete):
-            if event.kind is Kind.LINK:
-                self._told.extend(self.links.pop((event.namespace, event.name)))
-                self._hear(self.links.watch(""))
-        else:
-            batch.resynced = True
-            if Kind.LINK in event.kinds:
-                self._told.extend(self.links.replace(event.records))
-                self._hear(self.links.listed())
+    # The local cluster's objects: the store's, and a Link's also the Links' (whose event
+    # says the Link watch follows; a Link list is the complete one).
+
+    def _upsert(self, event: Upsert, batch: _Batch) -> None:
+        self.local.upsert(event.record, batch.dirty)
+        if isinstance(event.record, LinkRecord):
+            self._told.extend(self.links.put(event.record))
+            self._hear(self.links.watch(""))
+
+    def _delete(self, event: Delete, batch: _Batch) -> None:
+        self.local.delete(event.kind, (event.namespace, event.name), batch.dirty)
+        if event.kind is Kind.LINK:
+            self._told.extend(self.links.pop((event.namespace, event.name)))
+            self._hear(self.links.watch(""))
+
+    def _replace(self, event: Replace, batch: _Batch) -> None:
+        self.local.replace(event, batch.dirty)
+        batch.resynced = True
+        if Kind.LINK in event.kinds:
+            self._told.extend(self.links.replace(event.records))
+            self._hear(self.links.listed())
 
     def _remote(self, event: Remote, batch: _Batch) -> None:
         """A linked cluster's own objects, applied as the local ones are, to its own store."""
         store = self.flat.cluster(event.cluster, self.links.targets())
         if store is not None:
-            store.apply(event.event, batch.dirty)
+            OBJECT_EVENTS[type(event.event)](store, event.event, batch.dirty)
 
     def _remote_status(self, event: RemoteStatus, batch: _Batch) -> None:
         self._hear(self.flat.update(event, self.links.targets()))
@@ -495,9 +499,9 @@ class Index:
 
 # Each event type's handler: every event a source yields is applied by exactly one.
 HANDLERS: dict[type, Callable[[Index, Any, _Batch], None]] = {
-    Upsert: Index._objects,
-    Delete: Index._objects,
-    Replace: Index._objects,
+    Upsert: Index._upsert,
+    Delete: Index._delete,
+    Replace: Index._replace,
     Remote: Index._remote,
     RemoteStatus: Index._remote_status,
     LinksUnavailable: Index._links_unavailable,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, get_args
+from typing import Any, get_args, get_type_hints
 
 import dns.message
 import dns.rcode
@@ -16,6 +16,7 @@ from dnsside.core.build import make_index
 from dnsside.core.diagnosis import Exclusion, Notice
 from dnsside.core.index import HANDLERS, Index, IndexOptions
 from dnsside.core.links import TRANSITIONS, LinkInput, LinkPhase, Links
+from dnsside.core.store import OBJECT_EVENTS
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -25,6 +26,7 @@ from dnsside.model.events import (
     Kind,
     LinksUnavailable,
     LinkWatch,
+    Remote,
     Replace,
     Synced,
     Upsert,
@@ -374,7 +376,11 @@ def test_every_link_phase_has_a_move_for_every_input() -> None:
 
 
 def test_every_event_type_has_its_handler() -> None:
+    """Dispatched once, by the table: one handler per type (none dispatching again on the
+    type), and a linked cluster's object event by its own table."""
     assert set(HANDLERS) == set(get_args(Event))
+    assert len(set(HANDLERS.values())) == len(HANDLERS), HANDLERS
+    assert set(OBJECT_EVENTS) == set(get_args(get_type_hints(Remote)["event"]))
 
 
 def test_links_tell_each_change_once() -> None:
