@@ -19,7 +19,7 @@ max of ``--repeats``), and printed with its ratio to decoding the same slice's J
 (``json.loads`` + ``parse_slice``: what the source pays for the event anyway, and a
 figure that moves with the machine's load as the apply does). Times are the thread's
 CPU time (``time.thread_time``: on a shared machine, far steadier than the wall clock,
-which is printed too). The index's own counter ``Index.encoded_members`` (members
+which is printed too). The index's own counter ``Index.publisher.encoded_members`` (members
 whose names were encoded) says how much was redone.
 """
 

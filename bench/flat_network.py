@@ -525,7 +525,7 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
         by_type.setdefault(struct.unpack("!H", key[-4:-2])[0], []).append(answer)
     parts = [("SRV answers", by_type.get(33, [])), ("A answers", by_type.get(1, [])),
              ("question keys", list(responder.answers)), ("remote records", index.flat.clusters),
-             ("published keys", index._publisher._published)]
+             ("published keys", index.publisher._published)]
     memory = []
     for label, part in parts:
         size, count = walk(part, seen)

@@ -145,15 +145,15 @@ def main() -> int:
     parts: list[tuple[str, Any]] = [
         ("responder.answers", responder.answers),
         ("responder.names", responder.names),
-        ("index.services", index.local.services),
-        ("index.slices", index.local.slices),
+        ("index.local.services", index.local.services),
+        ("index.local.slices", index.local.slices),
         # The index keeps the global services' tallies, not GlobalService objects.
         ("index.global_services", index.tallies),
-        ("index's published keys", index._publisher._published),
+        ("index's published keys", index.publisher._published),
         ("index.slices_by_service", index.local.slices_by_service),
         ("index.mirrors_by_key", index.local.mirrors_by_key),
         ("index (the rest)", {k: v for k, v in vars(index).items()
-                              if k not in {"local", "global_services", "_publisher", "tallies"}}),
+                              if k not in {"local", "global_services", "publisher", "tallies"}}),
     ]
     seen: set[int] = set()
     rows = []

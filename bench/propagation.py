@@ -71,8 +71,8 @@ def main() -> int:
     # One per-pod mirror slice per global service, with a ready gateway endpoint.
     rng = random.Random(7)
     by_service: dict[tuple[str, str], SliceRecord] = {}
-    for (ns, _), sl in index.slices.items():
-        svc = index.services.get((ns, sl.service_name))
+    for (ns, _), sl in index.local.slices.items():
+        svc = index.local.services.get((ns, sl.service_name))
         if svc is None or svc.role is not Role.POD_MIRROR or not sl.endpoints:
             continue
         if not all(e.ready for e in sl.endpoints):
@@ -86,7 +86,7 @@ def main() -> int:
 
     timings: list[float] = []
     for sl in picks:
-        svc = index.services[(sl.namespace, sl.service_name)]
+        svc = index.local.services[(sl.namespace, sl.service_name)]
         pod = f"{svc.hostname}.{svc.cluster}.{svc.original}.{sl.namespace}"
         q = query(f"{pod}.svc-global.")
         mcs = [query(f"{pod}.svc.{zone}") for zone in args.mcs_zone]

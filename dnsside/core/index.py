@@ -30,7 +30,7 @@ from typing import Any
 
 from dnsside.config import default
 from dnsside.core import diagnosis, locality
-from dnsside.core.assembly import ClusterView, GlobalService, assemble, probe_url, refusals
+from dnsside.core.assembly import ClusterView, GlobalService, assemble, refusals
 from dnsside.core.counts import Counts, Tally, spilled, tally
 from dnsside.core.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.core.gcpause import bulk
@@ -39,10 +39,10 @@ from dnsside.core.members import KEEP_FROM, KeptMembers, Member, Screen, screen_
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
 from dnsside.core.store import OBJECT_EVENTS, LocalStore, Store
-from dnsside.core.tables import Key, Table
+from dnsside.core.tables import Key
 from dnsside.core.view import ReportView
 from dnsside.dns.responder import Responder
-from dnsside.dns.versions import ZoneVersions, next_serial
+from dnsside.dns.versions import next_serial
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -59,7 +59,7 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.model.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord, Via
+from dnsside.model.linkerd import LinkRecord, Role, SliceRecord, Via
 from dnsside.model.locality import Locality
 
 # Endpoints screened and encoded in one step of Index.prepare: a few milliseconds.
@@ -158,12 +158,14 @@ class Index:
         # Every global service that exists, by the counts it adds to the metrics.
         self.tallies: dict[Key, Tally] = {}
         self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
-        # The responder's one writer.
-        self._publisher = Publisher(responder, options.zone, options.transfer_history)
+        # The responder's one writer, and the zones' versions (serving's Versioning cuts
+        # them through it); the responder the answers are published to, to ask.
+        self.publisher = Publisher(responder, options.zone, options.transfer_history)
+        self.responder = responder
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self.cluster_view = ClusterView(options.cluster_name, options.include_local,
                                 options.include_federated, flat=self.flat,
-                                zone_octets=self._publisher.zone_octets(),
+                                zone_octets=self.publisher.zone_octets(),
                                 locality=options.locality)
         self.warnings: dict[ConfigWarning, str] = {}  # active configuration warnings
         # What was told refused, of the services that refuse anything (none, usually).
@@ -176,61 +178,7 @@ class Index:
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
-        self._publisher.set_serial(int(clock()))
-
-    @property
-    def responder(self) -> Responder:
-        """The responder the answers are published to, to ask (never to write)."""
-        return self._publisher.responder
-
-    @property
-    def serial(self) -> int:
-        """The zones' serial: the last version cut (:meth:`cut_version`)."""
-        return self.responder.zones[0].serial
-
-    @property
-    def version_serial(self) -> int | None:
-        """The serial of the last version cut; None when none was: before the initial
-        sync, which cuts the first where zones are transferred, or until the serving
-        process cuts one (``dnsside explain`` never does without transfers)."""
-        return self._publisher.cut_serial
-
-    @property
-    def version_pending(self) -> bool:
-        """The answers differ from the last version cut (or none was cut yet)."""
-        return self.synced and self._publisher.pending
-
-    @property
-    def versions(self) -> Mapping[bytes, ZoneVersions]:
-        """Each transferred zone's versions, by the zone's wire name (empty: none is)."""
-        return self._publisher.versions
-
-    def cut_version(self, serial: int) -> None:
-        """The answers as they are now become the zones' version ``serial``: the SOA says
-        it, and transfers send it. The caller owns the clock that numbers versions."""
-        self._publisher.cut(serial)
-
-    @property
-    def encoded_members(self) -> int:
-        """How many members' names and records were encoded (once per zone) since the index
-        was made: a big service's unchanged members are reused, not encoded again."""
-        return self._publisher.encoded_members
-
-    @property
-    def zone_options(self) -> ZoneOptions:
-        return self.options.zone
-
-    @property
-    def watched_namespaces(self) -> tuple[str, ...]:
-        return self.options.namespaces
-
-    @property
-    def services(self) -> Table[ServiceRecord]:
-        return self.local.services
-
-    @property
-    def slices(self) -> Table[SliceRecord]:
-        return self.local.slices
+        self.publisher.set_serial(int(clock()))
 
     # ----------------------------------------------------------------- events
 
@@ -271,7 +219,7 @@ class Index:
                 continue  # not a big service's endpoints: apply does the little there is
             screen = Screen(key[0], key[1], self.cluster_view.zone_octets)
             for made in screen_ahead(s, endpoints, cluster, via, screen, chunk):
-                self._publisher.encode_ahead(key, made)
+                self.publisher.encode_ahead(key, made)
                 yield
 
     def _apply(self, events: list[Event]) -> set[Key]:
@@ -291,12 +239,7 @@ class Index:
         if became_synced:  # where zones are transferred, the first version, numbered by
             # this second (the index's own is no version's: one past it, if the sync took
             # less than a second)
-            self._publisher.set_ready(next_serial(self.serial, self._clock()))
-            self._told.append(Told(Notice.SYNCED, (
-                f"initial sync done: {len(self.global_services)} global services, "
-                f"{self.counts.members()} members, clusters "
-                f"{', '.join(sorted(self.counts.clusters())) or 'none'}; "
-                f"links {self.links.describe()}")))
+            self.publisher.set_ready(next_serial(self.publisher.serial, self._clock()))
         if self.synced and (became_synced or batch.resynced):
             self._check_configuration()
         told, self._told = self._told, []
@@ -381,22 +324,6 @@ class Index:
             if any(services[(key[0], n)].cluster in clusters for n in names)
         }
 
-    def probe_targets(self) -> dict[str, str]:
-        """cluster → probe URL, for every linked cluster with a gateway probe Service (all of
-        them while Links cannot be read). One Service per cluster: the first by name."""
-        linked = self.links.linked()
-        links = {link.target_cluster: link for link in sorted(self.links.values(),
-                                                               key=lambda lk: lk.name)}
-        targets: dict[str, str] = {}
-        for key in sorted(self.local.probe_keys):
-            svc = self.local.services[key]
-            if svc.cluster in targets or (linked is not None and svc.cluster not in linked):
-                continue
-            url = probe_url(svc, links.get(svc.cluster))
-            if url is not None:
-                targets[svc.cluster] = url
-        return targets
-
     def _check_configuration(self) -> None:
         """Tell, after every (re)sync, the mistakes that silently make answers wrong."""
         links = list(self.links.values()) if self.links.readable else None
@@ -442,7 +369,7 @@ class Index:
                 self._tell_unknown_locality(key, gs)
             tallied = tally(gs, self.options.zone.publish_not_ready) if gs is not None else None
             old = self.tallies.get(key)
-            if not self._publisher.publish(key, gs) and tallied == old:
+            if not self.publisher.publish(key, gs) and tallied == old:
                 continue
             before, now = spilled(old), spilled(tallied)
             if before is not now and (not quiet or now is locality.Spill.NO_READY_MEMBER):

@@ -16,7 +16,7 @@ mirror of, for a linked cluster its own name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dnsside.core.tables import Key, Names, Slices, Table, add_name, remove_name
@@ -152,6 +152,11 @@ class LocalStore(Store):
         if old is not None and old_key is not None and old.role is not Role.LOCAL:
             remove_name(self.mirrors_by_key, old_key, old.name)
         return old
+
+    def probe_services(self) -> Iterator[ServiceRecord]:
+        """The gateway probe Services, by key: what the prober's targets are made of
+        (:func:`dnsside.model.probes.probe_targets`)."""
+        return (self.services[key] for key in sorted(self.probe_keys))
 
     def keys(self) -> set[Key]:
         """Every global service the local objects make: exported Services and mirrors."""

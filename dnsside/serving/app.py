@@ -28,6 +28,7 @@ from dnsside.core.build import make_index, transfers_allowed
 from dnsside.core.index import Index
 from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.tsig import TsigKey
+from dnsside.model.probes import probe_targets
 from dnsside.netvalues import networks, parse_hostport
 from dnsside.serving.caps import raise_open_files
 from dnsside.serving.heap import HeapTrimmer
@@ -148,13 +149,13 @@ class App:
         self.tcp = TcpConnections(
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log,
             Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer"),
-                      self.index.versions, tsig, config.transfer_max,
+                      self.index.publisher.versions, tsig, config.transfer_max,
                       config.transfer_max_per_client),
             config.tcp_max_connections_per_client,
         )
         self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig),
                                   self.responder.fixed_zones) if config.notify else None)
-        self.versioning = Versioning(self.index, self.notifier)
+        self.versioning = Versioning(self.index.publisher, self.notifier)
         self.heap = HeapTrimmer(config.heap_trim_period)
         if config.notify and not transfers_allowed(config):
             log.warning("--notify %s: NOTIFYs are sent, but no transfer is allowed, so the "
@@ -274,7 +275,7 @@ class App:
             from dnsside.sources.gateways import GatewayProber
 
             prober = GatewayProber(
-                self.index.probe_targets, period=self.config.gateway_probe_period,
+                self._probe_targets, period=self.config.gateway_probe_period,
                 timeout=self.config.gateway_probe_timeout,
                 failures=self.config.gateway_probe_failures,
             )
@@ -295,6 +296,12 @@ class App:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _probe_targets(self) -> dict[str, str]:
+        """Where the prober probes now: the index's probe Services and Links, read through
+        its view, by Linkerd's rule (:func:`dnsside.model.probes.probe_targets`)."""
+        local, links = self.index.local, self.index.links
+        return probe_targets(local.probe_services(), links.values(), links.linked())
 
     async def _consume(self, source: Source) -> None:
         name = source.name

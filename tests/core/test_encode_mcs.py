@@ -247,7 +247,7 @@ def test_removing_a_namespace_last_service_removes_its_names_in_both_zones(index
     r = index.responder
     db = [to_wire("db.svc-global."), to_wire("db.svc." + M)]
     assert all(n in r.names for n in db)
-    gone = [Delete(Kind.SERVICE, "db", name) for ns, name in index.services if ns == "db"]
+    gone = [Delete(Kind.SERVICE, "db", name) for ns, name in index.local.services if ns == "db"]
     index.apply(gone)
     assert not any(n in r.names for n in db)
     assert not any(owned_by(k, "cockroachdb.db") for k in r.answers)

@@ -126,13 +126,13 @@ def test_each_name_says_its_zone_serial_and_what_transfers_keep() -> None:
     plain = render(explainer().explain("nginx-svc.default.svc-global"))
     assert "not transferred (no --allow-transfer or --tsig-key-file)" in plain
     idx = file_index(DEMO, allow_transfer=["127.0.0.1"])
-    first = idx.version_serial  # the initial sync cut the first version
+    first = idx.publisher.cut_serial  # the initial sync cut the first version
     assert first is not None
     by_pod = dataclasses.replace(
         next(r for r in load_records(DEMO)[0] if r.name == "nginx-set-0-west"),
         cluster_ips=("10.43.9.9",))
     idx.apply([Upsert(by_pod)])
-    idx.cut_version(first + 1)
+    idx.publisher.cut(first + 1)
     line = next(x for x in render(Explainer(idx).explain("nginx-svc.default.svc-global"))
                 .splitlines() if x.startswith("Zone:"))
     assert line == (f"Zone:            svc-global. serial {first + 1}; 1 version of differences "

@@ -83,9 +83,9 @@ def test_servfail_until_synced() -> None:
 
 def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     """A change is pending until the serving side cuts a version; the SOA then says it."""
-    serial = index.serial
-    index.cut_version(serial + 1)
-    assert not index.version_pending
+    serial = index.publisher.serial
+    index.publisher.cut(serial + 1)
+    assert not index.publisher.pending
     assert "10.43.61.5" not in addrs(index, "nginx-svc.default.svc-global")
     sl = obj("nginx-set-0-north-bffce")
     sl["endpoints"][0]["conditions"]["ready"] = True
@@ -93,18 +93,18 @@ def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     assert changed == {("default", "nginx-svc")}
     assert "10.43.61.5" in addrs(index, "nginx-svc.default.svc-global")
     assert addrs(index, "north.nginx-svc.default.svc-global") == ["10.43.61.5"]
-    assert index.version_pending and index.serial == serial + 1
-    index.cut_version(serial + 2)
+    assert index.publisher.pending and index.publisher.serial == serial + 1
+    index.publisher.cut(serial + 2)
     soa = ask(index, "svc-global", "SOA").answer[0][0]
-    assert soa.serial == index.serial == serial + 2 and not index.version_pending
+    assert soa.serial == index.publisher.serial == serial + 2 and not index.publisher.pending
 
 
 def test_unrelated_change_touches_nothing(index: Index) -> None:
-    index.cut_version(index.serial + 1)
+    index.publisher.cut(index.publisher.serial + 1)
     m = obj("metrics")
     m["spec"]["ports"][0]["port"] = 9091
     assert index.apply([Upsert(rec(m))]) == set()
-    assert not index.version_pending
+    assert not index.publisher.pending
 
 
 def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
@@ -165,7 +165,7 @@ def test_replace_diffs_and_drops_what_is_missing(index: Index) -> None:
     assert "10.43.218.18" not in addrs(index, "nginx-svc.default.svc-global")
     # A Replace of one kind leaves the other kind alone.
     index.apply([Replace(frozenset({Kind.SLICE}), ())])
-    assert index.services and not index.slices
+    assert index.local.services and not index.local.slices
     # No slice, nothing ready... except remote-discovery and federated mirrors, which have no
     # endpoints at all.
     assert ask(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN

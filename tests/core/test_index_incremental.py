@@ -236,27 +236,27 @@ def test_one_endpoint_changed_encodes_one_member_not_the_service() -> None:
     address changed, every member of that slice."""
     world = World()
     index = synced_index(ZoneOptions(), world)
-    before = index.encoded_members
+    before = index.publisher.encoded_members
     index.apply([CHANGES["one moved"](world)])
-    assert index.encoded_members - before == 2  # one member, in two zones
-    before = index.encoded_members
+    assert index.publisher.encoded_members - before == 2  # one member, in two zones
+    before = index.publisher.encoded_members
     assert index.apply([CHANGES["re-sent identical"](world)]) == set()
-    assert index.encoded_members == before
+    assert index.publisher.encoded_members == before
     index.apply([CHANGES["all moved"](world)])
-    assert index.encoded_members - before == 2 * PODS
+    assert index.publisher.encoded_members - before == 2 * PODS
     # The server's way: a slice all changed is encoded ahead, in steps; then applied.
     world.north["big-1"] = a_slice("big-1", north_pods(), prefix="nb")
     back = Remote("north", Upsert(parse_slice(world.north["big-1"])))
-    before = index.encoded_members
+    before = index.publisher.encoded_members
     steps = sum(1 for _ in index.prepare([back], chunk=10))
-    assert steps == PODS // 10 and index.encoded_members - before == 2 * PODS
-    before = index.encoded_members
+    assert steps == PODS // 10 and index.publisher.encoded_members - before == 2 * PODS
+    before = index.publisher.encoded_members
     index.apply([back])
-    assert index.encoded_members == before  # all of it done ahead
+    assert index.publisher.encoded_members == before  # all of it done ahead
     same_as_afresh(index, world, ZoneOptions())
-    before = index.encoded_members
+    before = index.publisher.encoded_members
     index.apply([CHANGES["a local one not ready"](world)])  # it leaves the answers
-    assert index.encoded_members == before
+    assert index.publisher.encoded_members == before
 
 
 # Linkerd's per-pod mirrors of a big headless service of west: one Service and one
@@ -294,10 +294,10 @@ def test_one_per_pod_mirror_changed_encodes_one_member_and_answers_as_afresh() -
     assert len(index.global_services[("data", "web")].members) == PODS
     for change, key in ((gateway_slice(5, ready=False), "slice5"),
                         (pod_mirror(9, "10.97.0.9"), "svc9")):
-        before = index.encoded_members
+        before = index.publisher.encoded_members
         records[key] = change
         index.apply([Upsert(change)])
-        assert index.encoded_members - before == 2 - (key == "slice5") * 2  # not ready: gone
+        assert index.publisher.encoded_members - before == 2 - (key == "slice5") * 2  # not ready: gone
         fresh = mirrors_index(list(records.values()))
         assert answers(index) == answers(fresh)
         assert index.global_services[("data", "web")] == fresh.global_services[("data", "web")]

@@ -38,6 +38,7 @@ from dnsside.model.linkerd import (
     SliceRecord,
     parse_object,
 )
+from dnsside.model.probes import probe_targets
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
 from testkit.serve import DEMO
@@ -230,9 +231,9 @@ def test_no_link_at_all_leaves_only_the_local_cluster() -> None:
 
 
 def test_failing_gateway_leaves_every_answer_and_comes_back(index: Index) -> None:
-    serial = index.serial
+    serial = index.publisher.serial
     index.apply([GatewayState("west", Gateway.ALIVE)])
-    assert index.serial == serial  # alive changes nothing Linkerd did not say
+    assert index.publisher.serial == serial  # alive changes nothing Linkerd did not say
     index.apply([GatewayState("west", Gateway.FAILING, "connection refused")])
     assert not WEST_NGINX & addrs(index, NGINX)
     assert not any(".west." in t for t in srv_targets(index, "_http._tcp." + NGINX))
@@ -259,25 +260,31 @@ def test_never_answered_gateway_is_not_acted_on(index: Index) -> None:
     assert "south" not in index.gateways
 
 
+def probed(index: Index) -> dict[str, str]:
+    """Where the server's prober probes: the rule over what the index's view shows."""
+    return probe_targets(index.local.probe_services(), index.links.values(),
+                         index.links.linked())
+
+
 def test_probe_targets_follow_links_and_probe_services(index: Index) -> None:
-    assert index.probe_targets() == {
+    assert probed(index) == {
         "west": "http://10.43.200.11:4191/ready",
         "north": "http://10.43.200.10:4191/ready",
         "south": "http://10.43.200.12:4191/ready",
     }
     west = link("west")
     index.apply([Upsert(LinkRecord(west.namespace, west.name, "west", "/live"))])
-    assert index.probe_targets()["west"] == "http://10.43.200.11:4191/live"
+    assert probed(index)["west"] == "http://10.43.200.11:4191/live"
     index.apply([Delete(Kind.LINK, west.namespace, west.name)])
-    assert "west" not in index.probe_targets()  # an unlinked cluster is not probed
+    assert "west" not in probed(index)  # an unlinked cluster is not probed
     index.apply([Delete(Kind.SERVICE, "linkerd-multicluster", "probe-north")])
-    assert set(index.probe_targets()) == {"south"}
+    assert set(probed(index)) == {"south"}
     index.apply([LinksUnavailable("forbidden")])  # listed before: the list stands
-    assert set(index.probe_targets()) == {"south"}
+    assert set(probed(index)) == {"south"}
     never = reported_index()  # never listed: every probe Service (answers only get shorter)
     never.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                  LinksUnavailable("forbidden"), Synced()])
-    assert set(never.probe_targets()) == {"west", "north", "south"}
+    assert set(probed(never)) == {"west", "north", "south"}
 
 
 # --------------------------------------------------------------------------- federated
@@ -425,7 +432,7 @@ def test_a_link_outside_the_links_namespace_counts_for_nothing(
     for shadow in shadows:
         index.apply([Upsert(shadow)])
     assert "10.45.0.10" not in addrs(index, NGINX)
-    assert index.probe_targets()["west"].endswith("/ready")
+    assert probed(index)["west"].endswith("/ready")
     assert [lk.name for lk in index.links.values() if lk.target_cluster == "west"] == ["west"]
     index.apply([Upsert(west)])  # an unrelated change: told again never
     told = refusals(caplog, "is ignored: only Links in linkerd-multicluster")
@@ -446,20 +453,20 @@ def test_a_second_link_for_a_cluster_is_refused_and_the_first_keeps_it(
     newer = replace(west, name="zzz-west", probe_path="/evil", created="2026-11-02T00:00:00Z")
     older_by_name = replace(west, name="aaa-west", probe_path="/evil-too")
     index.apply([Upsert(newer)])
-    assert index.probe_targets()["west"].endswith("/ready")
+    assert probed(index)["west"].endswith("/ready")
     index.apply([Upsert(replace(west, gateway_address="172.18.0.9"))])  # the first, updated
-    assert index.probe_targets()["west"].endswith("/ready")
+    assert probed(index)["west"].endswith("/ready")
     told = refusals(caplog, "Link linkerd-multicluster/zzz-west is refused")
     assert len(told) == 1, told
     assert "cluster west is linked by Link linkerd-multicluster/west, created first" in told[0]
     assert gauge("dnsside_links_refused", reason="duplicate") == 1
     # The same age: the name decides, so it is the same after a restart too.
     index.apply([Upsert(older_by_name)])
-    assert index.probe_targets()["west"].endswith("/evil-too")
+    assert probed(index)["west"].endswith("/evil-too")
     told = refusals(caplog, "Link linkerd-multicluster/west is refused: cluster west is "
                     "linked by Link linkerd-multicluster/aaa-west")
     assert len(told) == 1, told
     again = reported_index()
     again.apply([Replace(ALL, (*records(), newer, older_by_name)), Synced()])
-    assert again.probe_targets() == index.probe_targets()
+    assert probed(again) == probed(index)
     assert WEST_NGINX <= addrs(index, NGINX)
