@@ -158,14 +158,13 @@ class Index:
         # Every global service that exists, by the counts it adds to the metrics.
         self.tallies: dict[Key, Tally] = {}
         self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
-        # The responder's one writer, and the zones' versions (serving's Versioning cuts
-        # them through it); the responder the answers are published to, to ask.
-        self.publisher = Publisher(responder, options.zone, options.transfer_history)
-        self.responder = responder
+        # The responder's one writer.
+        self._publisher = Publisher(responder, options.zone, options.transfer_history)
+        self.responder = responder  # the responder the answers are published to, to ask
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self.cluster_view = ClusterView(options.cluster_name, options.include_local,
                                 options.include_federated, flat=self.flat,
-                                zone_octets=self.publisher.zone_octets(),
+                                zone_octets=self._publisher.zone_octets(),
                                 locality=options.locality)
         self.warnings: dict[ConfigWarning, str] = {}  # active configuration warnings
         # What was told refused, of the services that refuse anything (none, usually).
@@ -178,7 +177,13 @@ class Index:
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
-        self.publisher.set_serial(int(clock()))
+        self._publisher.set_serial(int(clock()))
+
+    @property
+    def publisher(self) -> Publisher:
+        """The responder's one writer, which holds the zones' versions: serving's
+        Versioning cuts them through it, explain reads them (a VersionsView)."""
+        return self._publisher
 
     # ----------------------------------------------------------------- events
 
@@ -219,7 +224,7 @@ class Index:
                 continue  # not a big service's endpoints: apply does the little there is
             screen = Screen(key[0], key[1], self.cluster_view.zone_octets)
             for made in screen_ahead(s, endpoints, cluster, via, screen, chunk):
-                self.publisher.encode_ahead(key, made)
+                self._publisher.encode_ahead(key, made)
                 yield
 
     def _apply(self, events: list[Event]) -> set[Key]:
@@ -239,7 +244,7 @@ class Index:
         if became_synced:  # where zones are transferred, the first version, numbered by
             # this second (the index's own is no version's: one past it, if the sync took
             # less than a second)
-            self.publisher.set_ready(next_serial(self.publisher.serial, self._clock()))
+            self._publisher.set_ready(next_serial(self._publisher.serial, self._clock()))
         if self.synced and (became_synced or batch.resynced):
             self._check_configuration()
         told, self._told = self._told, []
@@ -369,7 +374,7 @@ class Index:
                 self._tell_unknown_locality(key, gs)
             tallied = tally(gs, self.options.zone.publish_not_ready) if gs is not None else None
             old = self.tallies.get(key)
-            if not self.publisher.publish(key, gs) and tallied == old:
+            if not self._publisher.publish(key, gs) and tallied == old:
                 continue
             before, now = spilled(old), spilled(tallied)
             if before is not now and (not quiet or now is locality.Spill.NO_READY_MEMBER):
