@@ -534,3 +534,34 @@ def test_the_view_guard_lets_values_be() -> None:
         "from dnsside.core.assembly import GlobalService\nclass V(Protocol):\n"
         "    def settled(self) -> bool: ...\n"
         "    @property\n    def services(self) -> Mapping[str, GlobalService]: ...\n"))
+
+
+# --------------------------------------------------------------------------- no flags below core
+
+# The flags' modules: what dns/ and model/ never read (a rule they need is theirs, or lower).
+CONFIGURATION = {"dnsside.config", "dnsside.flagvalues"}
+# Imports of the configuration from dns/ or model/ still to go, each to be removed, never added
+# to (the test fails when one is gone): is_dns_label, which moves to dns/names.py (issue 38
+# item 4).
+KNOWN_CONFIGURATION_READERS: set[tuple[str, str]] = {
+    ("dnsside.model.linkerd", "dnsside.config"), ("dnsside.model.sharing", "dnsside.config")}
+
+
+def configuration_readers(imports: list[Import]) -> set[tuple[str, str]]:
+    return {(i.module, i.target) for i in imports
+            if layer(i.module) in ("dns", "model") and i.target in CONFIGURATION}
+
+
+def test_the_protocol_and_the_model_read_no_configuration() -> None:
+    """dns/ and model/ sit below the configuration in use, not in order: they hold the rules
+    config.py checks flags with, never the reverse, so a module of theirs imports neither
+    config.py nor flagvalues.py."""
+    found = configuration_readers(INTERNAL)
+    assert found == KNOWN_CONFIGURATION_READERS, "\n".join(
+        f"{a} imports {b}" for a, b in sorted(found ^ KNOWN_CONFIGURATION_READERS))
+
+
+def test_the_configuration_guard_sees_a_reader() -> None:
+    assert configuration_readers([Import("dnsside.dns.zone", "dnsside.config", ("FLAGS",), True),
+                                  Import("dnsside.model.events", "dnsside.flagvalues", (), False)])
+    assert not configuration_readers([Import("dnsside.core.index", "dnsside.config", (), False)])
