@@ -72,6 +72,19 @@ def addrs(idx: Index, name: str) -> list[str]:
     return sorted(rd.to_text() for rrset in ask(idx, name).answer for rd in rrset)
 
 
+def test_the_index_reads_only_the_clock_it_is_given() -> None:
+    """The caller owns the clock: the serial before the sync is the given clock's second,
+    the first version (zones transferred) the given clock's second at the sync."""
+    now = [1_900_000_000.25]
+    idx = make_index(IndexOptions(transfer_history=4), clock=lambda: now[0])
+    soa = ask(idx, "svc-global", "SOA")  # SERVFAIL before the sync: the serial is the zone's
+    assert idx.publisher.serial == 1_900_000_000 and soa.rcode() == dns.rcode.SERVFAIL
+    now[0] += 7
+    idx.apply([Replace(BOTH, demo_records()), Synced()])
+    assert ask(idx, "svc-global", "SOA").answer[0][0].serial == 1_900_000_007
+    assert idx.publisher.cut_serial == 1_900_000_007
+
+
 def test_servfail_until_synced() -> None:
     idx = make_index()
     idx.apply([Replace(BOTH, demo_records())])
