@@ -118,9 +118,10 @@ def big_service(shape: str, endpoints: int, mcs: tuple[str, ...], zone: ZoneOpti
 
 
 def encoded_members(index: Index) -> int:
-    """The index's count of members encoded (-1 for code before it had the counter, so this
-    runs against older checkouts too)."""
-    return int(getattr(index, "encoded_members", -1))
+    """The publisher's count of members encoded (the index's own before issue 38; -1 for code
+    before it had the counter, so this runs against older checkouts too)."""
+    counted = getattr(getattr(index, "publisher", index), "encoded_members", -1)
+    return int(counted)
 
 
 def digest(index: Index) -> str:
