@@ -48,9 +48,10 @@ def main() -> int:
     run.OUT.mkdir(exist_ok=True)
     variants = [v.split("=", 1) for v in args.variant] or [["dnsside", ""]]
     topology, queries = run.topology_files(args.size)
-    from bench.nsd_zone import build_index, write_nsd
+    from bench.nsd_zone import write_nsd
+    from testkit.inprocess import file_index
 
-    index = build_index(topology, run.CLUSTER)
+    index = file_index(topology, cluster_name=run.CLUSTER)
     conf = write_nsd(index, run.OUT / "nsd-ab", run.free_port())
     del index
     qname = run.first_name(queries)

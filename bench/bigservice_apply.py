@@ -19,7 +19,7 @@ max of ``--repeats``), and printed with its ratio to decoding the same slice's J
 (``json.loads`` + ``parse_slice``: what the source pays for the event anyway, and a
 figure that moves with the machine's load as the apply does). Times are the thread's
 CPU time (``time.thread_time``: on a shared machine, far steadier than the wall clock,
-which is printed too). The index's own counter ``Index.encoded_members`` (members
+which is printed too). The index's own counter ``Index.publisher.encoded_members`` (members
 whose names were encoded) says how much was redone.
 """
 
@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Event,
@@ -87,11 +87,10 @@ def records(objects: list[dict[str, Any]]) -> tuple[Record, ...]:
     return tuple(out)
 
 
-def make_index(shape: str, endpoints: int, mcs: tuple[str, ...], zone: ZoneOptions
-               ) -> tuple[Index, Callable[[dict[str, Any]], Event], list[dict[str, Any]]]:
+def big_service(shape: str, endpoints: int, mcs: tuple[str, ...], zone: ZoneOptions
+                ) -> tuple[Index, Callable[[dict[str, Any]], Event], list[dict[str, Any]]]:
     """The index, how a slice of the big Service becomes an event, and its slices."""
-    options = IndexOptions(cluster_name="east", zone=zone)
-    index = Index(make_responder(["svc-global."], options.zone, mcs), options)
+    index = make_index(IndexOptions(cluster_name="east", zone=zone, mcs_zones=mcs))
     if shape == "flat":
         slices = [slice_object("big-1", 0, endpoints)]
         index.apply([Replace(frozenset(Kind), records([*local_objects(), link("north")])),
@@ -119,9 +118,10 @@ def make_index(shape: str, endpoints: int, mcs: tuple[str, ...], zone: ZoneOptio
 
 
 def encoded_members(index: Index) -> int:
-    """The index's count of members encoded (-1 for code before it had the counter, so this
-    runs against older checkouts too)."""
-    return int(getattr(index, "encoded_members", -1))
+    """The publisher's count of members encoded (the index's own before issue 38; -1 for code
+    before it had the counter, so this runs against older checkouts too)."""
+    counted = getattr(getattr(index, "publisher", index), "encoded_members", -1)
+    return int(counted)
 
 
 def digest(index: Index) -> str:
@@ -137,7 +137,7 @@ def digest(index: Index) -> str:
 
 def run(shape: str, endpoints: int, repeats: int, mcs: tuple[str, ...], zone: ZoneOptions,
         digests: bool = False) -> None:
-    index, event, slices = make_index(shape, endpoints, mcs, zone)
+    index, event, slices = big_service(shape, endpoints, mcs, zone)
     if digests:
         print(f"initial answers {digest(index)}")
     first = slices[0]

@@ -457,9 +457,9 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
 
     from bench.memory import walk
 
+    from dnsside.core.build import make_index
     from dnsside.core.gcpause import bulk
-    from dnsside.core.index import Index, IndexOptions
-    from dnsside.core.publishing import make_responder
+    from dnsside.core.index import IndexOptions
     from dnsside.model.linkerd import parse_remote_service
     from dnsside.model.events import (
         Kind,
@@ -492,8 +492,8 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
     gc.callbacks.append(lambda phase, info: collections.append(info["generation"])
                         if phase == "start" else None)
     for mode in ("as served", "in bulk()"):
-        responder = make_responder(["svc-global."], options.zone, [])
-        index = Index(responder, options)
+        index = make_index(options)
+        responder = index.responder
         index.apply([Replace(frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK}), local), Synced()])
         gc.collect()
         gc.freeze()  # what the local sync's bulk() leaves
@@ -525,7 +525,7 @@ def breakdown(endpoints: int, clusters: int, pods: int, local_services: int,
         by_type.setdefault(struct.unpack("!H", key[-4:-2])[0], []).append(answer)
     parts = [("SRV answers", by_type.get(33, [])), ("A answers", by_type.get(1, [])),
              ("question keys", list(responder.answers)), ("remote records", index.flat.clusters),
-             ("published keys", index._publisher._published)]
+             ("published keys", index.publisher._published)]
     memory = []
     for label, part in parts:
         size, count = walk(part, seen)

@@ -32,8 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index
+from dnsside.core.index import IndexOptions
 from dnsside.model.events import Kind, Replace, Synced
 from dnsside.model.linkerd import parse_object
 
@@ -119,9 +119,8 @@ def main() -> int:
     del items
     gc.collect()
     parsed = time.process_time()
-    options = IndexOptions(cluster_name="east")
-    responder = make_responder(["svc-global."], options.zone, args.mcs_zone)
-    index = Index(responder, options)
+    index = make_index(IndexOptions(cluster_name="east", mcs_zones=tuple(args.mcs_zone)))
+    responder = index.responder
     # No Link among the objects (kube_scale's fake has no Link CRD): Links unreadable, as
     # the kube source would report them, so no mirror counts as an orphan.
     kinds = {Kind.SERVICE, Kind.SLICE}
@@ -146,15 +145,15 @@ def main() -> int:
     parts: list[tuple[str, Any]] = [
         ("responder.answers", responder.answers),
         ("responder.names", responder.names),
-        ("index.services", index.local.services),
-        ("index.slices", index.local.slices),
+        ("index.local.services", index.local.services),
+        ("index.local.slices", index.local.slices),
         # The index keeps the global services' tallies, not GlobalService objects.
         ("index.global_services", index.tallies),
-        ("index's published keys", index._publisher._published),
+        ("index's published keys", index.publisher._published),
         ("index.slices_by_service", index.local.slices_by_service),
         ("index.mirrors_by_key", index.local.mirrors_by_key),
         ("index (the rest)", {k: v for k, v in vars(index).items()
-                              if k not in {"local", "global_services", "_publisher", "tallies"}}),
+                              if k not in {"local", "global_services", "publisher", "tallies"}}),
     ]
     seen: set[int] = set()
     rows = []

@@ -25,12 +25,10 @@ from pathlib import Path
 
 from dnslib import QTYPE, DNSRecord
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.index import Index
 from dnsside.dns.responder import Responder
 from dnsside.dns.wire import CLASS_IN, NS, SOA
-from dnsside.model.events import Synced
-from dnsside.sources.file import FileSource
+from testkit.inprocess import file_index
 
 ORIGIN = "svc-global."
 
@@ -42,14 +40,6 @@ def to_text(wire: bytes) -> str:
         labels.append(wire[i + 1 : i + 1 + wire[i]].decode("ascii", "backslashreplace"))
         i += wire[i] + 1
     return ".".join(labels) + "."
-
-
-def build_index(path: Path, cluster_name: str = "east") -> Index:
-    """The index the server builds from ``path``, built in this process."""
-    options = IndexOptions(cluster_name=cluster_name)
-    index = Index(make_responder([ORIGIN], options.zone), options)
-    index.apply([*FileSource(path)._load(), Synced()])
-    return index
 
 
 def query_for(key: bytes, qid: int = 0) -> bytes:
@@ -137,7 +127,7 @@ def main() -> int:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--port", type=int, default=5354)
     args = p.parse_args()
-    index = build_index(args.topology, args.cluster_name)
+    index = file_index(args.topology, cluster_name=args.cluster_name)
     conf = write_nsd(index, args.dir, args.port)
     n = sum(1 for _ in (args.dir / f"{ORIGIN}zone").open())
     print(f"{conf}: {n} zone lines, {len(index.responder.answers)} RRsets; checked")
@@ -148,4 +138,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["CLASS_IN", "QTYPE", "build_index", "query_for", "rrsets", "write_nsd", "zone_text"]
+__all__ = ["CLASS_IN", "QTYPE", "query_for", "rrsets", "write_nsd", "zone_text"]

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index
+from dnsside.core.index import IndexOptions
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Synced, Upsert
 from dnsside.model.linkerd import Role, SliceRecord
@@ -54,9 +54,9 @@ def main() -> int:
                    help="also serve the KEP-1645 names under this zone")
     args = p.parse_args()
 
-    options = IndexOptions(cluster_name=args.cluster_name)
-    responder = make_responder(["svc-global."], options.zone, args.mcs_zone)
-    index = Index(responder, options)
+    index = make_index(IndexOptions(cluster_name=args.cluster_name,
+                                    mcs_zones=tuple(args.mcs_zone)))
+    responder = index.responder
     source = FileSource(args.topology)
     t0 = time.perf_counter()
     events = [*source._load(), Synced()]
@@ -71,8 +71,8 @@ def main() -> int:
     # One per-pod mirror slice per global service, with a ready gateway endpoint.
     rng = random.Random(7)
     by_service: dict[tuple[str, str], SliceRecord] = {}
-    for (ns, _), sl in index.slices.items():
-        svc = index.services.get((ns, sl.service_name))
+    for (ns, _), sl in index.local.slices.items():
+        svc = index.local.services.get((ns, sl.service_name))
         if svc is None or svc.role is not Role.POD_MIRROR or not sl.endpoints:
             continue
         if not all(e.ready for e in sl.endpoints):
@@ -86,7 +86,7 @@ def main() -> int:
 
     timings: list[float] = []
     for sl in picks:
-        svc = index.services[(sl.namespace, sl.service_name)]
+        svc = index.local.services[(sl.namespace, sl.service_name)]
         pod = f"{svc.hostname}.{svc.cluster}.{svc.original}.{sl.namespace}"
         q = query(f"{pod}.svc-global.")
         mcs = [query(f"{pod}.svc.{zone}") for zone in args.mcs_zone]

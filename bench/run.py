@@ -406,10 +406,11 @@ def med(xs: Sequence[float | None]) -> float | None:
 def compare(topology: Path, queries: Path, meta: dict[str, Any], rates: Sequence[int],
             seconds: float, repeats: int, with_dnslib: bool = True) -> dict[str, Any]:
     """dnsside vs NSD (vs dnslib), same records, same query file, servers taking turns."""
-    from bench.nsd_zone import build_index, write_nsd
+    from bench.nsd_zone import write_nsd
+    from testkit.inprocess import file_index
 
     log(f"compare: writing the NSD zone from dnsside's index ({meta['members']} members)")
-    index = build_index(topology, CLUSTER)
+    index = file_index(topology, cluster_name=CLUSTER)
     nsd_dir = OUT / "nsd"
     if nsd_dir.exists():
         shutil.rmtree(nsd_dir)

@@ -312,13 +312,14 @@ def demo(directory: Path, n_queries: int = 50000, seed: int = 2) -> tuple[Path, 
     """
     import struct
 
-    from bench.nsd_zone import build_index, query_for, to_text
+    from bench.nsd_zone import query_for, to_text
+    from testkit.inprocess import file_index
 
     out = directory / "demo-east.queries"
     meta_path = directory / "demo-east.meta.json"
     if out.exists() and meta_path.exists() and out.stat().st_mtime >= DEMO.stat().st_mtime:
         return DEMO, json.loads(meta_path.read_text())
-    index = build_index(DEMO, LOCAL)
+    index = file_index(DEMO, cluster_name=LOCAL)
     t = Topology(random.Random(seed))
     for key in sorted(index.responder.answers):
         wire, qtype = key[:-4], struct.unpack("!H", key[-4:-2])[0]

@@ -15,8 +15,8 @@ import struct
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index
+from dnsside.core.index import IndexOptions
 from dnsside.dns.responder import Responder
 from dnsside.model.events import Synced, Upsert
 from dnsside.sources.file import load_records
@@ -39,9 +39,9 @@ if os.environ.get("DNSSIDE_FUZZ_EXAMPLES"):  # bench/fuzz.py --examples N
 def responder() -> Responder:
     records, warnings = load_records(DEMO)
     assert not warnings
-    options = IndexOptions(cluster_name="east")
-    r = make_responder(["svc-global."], options.zone)
-    Index(r, options).apply([*(Upsert(rec) for rec in records), Synced()])
+    index = make_index(IndexOptions(cluster_name="east"))
+    index.apply([*(Upsert(rec) for rec in records), Synced()])
+    r = index.responder
     assert r.ready
     return r
 

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dnsside.config import Config
+from dnsside.core.build import make_index
 from dnsside.core.index import Index
-from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
 from dnsside.model.events import Kind, Replace, Synced
-from dnsside.serving.app import index_options
 from dnsside.sources.file import load_records
 from testkit.rawdns import exchange, udp
 from testkit.serve import Dnsside
@@ -38,9 +37,8 @@ def file_index(source: Path, *, cluster_name: str = "east", mcs_zones: Sequence[
     config.allow_transfer = tuple(allow_transfer)
     config.ixfr_history = ixfr_history
     config.round_robin = round_robin
-    options = index_options(config)
-    index = Index(make_responder(config.zones, options.zone, config.mcs_zones, catalog_zone,
-                                 started), options)
+    config.catalog_zone = catalog_zone
+    index = make_index(config, started=started)
     records, warnings = load_records(source)
     assert not warnings, warnings
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])

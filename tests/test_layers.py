@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -397,3 +398,170 @@ def test_the_quick_guard_lets_the_venvs_python_and_unmarked_tests_be() -> None:
     assert not quick_violations(ast.parse(
         "import subprocess\ndef test_a():\n    subprocess.run(['dig'])\n"
         "@pytest.mark.quick\ndef test_b():\n    pass\n"))
+
+
+# --------------------------------------------------------------------------- one index builder
+
+BUILDER = "dnsside/core/build.py"  # make_index: the index and its responder, made together
+# Every Python file of the checkout that could build an index.
+CHECKOUT = sorted(p for folder in ("dnsside", "testkit", "bench", "tests", "scripts")
+                  for p in (ROOT / folder).rglob("*.py"))
+
+
+def builders(tree: ast.AST) -> list[str]:
+    """What in ``tree`` builds an index other than through the one builder: a function
+    named make_index, or a call of Index(...) or make_responder(...)."""
+    found = [f"def {n.name} (line {n.lineno})" for n in ast.walk(tree)
+             if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "make_index"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func).rpartition(".")[2]
+            if called in ("Index", "make_responder"):
+                found.append(f"{called}(...) (line {node.lineno})")
+    return found
+
+
+def test_an_index_is_built_in_one_place() -> None:
+    """The app, explain, check, testkit, bench and the tests all build an index with
+    dnsside.core.build.make_index (from a Config or from IndexOptions): the zone options
+    given once, no second make_index anywhere."""
+    bad = {p.relative_to(ROOT).as_posix(): found for p in CHECKOUT
+           if p.relative_to(ROOT).as_posix() != BUILDER
+           and (found := builders(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert not bad, bad
+    made = [f for f in builders(ast.parse((ROOT / BUILDER).read_text())) if f.startswith("def")]
+    assert len(made) == 1, made
+
+
+@pytest.mark.parametrize("source", [
+    "def make_index(zone):\n    return 1\n",
+    "idx = Index(make_responder(['svc-global.'], zone), options)\n",
+    "from dnsside.core import index\nidx = index.Index(r, o)\n",
+])
+def test_the_builder_guard_sees_a_second_builder(source: str) -> None:
+    assert builders(ast.parse(source))
+
+
+# --------------------------------------------------------------------------- read-only views
+
+VIEWS = "dnsside.core.view"
+# What a view's member may be typed with besides the views themselves: values and
+# read-only collections.
+READ_ONLY = {"int", "str", "bytes", "bool", "float", "None", "tuple", "frozenset", "Mapping",
+             "Sequence", "Set", "Iterator", "Iterable", "Collection"}
+# A method that writes, by its name (set, set_serial... but not settled).
+MUTATING = re.compile(r"(apply|add|remove|pop|put|clear|update|replace|discard|delete|insert|"
+                      r"append|extend|cut|publish|upsert|reset|forget\w*|write\w*|set|set_\w+)")
+# A class of a lower layer a view hands out although it is not frozen, and why it may.
+HANDED_OUT = {"Zone": "a served zone as explain reads it (origin, serial); only the Publisher "
+                      "moves its serial, and explain needs it to parse a name"}
+
+
+def _is_value_class(module: str, name: str) -> bool:
+    """``name`` of ``module`` is a frozen dataclass, an enum or an alias of read-only
+    types (read from the source)."""
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            frozen = any(isinstance(d, ast.Call) and ast.unparse(d.func) == "dataclass"
+                         and any(k.arg == "frozen" and ast.unparse(k.value) == "True"
+                                 for k in d.keywords) for d in node.decorator_list)
+            enum = any(ast.unparse(b).rpartition(".")[2] in ("Enum", "StrEnum", "IntEnum")
+                       for b in node.bases)
+            return frozen or enum
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
+            return all(n.id in READ_ONLY for n in ast.walk(node.value) if isinstance(n, ast.Name))
+    return False
+
+
+def view_violations(tree: ast.Module) -> list[str]:
+    """Whatever a view of ``tree`` exposes that could write: a member named as a writing
+    method, or a member typed with anything but the views, values and read-only
+    collections (a live store, a dict, a list, a set)."""
+    imported = {a.asname or a.name: n.module for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module for a in n.names}
+    views = {c.name for c in tree.body if isinstance(c, ast.ClassDef)}
+    bad = []
+    for view in (c for c in tree.body if isinstance(c, ast.ClassDef)):
+        for member in view.body:
+            if not isinstance(member, ast.FunctionDef | ast.AnnAssign):
+                continue
+            name = member.name if isinstance(member, ast.FunctionDef) else ast.unparse(
+                member.target)
+            if MUTATING.fullmatch(name):
+                bad.append(f"{view.name}.{name}: a method that writes")
+            annotation = member.returns if isinstance(member, ast.FunctionDef) else \
+                member.annotation
+            for n in ast.walk(annotation) if annotation is not None else ():
+                if not isinstance(n, ast.Name | ast.Constant) or (
+                        isinstance(n, ast.Constant) and n.value in (None, Ellipsis)):
+                    continue
+                typed = n.id if isinstance(n, ast.Name) else str(n.value)
+                module = imported.get(typed, "")
+                if typed in READ_ONLY or typed in views or typed in HANDED_OUT or (
+                        module in MODULES and _is_value_class(module, typed)):
+                    continue
+                bad.append(f"{view.name}.{name}: typed {typed}, which can be written")
+    return bad
+
+
+def test_views_expose_read_only_data() -> None:
+    """The views explain, the reporter and the prober read (core/view.py) name no method
+    that writes, and hand out nothing typed as something that can be written: no live
+    store with its apply, no dict or list, only views, values and read-only collections."""
+    tree = ast.parse(MODULES[VIEWS].read_text(encoding="utf-8"))
+    assert [c.name for c in tree.body if isinstance(c, ast.ClassDef)], "no view found"
+    assert not view_violations(tree), view_violations(tree)
+
+
+@pytest.mark.parametrize("source", [
+    # what the views once handed out: the live stores, the responder, a dict
+    "from dnsside.core.links import Links\nclass V(Protocol):\n"
+    "    @property\n    def links(self) -> Links: ...\n",
+    "from dnsside.core.store import LocalStore\nclass V(Protocol):\n"
+    "    @property\n    def local(self) -> LocalStore: ...\n",
+    "from dnsside.dns.responder import Responder\nclass V(Protocol):\n"
+    "    @property\n    def responder(self) -> Responder: ...\n",
+    "class V(Protocol):\n    def probe_targets(self) -> dict[str, str]: ...\n",
+    "class V(Protocol):\n    def apply(self, events: Sequence[int]) -> None: ...\n",
+    "class V(Protocol):\n    def set_serial(self, serial: int) -> int: ...\n",
+])
+def test_the_view_guard_sees_a_view_that_writes(source: str) -> None:
+    assert view_violations(ast.parse(source))
+
+
+def test_the_view_guard_lets_values_be() -> None:
+    assert not view_violations(ast.parse(
+        "from dnsside.core.assembly import GlobalService\nclass V(Protocol):\n"
+        "    def settled(self) -> bool: ...\n"
+        "    @property\n    def services(self) -> Mapping[str, GlobalService]: ...\n"))
+
+
+# --------------------------------------------------------------------------- no flags below core
+
+# The flags' modules: what dns/ and model/ never read (a rule they need is theirs, or lower).
+CONFIGURATION = {"dnsside.config", "dnsside.flagvalues"}
+# Imports of the configuration from dns/ or model/ still to go, each to be removed, never added
+# to (the test fails when one is gone): is_dns_label, which moves to dns/names.py (issue 38
+# item 4).
+KNOWN_CONFIGURATION_READERS: set[tuple[str, str]] = {
+    ("dnsside.model.linkerd", "dnsside.config"), ("dnsside.model.sharing", "dnsside.config")}
+
+
+def configuration_readers(imports: list[Import]) -> set[tuple[str, str]]:
+    return {(i.module, i.target) for i in imports
+            if layer(i.module) in ("dns", "model") and i.target in CONFIGURATION}
+
+
+def test_the_protocol_and_the_model_read_no_configuration() -> None:
+    """dns/ and model/ sit below the configuration in use, not in order: they hold the rules
+    config.py checks flags with, never the reverse, so a module of theirs imports neither
+    config.py nor flagvalues.py."""
+    found = configuration_readers(INTERNAL)
+    assert found == KNOWN_CONFIGURATION_READERS, "\n".join(
+        f"{a} imports {b}" for a, b in sorted(found ^ KNOWN_CONFIGURATION_READERS))
+
+
+def test_the_configuration_guard_sees_a_reader() -> None:
+    assert configuration_readers([Import("dnsside.dns.zone", "dnsside.config", ("FLAGS",), True),
+                                  Import("dnsside.model.events", "dnsside.flagvalues", (), False)])
+    assert not configuration_readers([Import("dnsside.core.index", "dnsside.config", (), False)])

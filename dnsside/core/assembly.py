@@ -36,10 +36,7 @@ from dnsside.core.members import (
 )
 from dnsside.model.addresses import Unsafe, describe, unsafe_address
 from dnsside.model.linkerd import (
-    DEFAULT_PROBE_PATH,
     FEDERATED_CLUSTER,
-    PROBE_PORT_NAME,
-    LinkRecord,
     Role,
     ServiceRecord,
     SliceRecord,
@@ -330,18 +327,3 @@ def refusals(gs: GlobalService | None, objects: Callable[[Member], str]
         else:
             items.append(f"{host.rstrip()}: {m.why_not_ready}" if host else m.why_not_ready)
     return found
-
-
-def probe_url(svc: ServiceRecord, link: LinkRecord | None) -> str | None:
-    """``http://<ClusterIP>:<mc-probe port><path>`` of a gateway probe Service, as Linkerd's
-    probe worker builds it; None when the Service has no ClusterIP or no probe port."""
-    if svc.role is not Role.GATEWAY_PROBE or not svc.cluster_ips:
-        return None
-    port = next((p.port for p in svc.ports if p.name == PROBE_PORT_NAME), None)
-    if port is None:
-        port = svc.ports[0].port if len(svc.ports) == 1 else None
-    if port is None:
-        return None
-    ip = svc.cluster_ips[0]
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"http://{host}:{port}{link.probe_path if link is not None else DEFAULT_PROBE_PATH}"

@@ -224,7 +224,6 @@ def configuration_warnings(cluster_name: str, health: Mapping[str, ClusterMirror
 class Notice(enum.Enum):
     """Something the index learnt that an operator hears about once, when it happens."""
 
-    SYNCED = "synced"
     SERVICE_APPEARED = "service-appeared"
     SERVICE_GONE = "service-gone"
     LINK_SEEN = "link-seen"

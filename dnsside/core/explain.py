@@ -24,6 +24,7 @@ from dnsside.dns.wire import to_wire
 from dnsside.model.events import Gateway
 from dnsside.model.linkerd import Via
 from dnsside.model.printable import printable
+from dnsside.model.probes import probe_targets
 
 
 class Explainer:
@@ -39,7 +40,7 @@ class Explainer:
     def _unwatched(self, namespace: str) -> str:
         """What to add when ``--namespace`` leaves ``namespace`` out: nothing of it is read,
         so "no mirror of it exists" would send the operator to the wrong cluster."""
-        watched = self.index.watched_namespaces
+        watched = self.index.options.namespaces
         if not watched or namespace in watched:
             return ""
         return (f": namespace {namespace} is not watched (--namespace {', '.join(watched)}), "
@@ -88,10 +89,11 @@ class Explainer:
             return None
         if zone is None:
             return None
-        out: dict[str, Any] = {"origin": zone.origin, "serial": self.index.version_serial}
+        cut = self.index.publisher.cut_serial
+        out: dict[str, Any] = {"origin": zone.origin, "serial": cut}
         if isinstance(zone, CatalogZone):  # its own serial, the serving process's start
-            out["serial"] = zone.serial if self.index.version_serial is not None else None
-        versions = self.index.versions.get(zone.wire)
+            out["serial"] = zone.serial if cut is not None else None
+        versions = self.index.publisher.versions.get(zone.wire)
         if versions is None:
             out["transfers"] = "not transferred (no --allow-transfer or --tsig-key-file)"
         else:
@@ -156,7 +158,7 @@ class Explainer:
             return {"explanation": f"no global service {ns}/{svc}: no mirror of it exists and "
                                    "the local Service is not exported"
                                    + (f"; {scope}" if scope else "")}
-        zone_members = published(gs, self.index.zone_options)
+        zone_members = published(gs, self.index.options.zone)
         shown = set(map(id, zone_members))
         if mcs and not gs.local_exported:  # only exporting clusters' members belong
             zone_members = [m for m in zone_members if not m.via.local]
@@ -240,7 +242,8 @@ class Explainer:
 
     def _gateway(self, cluster: str) -> str:
         known = self.index.gateways.get(cluster)
-        probed = cluster in self.index.probe_targets()
+        probed = cluster in probe_targets(self.index.local.probe_services(),
+                                          self.index.links.values(), self.index.links.linked())
         if known is not None:
             state, detail = known
             if state is Gateway.UNREACHED:

@@ -24,14 +24,13 @@ affected cluster is rebuilt.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dnsside.config import default
 from dnsside.core import diagnosis, locality
-from dnsside.core.assembly import ClusterView, GlobalService, assemble, probe_url, refusals
+from dnsside.core.assembly import ClusterView, GlobalService, assemble, refusals
 from dnsside.core.counts import Counts, Tally, spilled, tally
 from dnsside.core.diagnosis import ConfigWarning, Exclusion, Notice, Told
 from dnsside.core.gcpause import bulk
@@ -39,11 +38,11 @@ from dnsside.core.links import Links
 from dnsside.core.members import KEEP_FROM, KeptMembers, Member, Screen, screen_ahead
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
-from dnsside.core.store import LocalStore, Store
-from dnsside.core.tables import Key, Table
+from dnsside.core.store import OBJECT_EVENTS, LocalStore, Store
+from dnsside.core.tables import Key
 from dnsside.core.view import ReportView
 from dnsside.dns.responder import Responder
-from dnsside.dns.versions import ZoneVersions, next_serial
+from dnsside.dns.versions import next_serial
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -60,7 +59,7 @@ from dnsside.model.events import (
     Synced,
     Upsert,
 )
-from dnsside.model.linkerd import LinkRecord, Role, ServiceRecord, SliceRecord, Via
+from dnsside.model.linkerd import LinkRecord, Role, SliceRecord, Via
 from dnsside.model.locality import Locality
 
 # Endpoints screened and encoded in one step of Index.prepare: a few milliseconds.
@@ -91,9 +90,18 @@ class _GlobalServices(Mapping[Key, GlobalService]):
         return len(self._index.tallies)
 
 
+# A clock the caller owns (:mod:`dnsside.core.build` passes the system's): seconds.
+Clock = Callable[[], float]
+
+
 @dataclass(frozen=True)
 class IndexOptions:
     cluster_name: str = "local"
+    # The zones served (--zone), the KEP-1645 ones (--mcs-zone), the catalog (--catalog-zone):
+    # the responder's, made with the index (dnsside.core.build.make_index).
+    zones: tuple[str, ...] = ("svc-global.",)
+    mcs_zones: tuple[str, ...] = ()
+    catalog_zone: str | None = None
     include_local: bool = True
     include_federated: bool = True
     zone: ZoneOptions = field(default_factory=ZoneOptions)
@@ -137,11 +145,14 @@ class _Batch:
 
 class Index:
     def __init__(self, responder: Responder, options: IndexOptions,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, *, clock: Clock, timer: Clock) -> None:
+        """Built by :func:`dnsside.core.build.make_index` only: ``clock`` (wall seconds)
+        numbers versions and dates what Links say, ``timer`` times a batch."""
         self.options = options
         self.observer = observer
+        self._clock, self._timer = clock, timer
         self.local = LocalStore()
-        self.links = Links(options.links_namespace)
+        self.links = Links(options.links_namespace, clock)
         self.flat = FlatNetwork(options.flat_namespaces)  # --flat-network
         self.counts = Counts()
         # Every global service that exists, by the counts it adds to the metrics.
@@ -149,6 +160,7 @@ class Index:
         self.global_services: Mapping[Key, GlobalService] = _GlobalServices(self)
         # The responder's one writer.
         self._publisher = Publisher(responder, options.zone, options.transfer_history)
+        self.responder = responder  # the responder the answers are published to, to ask
         self.gateways: dict[str, tuple[Gateway, str]] = {}  # the prober's view, by cluster
         self.cluster_view = ClusterView(options.cluster_name, options.include_local,
                                 options.include_federated, flat=self.flat,
@@ -165,61 +177,13 @@ class Index:
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
-        self._publisher.set_serial(int(time.time()))
+        self._publisher.set_serial(int(clock()))
 
     @property
-    def responder(self) -> Responder:
-        """The responder the answers are published to, to ask (never to write)."""
-        return self._publisher.responder
-
-    @property
-    def serial(self) -> int:
-        """The zones' serial: the last version cut (:meth:`cut_version`)."""
-        return self.responder.zones[0].serial
-
-    @property
-    def version_serial(self) -> int | None:
-        """The serial of the last version cut; None when none was: before the initial
-        sync, which cuts the first where zones are transferred, or until the serving
-        process cuts one (``dnsside explain`` never does without transfers)."""
-        return self._publisher.cut_serial
-
-    @property
-    def version_pending(self) -> bool:
-        """The answers differ from the last version cut (or none was cut yet)."""
-        return self.synced and self._publisher.pending
-
-    @property
-    def versions(self) -> Mapping[bytes, ZoneVersions]:
-        """Each transferred zone's versions, by the zone's wire name (empty: none is)."""
-        return self._publisher.versions
-
-    def cut_version(self, serial: int) -> None:
-        """The answers as they are now become the zones' version ``serial``: the SOA says
-        it, and transfers send it. The caller owns the clock that numbers versions."""
-        self._publisher.cut(serial)
-
-    @property
-    def encoded_members(self) -> int:
-        """How many members' names and records were encoded (once per zone) since the index
-        was made: a big service's unchanged members are reused, not encoded again."""
-        return self._publisher.encoded_members
-
-    @property
-    def zone_options(self) -> ZoneOptions:
-        return self.options.zone
-
-    @property
-    def watched_namespaces(self) -> tuple[str, ...]:
-        return self.options.namespaces
-
-    @property
-    def services(self) -> Table[ServiceRecord]:
-        return self.local.services
-
-    @property
-    def slices(self) -> Table[SliceRecord]:
-        return self.local.slices
+    def publisher(self) -> Publisher:
+        """The responder's one writer, which holds the zones' versions: serving's
+        Versioning cuts them through it, explain reads them (a VersionsView)."""
+        return self._publisher
 
     # ----------------------------------------------------------------- events
 
@@ -264,7 +228,7 @@ class Index:
                 yield
 
     def _apply(self, events: list[Event]) -> set[Key]:
-        started = time.perf_counter()
+        started = self._timer()
         batch = _Batch()
         for event in events:
             HANDLERS[type(event)](self, event, batch)
@@ -280,17 +244,12 @@ class Index:
         if became_synced:  # where zones are transferred, the first version, numbered by
             # this second (the index's own is no version's: one past it, if the sync took
             # less than a second)
-            self._publisher.set_ready(next_serial(self.serial, time.time()))
-            self._told.append(Told(Notice.SYNCED, (
-                f"initial sync done: {len(self.global_services)} global services, "
-                f"{self.counts.members()} members, clusters "
-                f"{', '.join(sorted(self.counts.clusters())) or 'none'}; "
-                f"links {self.links.describe()}")))
+            self._publisher.set_ready(next_serial(self._publisher.serial, self._clock()))
         if self.synced and (became_synced or batch.resynced):
             self._check_configuration()
         told, self._told = self._told, []
         if self.observer is not None:
-            self.observer(self, IndexReport(changed, time.perf_counter() - started, told,
+            self.observer(self, IndexReport(changed, self._timer() - started, told,
                                             became_synced))
         return changed
 
@@ -298,29 +257,33 @@ class Index:
         if told is not None:
             self._told.append(told)
 
-    def _objects(self, event: Upsert | Delete | Replace, batch: _Batch) -> None:
-        """The local cluster's objects; a Link event also says the Link watch follows, and
-        a Link list is the complete one."""
-        self.local.apply(event, batch.dirty)
-        if isinstance(event, Upsert):
-            if isinstance(event.record, LinkRecord):
-                self._told.extend(self.links.put(event.record))
-                self._hear(self.links.watch(""))
-        elif isinstance(event, Delete):
-            if event.kind is Kind.LINK:
-                self._told.extend(self.links.pop((event.namespace, event.name)))
-                self._hear(self.links.watch(""))
-        else:
-            batch.resynced = True
-            if Kind.LINK in event.kinds:
-                self._told.extend(self.links.replace(event.records))
-                self._hear(self.links.listed())
+    # The local cluster's objects: the store's, and a Link's also the Links' (whose event
+    # says the Link watch follows; a Link list is the complete one).
+
+    def _upsert(self, event: Upsert, batch: _Batch) -> None:
+        self.local.upsert(event.record, batch.dirty)
+        if isinstance(event.record, LinkRecord):
+            self._told.extend(self.links.put(event.record))
+            self._hear(self.links.watch(""))
+
+    def _delete(self, event: Delete, batch: _Batch) -> None:
+        self.local.delete(event.kind, (event.namespace, event.name), batch.dirty)
+        if event.kind is Kind.LINK:
+            self._told.extend(self.links.pop((event.namespace, event.name)))
+            self._hear(self.links.watch(""))
+
+    def _replace(self, event: Replace, batch: _Batch) -> None:
+        self.local.replace(event, batch.dirty)
+        batch.resynced = True
+        if Kind.LINK in event.kinds:
+            self._told.extend(self.links.replace(event.records))
+            self._hear(self.links.listed())
 
     def _remote(self, event: Remote, batch: _Batch) -> None:
         """A linked cluster's own objects, applied as the local ones are, to its own store."""
         store = self.flat.cluster(event.cluster, self.links.targets())
         if store is not None:
-            store.apply(event.event, batch.dirty)
+            OBJECT_EVENTS[type(event.event)](store, event.event, batch.dirty)
 
     def _remote_status(self, event: RemoteStatus, batch: _Batch) -> None:
         self._hear(self.flat.update(event, self.links.targets()))
@@ -365,22 +328,6 @@ class Index:
             key for key, names in mirrors_by_key.items()
             if any(services[(key[0], n)].cluster in clusters for n in names)
         }
-
-    def probe_targets(self) -> dict[str, str]:
-        """cluster → probe URL, for every linked cluster with a gateway probe Service (all of
-        them while Links cannot be read). One Service per cluster: the first by name."""
-        linked = self.links.linked()
-        links = {link.target_cluster: link for link in sorted(self.links.values(),
-                                                               key=lambda lk: lk.name)}
-        targets: dict[str, str] = {}
-        for key in sorted(self.local.probe_keys):
-            svc = self.local.services[key]
-            if svc.cluster in targets or (linked is not None and svc.cluster not in linked):
-                continue
-            url = probe_url(svc, links.get(svc.cluster))
-            if url is not None:
-                targets[svc.cluster] = url
-        return targets
 
     def _check_configuration(self) -> None:
         """Tell, after every (re)sync, the mistakes that silently make answers wrong."""
@@ -484,9 +431,9 @@ class Index:
 
 # Each event type's handler: every event a source yields is applied by exactly one.
 HANDLERS: dict[type, Callable[[Index, Any, _Batch], None]] = {
-    Upsert: Index._objects,
-    Delete: Index._objects,
-    Replace: Index._objects,
+    Upsert: Index._upsert,
+    Delete: Index._delete,
+    Replace: Index._replace,
     Remote: Index._remote,
     RemoteStatus: Index._remote_status,
     LinksUnavailable: Index._links_unavailable,
@@ -497,4 +444,4 @@ HANDLERS: dict[type, Callable[[Index, Any, _Batch], None]] = {
 }
 
 
-__all__ = ["AHEAD_CHUNK", "HANDLERS", "Index", "IndexOptions", "IndexReport", "Observer"]
+__all__ = ["AHEAD_CHUNK", "HANDLERS", "Clock", "Index", "IndexOptions", "IndexReport", "Observer"]

@@ -28,10 +28,8 @@ again only when why changes.
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from dnsside.config import default
 from dnsside.core.diagnosis import Notice, Told
 from dnsside.core.tables import Key
 from dnsside.model.linkerd import LinkRecord
@@ -127,8 +125,9 @@ class Links:
     """The Link records, their phase and why (``reason``: why they cannot be read, or why
     the watch is down), and when the list was last known complete."""
 
-    def __init__(self, namespace: str = default("--links-namespace")) -> None:
+    def __init__(self, namespace: str, clock: Callable[[], float]) -> None:
         self.namespace = namespace  # --links-namespace: only its Links count
+        self._clock = clock  # the caller's: when the list was last known complete
         self.records: dict[Key, LinkRecord] = {}  # every Link delivered, counted or not
         self.chosen: dict[str, LinkRecord] = {}  # target cluster -> the Link that counts
         self.refused: dict[Key, tuple[LinkRefusal, str]] = {}  # the others, and why
@@ -183,7 +182,7 @@ class Links:
                 listed += "; " + "; ".join(text for _, text in sorted(self.refused.values()))
             if not self.watch_down:
                 return listed
-            age = max(0.0, (time.time() if now is None else now) - self.complete_at)
+            age = max(0.0, (self._clock() if now is None else now) - self.complete_at)
             return (f"{listed}; the Link watch is down ({self.watch_down}): the list last "
                     f"known complete {age:.0f} s ago stands")
         if self.readable is False:
@@ -242,7 +241,7 @@ class Links:
                                                 and before in _LISTED):
             self.reason = reason  # the newest: a watch means nothing before a list
         self.phase = after
-        now = time.time()
+        now = self._clock()
         told = None
         if notice is not None and not (after is before and reason == before_reason):
             told = self._told(notice, now)

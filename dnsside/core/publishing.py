@@ -113,10 +113,18 @@ class Publisher:
         self.responder.set_ready()
 
     @property
+    def serial(self) -> int:
+        """The zones' serial: the last version cut, or the second the index was made."""
+        return self.responder.zones[0].serial
+
+    @property
     def pending(self) -> bool:
         """What a new version of the zones would differ in: records, where zones are
         transferred (a change of names alone is no new version of what secondaries
-        hold), else any answer."""
+        hold), else any answer. Nothing before the initial sync (the responder not ready):
+        its first version is cut then."""
+        if not self.responder.ready:
+            return False
         if self.versions:
             return any(v.pending for v in self.versions.values())
         return self.changed

@@ -2,7 +2,9 @@
 
 The index keeps one :class:`Store` for the local cluster and, under ``--flat-network``,
 one per linked cluster watched directly (:class:`~dnsside.core.remotes.RemoteCluster`):
-both apply an Upsert, a Delete or a Replace the same way, here.
+both apply an Upsert, a Delete or a Replace the same way, here. The index dispatches an
+event once, by its type: a local one to its handler (:data:`dnsside.core.index.HANDLERS`),
+which calls the store's method for it; a linked cluster's through :data:`OBJECT_EVENTS`.
 
 The subtle part is which global service an object belongs to: a slice belongs to
 whatever its Service belongs to, and a Service can change its mind (an annotation
@@ -13,6 +15,9 @@ mirror of, for a linked cluster its own name.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from dnsside.core.tables import Key, Names, Slices, Table, add_name, remove_name
 from dnsside.model.events import Delete, Kind, Replace, Upsert
@@ -38,17 +43,9 @@ class Store:
         """The slices of Service ``namespace/service``, by name."""
         return self._slices.of(namespace, service)
 
-    def apply(self, event: Upsert | Delete | Replace, dirty: set[Key]) -> None:
-        """Apply one object event, adding to ``dirty`` the global services it touches.
-        Link records are not this table's: the caller hands them to the Links."""
-        if isinstance(event, Upsert):
-            self.upsert(event.record, dirty)
-        elif isinstance(event, Delete):
-            self.delete(event.kind, (event.namespace, event.name), dirty)
-        else:
-            self.replace(event, dirty)
-
     def upsert(self, record: Record, dirty: set[Key]) -> None:
+        """Hold ``record``, adding to ``dirty`` the global services it touches. Link records
+        are not this table's: the caller hands them to the Links."""
         key = (record.namespace, record.name)
         if isinstance(record, ServiceRecord):
             if self.services.get(key) == record:
@@ -156,6 +153,11 @@ class LocalStore(Store):
             remove_name(self.mirrors_by_key, old_key, old.name)
         return old
 
+    def probe_services(self) -> Iterator[ServiceRecord]:
+        """The gateway probe Services, by key: what the prober's targets are made of
+        (:func:`dnsside.model.probes.probe_targets`)."""
+        return (self.services[key] for key in sorted(self.probe_keys))
+
     def keys(self) -> set[Key]:
         """Every global service the local objects make: exported Services and mirrors."""
         keys = {(s.namespace, s.name) for s in self.services.records()
@@ -164,4 +166,25 @@ class LocalStore(Store):
         return keys
 
 
-__all__ = ["LocalStore", "Store"]
+def _upserted(store: Store, event: Upsert, dirty: set[Key]) -> None:
+    store.upsert(event.record, dirty)
+
+
+def _deleted(store: Store, event: Delete, dirty: set[Key]) -> None:
+    store.delete(event.kind, (event.namespace, event.name), dirty)
+
+
+def _replaced(store: Store, event: Replace, dirty: set[Key]) -> None:
+    store.replace(event, dirty)  # a linked cluster's own replace: it is synced then
+
+
+# A linked cluster's object event, by its type, on that cluster's store (the local events
+# have handlers of their own in the index: a Link is also the Links').
+OBJECT_EVENTS: dict[type, Callable[[Any, Any, set[Key]], None]] = {
+    Upsert: _upserted,
+    Delete: _deleted,
+    Replace: _replaced,
+}
+
+
+__all__ = ["OBJECT_EVENTS", "LocalStore", "Store"]

@@ -176,17 +176,15 @@ def _pick_service(services: Sequence[ServiceRecord], slices: Sequence[SliceRecor
     """A global service with ready members, as dnsside's own index builds it from these
     objects: (name to ask, A or AAAA, how many addresses the objects give). Under
     ``local-first`` the addresses counted are the ones the name answers."""
-    from dnsside.core.index import Index, IndexOptions
+    from dnsside.core.build import make_index
+    from dnsside.core.index import IndexOptions
     from dnsside.core.locality import answering
-    from dnsside.core.publishing import make_responder
-    from dnsside.dns.zone import ZoneOptions
     from dnsside.model.events import Kind, Replace, Synced
     from dnsside.model.locality import Locality
 
     known = locality in tuple(Locality)
-    options = IndexOptions(cluster_name=cluster_name.lower(),
-                           locality=Locality(locality) if known else Locality.ALL)
-    index = Index(make_responder([zone], ZoneOptions()), options)
+    index = make_index(IndexOptions(cluster_name=cluster_name.lower(), zones=(zone,),
+                                    locality=Locality(locality) if known else Locality.ALL))
     records: list[Record] = [*services, *slices, *(links or [])]
     kinds = {Kind.SERVICE, Kind.SLICE} | ({Kind.LINK} if links is not None else set())
     index.apply([Replace(frozenset(kinds), tuple(records)), Synced()])

@@ -24,12 +24,11 @@ import time
 from typing import TYPE_CHECKING
 
 from dnsside.config import Config, flag
-from dnsside.core.index import Index, IndexOptions, Observer
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index, transfers_allowed
+from dnsside.core.index import Index
 from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.tsig import TsigKey
-from dnsside.dns.zone import ZoneOptions
-from dnsside.model.locality import Locality
+from dnsside.model.probes import probe_targets
 from dnsside.netvalues import networks, parse_hostport
 from dnsside.serving.caps import raise_open_files
 from dnsside.serving.heap import HeapTrimmer
@@ -53,43 +52,11 @@ NO_CLUSTER_HINT = ("without a cluster, `--source FILE` serves a YAML/JSON file o
                    "runs a demo")
 
 
-def index_options(config: Config) -> IndexOptions:
-    return IndexOptions(
-        cluster_name=config.cluster_name,
-        include_local=not config.no_local,
-        include_federated=not config.no_federated,
-        flat_namespaces=tuple(config.flat_network_namespaces) if config.flat_network else (),
-        links_namespace=config.links_namespace,
-        namespaces=tuple(config.namespaces),
-        transfer_history=config.ixfr_history if transfers_allowed(config) else None,
-        locality=Locality(config.locality),
-        zone=ZoneOptions(
-            ttl=config.ttl,
-            publish_not_ready=config.publish_not_ready,
-            srv_priority=config.srv_priority,
-            round_robin=config.round_robin == "on",
-            ns_addresses=config.ns_addresses,
-        ),
-    )
-
-
-def transfers_allowed(config: Config) -> bool:
-    """Somebody may transfer the zones: the records are then kept as versions too."""
-    return bool(config.allow_transfer or config.tsig_key_file)
-
-
 def pacing(config: Config) -> Pacing:
     """How the API servers are retried, the local one and every linked cluster's (each
     source is given this one value): --kube-backoff-cap bounds every wait."""
     return Pacing(backoff_base=min(0.5, config.kube_backoff_cap),
                   backoff_cap=config.kube_backoff_cap)
-
-
-def make_index(config: Config, observer: Observer | None = None) -> Index:
-    """The index and, through it, the responder of ``config``'s zones."""
-    options = index_options(config)
-    return Index(make_responder(config.zones, options.zone, config.mcs_zones,
-                                config.catalog_zone, int(time.time())), options, observer)
 
 
 class LinkedClusters:
@@ -182,13 +149,13 @@ class App:
         self.tcp = TcpConnections(
             self.responder, config.tcp_idle_timeout, config.tcp_max_connections, config.query_log,
             Transfers(self.responder, networks(config.allow_transfer, "--allow-transfer"),
-                      self.index.versions, tsig, config.transfer_max,
+                      self.index.publisher.versions, tsig, config.transfer_max,
                       config.transfer_max_per_client),
             config.tcp_max_connections_per_client,
         )
         self.notifier = (Notifier(config.notify, self.responder.zones, notify_signer(tsig),
                                   self.responder.fixed_zones) if config.notify else None)
-        self.versioning = Versioning(self.index, self.notifier)
+        self.versioning = Versioning(self.index.publisher, self.notifier)
         self.heap = HeapTrimmer(config.heap_trim_period)
         if config.notify and not transfers_allowed(config):
             log.warning("--notify %s: NOTIFYs are sent, but no transfer is allowed, so the "
@@ -308,7 +275,7 @@ class App:
             from dnsside.sources.gateways import GatewayProber
 
             prober = GatewayProber(
-                self.index.probe_targets, period=self.config.gateway_probe_period,
+                self._probe_targets, period=self.config.gateway_probe_period,
                 timeout=self.config.gateway_probe_timeout,
                 failures=self.config.gateway_probe_failures,
             )
@@ -329,6 +296,12 @@ class App:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _probe_targets(self) -> dict[str, str]:
+        """Where the prober probes now: the index's probe Services and Links, read through
+        its view, by Linkerd's rule (:func:`dnsside.model.probes.probe_targets`)."""
+        local, links = self.index.local, self.index.links
+        return probe_targets(local.probe_services(), links.values(), links.linked())
 
     async def _consume(self, source: Source) -> None:
         name = source.name

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 
 from dnsside.core.diagnosis import ConfigWarning, Exclusion
 from dnsside.core.index import IndexReport
@@ -40,9 +41,11 @@ class IndexReporter:
         self._links_shown: tuple[object, ...] | None = None
         self._warnings_shown: object = None
         # cluster: (synced, credentials valid, TLS weakened, capped)
-        self._remotes_shown: dict[str, tuple[int, int, int, int]] = {}
+        self._remotes_shown: Mapping[str, tuple[int, int, int, int]] = {}
 
     def __call__(self, index: ReportView, report: IndexReport) -> None:
+        if report.synced:  # the line tests, scripts and operators wait for
+            log.info("%s", printable(synced_line(index), _TOLD_CHARACTERS))
         for told in report.told:
             # A notice names objects, and a linked cluster (or the mirrors Linkerd copies
             # from it) chose their names: one line each, whatever they hold.
@@ -132,4 +135,12 @@ class IndexReporter:
         self._unsafe_series = set(unsafe)
 
 
-__all__ = ["IndexReporter"]
+def synced_line(index: ReportView) -> str:
+    """The initial sync, said once: what the index serves and how far its Links go."""
+    clusters = ", ".join(sorted(index.counts.clusters())) or "none"
+    return (f"initial sync done: {len(index.global_services)} global services, "
+            f"{index.counts.members()} members, clusters {clusters}; "
+            f"links {index.links.describe()}")
+
+
+__all__ = ["IndexReporter", "synced_line"]

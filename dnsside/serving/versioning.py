@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 
-from dnsside.core.index import Index
+from dnsside.core.publishing import Publisher
 from dnsside.dns.versions import cut_not_before, next_serial
 from dnsside.serving.notify import Notifier
 from dnsside.telemetry import metrics
@@ -25,12 +25,13 @@ COALESCE = 0.1  # seconds a cut waits after the first change, for the rest of a 
 
 
 class Versioning:
-    """Cuts the index's versions of the zones and notifies."""
+    """Cuts the zones' versions through the index's publisher, and notifies."""
 
-    def __init__(self, index: Index, notifier: Notifier | None = None) -> None:
-        self.index = index
+    def __init__(self, publisher: Publisher, notifier: Notifier | None = None) -> None:
+        self.publisher = publisher
         self.notifier = notifier
-        self.last = index.serial  # the second the index was made: no version is numbered by it
+        # The second the index was made: no version is numbered by it.
+        self.last = publisher.serial
         self.first_cut = False  # a version exists: transfers and NOTIFYs can start
         self._timer: asyncio.TimerHandle | None = None
         self._clock_behind = False
@@ -40,9 +41,9 @@ class Versioning:
         """The index applied a batch: cut a version soon if the answers changed. The
         first version is the index's own, cut at the initial sync before the first answer
         (:meth:`Index.apply`): it is told here, once."""
-        if not self.first_cut and self.index.version_serial is not None:
-            self._told(self.index.version_serial)
-        if self._timer is not None or not self.index.version_pending:
+        if not self.first_cut and self.publisher.cut_serial is not None:
+            self._told(self.publisher.cut_serial)
+        if self._timer is not None or not self.publisher.pending:
             return
         now = time.time()
         delay = max(COALESCE, cut_not_before(self.last, now) - now)
@@ -50,7 +51,7 @@ class Versioning:
 
     def cut(self) -> None:
         self._timer = None
-        if not self.index.version_pending:
+        if not self.publisher.pending:
             return
         now = time.time()
         if cut_not_before(self.last, now) > now:  # the clock's second has not moved on yet
@@ -66,14 +67,14 @@ class Versioning:
                             "counting on by one until it catches up", int(now), self.last)
             else:
                 log.info("zone serial: the clock caught up; serials are seconds again")
-        self.index.cut_version(serial)
+        self.publisher.cut(serial)
         self._told(serial)
 
     def _told(self, serial: int) -> None:
         """Version ``serial`` was cut: the gauges, the log, the NOTIFYs."""
         self.last = serial
         metrics.ZONE_SERIAL.set(serial)
-        versions = self.index.versions.values()
+        versions = self.publisher.versions.values()
         metrics.ZONE_HISTORY_VERSIONS.set(sum(v.history_versions for v in versions))
         metrics.ZONE_HISTORY_RECORDS.set(sum(v.history_records for v in versions))
         if self.first_cut:

@@ -14,10 +14,10 @@ import dns.rdatatype
 import pytest
 
 from dnsside.core.assembly import GlobalService
+from dnsside.core.build import make_index
 from dnsside.core.encode import encode_service
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.members import Member
-from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
 from dnsside.dns.wire import to_wire
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
@@ -200,8 +200,7 @@ def test_dns_version_is_fixed_and_any_sees_it() -> None:
 
 @pytest.fixture
 def index() -> Index:
-    options = IndexOptions(cluster_name="east")
-    idx = Index(make_responder(["svc-global."], options.zone, [M]), options)
+    idx = make_index(IndexOptions(cluster_name="east", mcs_zones=(M,)))
     idx.apply([Replace(BOTH, demo_records()), Synced()])
     return idx
 
@@ -251,7 +250,7 @@ def test_removing_a_namespace_last_service_removes_its_names_in_both_zones(index
     r = index.responder
     db = [to_wire("db.svc-global."), to_wire("db.svc." + M)]
     assert all(n in r.names for n in db)
-    gone = [Delete(Kind.SERVICE, "db", name) for ns, name in index.services if ns == "db"]
+    gone = [Delete(Kind.SERVICE, "db", name) for ns, name in index.local.services if ns == "db"]
     index.apply(gone)
     assert not any(n in r.names for n in db)
     assert not any(owned_by(k, "cockroachdb.db") for k in r.answers)

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
+from dnsside.core.build import make_index
 from dnsside.core.explain import Explainer, render
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.index import IndexOptions
 from dnsside.model.events import Kind, Replace, Synced, Upsert
 from dnsside.model.linkerd import parse_object
 from dnsside.sources.file import load_records
@@ -18,8 +18,7 @@ from testkit.serve import DEMO
 
 
 def explainer() -> Explainer:
-    options = IndexOptions(cluster_name="east")
-    index = Index(make_responder(["svc-global."], options.zone), options)
+    index = make_index(IndexOptions(cluster_name="east"))
     records = [parse_object(o) for o in yaml.safe_load(DEMO.read_text())["items"]]
     index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
     return Explainer(index)
@@ -106,8 +105,7 @@ def test_an_unexported_local_service_is_explained_out_of_the_clusterset_only() -
     for o in items:
         if o["kind"] == "Service" and o["metadata"]["name"] == "nginx-svc":
             del o["metadata"]["labels"]["mirror.linkerd.io/exported"]
-    options = IndexOptions(cluster_name="east")
-    index = Index(make_responder(["svc-global."], options.zone, ["clusterset.local."]), options)
+    index = make_index(IndexOptions(cluster_name="east", mcs_zones=("clusterset.local.",)))
     records = [parse_object(o) for o in items]
     index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
     explain = Explainer(index).explain
@@ -128,13 +126,13 @@ def test_each_name_says_its_zone_serial_and_what_transfers_keep() -> None:
     plain = render(explainer().explain("nginx-svc.default.svc-global"))
     assert "not transferred (no --allow-transfer or --tsig-key-file)" in plain
     idx = file_index(DEMO, allow_transfer=["127.0.0.1"])
-    first = idx.version_serial  # the initial sync cut the first version
+    first = idx.publisher.cut_serial  # the initial sync cut the first version
     assert first is not None
     by_pod = dataclasses.replace(
         next(r for r in load_records(DEMO)[0] if r.name == "nginx-set-0-west"),
         cluster_ips=("10.43.9.9",))
     idx.apply([Upsert(by_pod)])
-    idx.cut_version(first + 1)
+    idx.publisher.cut(first + 1)
     line = next(x for x in render(Explainer(idx).explain("nginx-svc.default.svc-global"))
                 .splitlines() if x.startswith("Zone:"))
     assert line == (f"Zone:            svc-global. serial {first + 1}; 1 version of differences "
@@ -144,9 +142,8 @@ def test_each_name_says_its_zone_serial_and_what_transfers_keep() -> None:
 def test_a_namespace_left_out_by_the_filter_says_so() -> None:
     """It used to read "no mirror of it exists", which sends the operator to the linked
     clusters when the cause is --namespace."""
-    options = IndexOptions(cluster_name="east", namespaces=("db",))
-    index = Index(make_responder(["svc-global."], options.zone), options)
-    records, _ = load_records(DEMO, frozenset(options.namespaces))  # as the source reads
+    index = make_index(IndexOptions(cluster_name="east", namespaces=("db",)))
+    records, _ = load_records(DEMO, frozenset(index.options.namespaces))  # as the source reads
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
     e = Explainer(index)
     missing = e.explain("nginx-svc.default.svc-global")

@@ -10,8 +10,8 @@ import dns.rcode
 import pytest
 import yaml
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -57,8 +57,7 @@ def rec(o: dict[str, Any]) -> Record:
 
 @pytest.fixture
 def index() -> Index:
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone),
-                IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
+    idx = make_index(IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
     idx.apply([Replace(ALL, demo_records()), Synced()])
     return idx
 
@@ -73,8 +72,21 @@ def addrs(idx: Index, name: str) -> list[str]:
     return sorted(rd.to_text() for rrset in ask(idx, name).answer for rd in rrset)
 
 
+def test_the_index_reads_only_the_clock_it_is_given() -> None:
+    """The caller owns the clock: the serial before the sync is the given clock's second,
+    the first version (zones transferred) the given clock's second at the sync."""
+    now = [1_900_000_000.25]
+    idx = make_index(IndexOptions(transfer_history=4), clock=lambda: now[0])
+    soa = ask(idx, "svc-global", "SOA")  # SERVFAIL before the sync: the serial is the zone's
+    assert idx.publisher.serial == 1_900_000_000 and soa.rcode() == dns.rcode.SERVFAIL
+    now[0] += 7
+    idx.apply([Replace(BOTH, demo_records()), Synced()])
+    assert ask(idx, "svc-global", "SOA").answer[0][0].serial == 1_900_000_007
+    assert idx.publisher.cut_serial == 1_900_000_007
+
+
 def test_servfail_until_synced() -> None:
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone), IndexOptions())
+    idx = make_index()
     idx.apply([Replace(BOTH, demo_records())])
     assert ask(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.SERVFAIL
     assert ask(idx, "example.com").rcode() == dns.rcode.REFUSED
@@ -84,9 +96,9 @@ def test_servfail_until_synced() -> None:
 
 def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     """A change is pending until the serving side cuts a version; the SOA then says it."""
-    serial = index.serial
-    index.cut_version(serial + 1)
-    assert not index.version_pending
+    serial = index.publisher.serial
+    index.publisher.cut(serial + 1)
+    assert not index.publisher.pending
     assert "10.43.61.5" not in addrs(index, "nginx-svc.default.svc-global")
     sl = obj("nginx-set-0-north-bffce")
     sl["endpoints"][0]["conditions"]["ready"] = True
@@ -94,18 +106,18 @@ def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     assert changed == {("default", "nginx-svc")}
     assert "10.43.61.5" in addrs(index, "nginx-svc.default.svc-global")
     assert addrs(index, "north.nginx-svc.default.svc-global") == ["10.43.61.5"]
-    assert index.version_pending and index.serial == serial + 1
-    index.cut_version(serial + 2)
+    assert index.publisher.pending and index.publisher.serial == serial + 1
+    index.publisher.cut(serial + 2)
     soa = ask(index, "svc-global", "SOA").answer[0][0]
-    assert soa.serial == index.serial == serial + 2 and not index.version_pending
+    assert soa.serial == index.publisher.serial == serial + 2 and not index.publisher.pending
 
 
 def test_unrelated_change_touches_nothing(index: Index) -> None:
-    index.cut_version(index.serial + 1)
+    index.publisher.cut(index.publisher.serial + 1)
     m = obj("metrics")
     m["spec"]["ports"][0]["port"] = 9091
     assert index.apply([Upsert(rec(m))]) == set()
-    assert not index.version_pending
+    assert not index.publisher.pending
 
 
 def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
@@ -166,7 +178,7 @@ def test_replace_diffs_and_drops_what_is_missing(index: Index) -> None:
     assert "10.43.218.18" not in addrs(index, "nginx-svc.default.svc-global")
     # A Replace of one kind leaves the other kind alone.
     index.apply([Replace(frozenset({Kind.SLICE}), ())])
-    assert index.services and not index.slices
+    assert index.local.services and not index.local.slices
     # No slice, nothing ready... except remote-discovery and federated mirrors, which have no
     # endpoints at all.
     assert ask(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
@@ -201,7 +213,7 @@ def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
     objs.append(rec({"kind": "EndpointSlice", "metadata": {
         "name": "big-1", "namespace": "x", "labels": {"kubernetes.io/service-name": "big"}},
         "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "p", "port": 1}]}))
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone), IndexOptions())
+    idx = make_index()
     idx.apply([Replace(BOTH, tuple(objs)), Synced()])
     for rdtype in ("A", "SRV"):
         reply = idx.responder.respond(dns.message.make_query("big.x.svc-global", rdtype).to_wire(),

@@ -11,10 +11,10 @@ import dns.message
 import dns.rcode
 import pytest
 
+from dnsside.core.build import make_index
 from dnsside.core.diagnosis import Exclusion
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -82,11 +82,8 @@ def remote_records(objects: list[dict[str, Any]], cluster: str = "west") -> tupl
     return tuple(out)
 
 
-def make_index(**options: Any) -> Index:
-    zone = options.pop("zone", ZoneOptions())
-    mcs = options.pop("mcs", ())
-    opts = IndexOptions(cluster_name="east", zone=zone, **options)
-    return Index(make_responder(["svc-global."], opts.zone, mcs), opts, IndexReporter())
+def flat_index(**options: Any) -> Index:
+    return make_index(IndexOptions(cluster_name="east", **options), IndexReporter())
 
 
 def west_synced(idx: Index, objects: list[dict[str, Any]] | None = None) -> None:
@@ -97,7 +94,7 @@ def west_synced(idx: Index, objects: list[dict[str, Any]] | None = None) -> None
 
 @pytest.fixture
 def index() -> Index:
-    idx = make_index()
+    idx = flat_index()
     idx.apply([Replace(ALL, local_records()), Synced()])
     return idx
 
@@ -196,7 +193,7 @@ def test_a_hostname_less_endpoint_is_named_by_its_dashed_address(index: Index) -
 
 
 def test_publish_not_ready_and_local_first_priorities_apply_to_remote_pods() -> None:
-    idx = make_index(zone=ZoneOptions(publish_not_ready=True, srv_priority="local-first"))
+    idx = flat_index(zone=ZoneOptions(publish_not_ready=True, srv_priority="local-first"))
     idx.apply([Replace(ALL, local_records()), Synced()])
     west_synced(idx)
     assert addrs(idx, "db-1.west.db.data.svc-global") == {"10.244.1.6"}
@@ -207,7 +204,7 @@ def test_publish_not_ready_and_local_first_priorities_apply_to_remote_pods() -> 
 
 
 def test_mcs_names_include_remote_pods() -> None:
-    idx = make_index(mcs=("clusterset.local.",))
+    idx = flat_index(mcs_zones=("clusterset.local.",))
     idx.apply([Replace(ALL, local_records()), Synced()])
     west_synced(idx)
     assert addrs(idx, "db-0.west.db.data.svc.clusterset.local") == {"10.244.1.5"}
@@ -305,7 +302,7 @@ def test_link_record_defaults_keep_the_file_source_working() -> None:
 def test_per_pod_mirrors_of_a_cluster_served_directly_are_left_out_too() -> None:
     from testkit import topology as t
 
-    idx = make_index()
+    idx = flat_index()
     gateway_mode = [parse_object(o) for o in t.headless_link(
         "data", "db", "west", {"db-0": ["10.96.88.12"], "db-1": ["10.96.88.13"]},
         [("grpc", 26257), ("http", 8080)])]

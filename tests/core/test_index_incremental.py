@@ -15,8 +15,8 @@ from typing import Any
 import dns.name
 import pytest
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.endpoints import Endpoint
 from dnsside.model.events import (
@@ -104,9 +104,8 @@ class World:
         return (big, *map(parse_slice, self.north.values()))
 
 
-def make_index(zone: ZoneOptions, world: World) -> Index:
-    options = IndexOptions(cluster_name="east", zone=zone)
-    index = Index(make_responder(["svc-global."], zone, (MCS,)), options)
+def synced_index(zone: ZoneOptions, world: World) -> Index:
+    index = make_index(IndexOptions(cluster_name="east", zone=zone, mcs_zones=(MCS,)))
     index.apply([Replace(frozenset(Kind), world.local_records()), Synced()])
     index.apply([Remote("north", Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
                                          world.north_records())),
@@ -126,7 +125,7 @@ def answers(index: Index) -> dict[bytes, tuple[bytes, bytes, object]]:
 def same_as_afresh(index: Index, world: World, zone: ZoneOptions) -> None:
     """What ``index`` answers (and assembles) is what an index made from ``world`` at once
     answers: every question, every byte."""
-    fresh = make_index(zone, world)
+    fresh = synced_index(zone, world)
     got, want = answers(index), answers(fresh)
     assert got.keys() == want.keys(), sorted(got.keys() ^ want.keys())[:5]
     differ = [k for k in want if got[k] != want[k]]
@@ -192,7 +191,7 @@ def apply(index: Index, event: Event, ahead: bool) -> None:
 def test_a_big_service_changed_answers_what_an_index_made_afresh_answers(
         change: str, zone: ZoneOptions, ahead: bool) -> None:
     world = World()
-    index = make_index(zone, world)
+    index = synced_index(zone, world)
     assert len(index.global_services[("data", "big")].members) == 2 * PODS
     apply(index, CHANGES[change](world), ahead)
     same_as_afresh(index, world, zone)
@@ -209,7 +208,7 @@ def test_changes_one_after_another_answer_what_an_index_made_afresh_answers(
         ahead: bool) -> None:
     zone = ZoneOptions()
     world = World()
-    index = make_index(zone, world)
+    index = synced_index(zone, world)
     for change in CHANGES.values():
         apply(index, change(world), ahead)
         same_as_afresh(index, world, zone)
@@ -220,7 +219,7 @@ def test_the_pods_a_change_leaves_alone_keep_their_very_answers() -> None:
     """One pod of north's changed: every other pod's answer stays the very object the
     responder held (nothing re-encoded or rewritten for it); the changed pod's is new."""
     world = World()
-    index = make_index(ZoneOptions(), world)
+    index = synced_index(ZoneOptions(), world)
     table = index.responder.answers
     name = "{}.north.big.data.svc-global."
     key = {n: dns.name.from_text(name.format(f"nb-{n}")).to_wire() + A_IN for n in (8, 9)}
@@ -236,28 +235,28 @@ def test_one_endpoint_changed_encodes_one_member_not_the_service() -> None:
     one endpoint's change re-encodes that one; a slice re-sent identical none; every
     address changed, every member of that slice."""
     world = World()
-    index = make_index(ZoneOptions(), world)
-    before = index.encoded_members
+    index = synced_index(ZoneOptions(), world)
+    before = index.publisher.encoded_members
     index.apply([CHANGES["one moved"](world)])
-    assert index.encoded_members - before == 2  # one member, in two zones
-    before = index.encoded_members
+    assert index.publisher.encoded_members - before == 2  # one member, in two zones
+    before = index.publisher.encoded_members
     assert index.apply([CHANGES["re-sent identical"](world)]) == set()
-    assert index.encoded_members == before
+    assert index.publisher.encoded_members == before
     index.apply([CHANGES["all moved"](world)])
-    assert index.encoded_members - before == 2 * PODS
+    assert index.publisher.encoded_members - before == 2 * PODS
     # The server's way: a slice all changed is encoded ahead, in steps; then applied.
     world.north["big-1"] = a_slice("big-1", north_pods(), prefix="nb")
     back = Remote("north", Upsert(parse_slice(world.north["big-1"])))
-    before = index.encoded_members
+    before = index.publisher.encoded_members
     steps = sum(1 for _ in index.prepare([back], chunk=10))
-    assert steps == PODS // 10 and index.encoded_members - before == 2 * PODS
-    before = index.encoded_members
+    assert steps == PODS // 10 and index.publisher.encoded_members - before == 2 * PODS
+    before = index.publisher.encoded_members
     index.apply([back])
-    assert index.encoded_members == before  # all of it done ahead
+    assert index.publisher.encoded_members == before  # all of it done ahead
     same_as_afresh(index, world, ZoneOptions())
-    before = index.encoded_members
+    before = index.publisher.encoded_members
     index.apply([CHANGES["a local one not ready"](world)])  # it leaves the answers
-    assert index.encoded_members == before
+    assert index.publisher.encoded_members == before
 
 
 # Linkerd's per-pod mirrors of a big headless service of west: one Service and one
@@ -278,8 +277,7 @@ def gateway_slice(n: int, ready: bool = True) -> SliceRecord:
 
 def mirrors_index(records: list[Record]) -> Index:
     zone = ZoneOptions()
-    index = Index(make_responder(["svc-global."], zone, (MCS,)),
-                  IndexOptions(cluster_name="east", zone=zone))
+    index = make_index(IndexOptions(cluster_name="east", zone=zone, mcs_zones=(MCS,)))
     index.apply([Replace(MIRROR_KINDS, tuple(records)), Synced()])
     return index
 
@@ -296,10 +294,10 @@ def test_one_per_pod_mirror_changed_encodes_one_member_and_answers_as_afresh() -
     assert len(index.global_services[("data", "web")].members) == PODS
     for change, key in ((gateway_slice(5, ready=False), "slice5"),
                         (pod_mirror(9, "10.97.0.9"), "svc9")):
-        before = index.encoded_members
+        before = index.publisher.encoded_members
         records[key] = change
         index.apply([Upsert(change)])
-        assert index.encoded_members - before == 2 - (key == "slice5") * 2  # not ready: gone
+        assert index.publisher.encoded_members - before == 2 - (key == "slice5") * 2  # not ready: gone
         fresh = mirrors_index(list(records.values()))
         assert answers(index) == answers(fresh)
         assert index.global_services[("data", "web")] == fresh.global_services[("data", "web")]
@@ -315,7 +313,7 @@ def test_a_service_past_one_answers_size_answers_as_afresh_after_one_pod_moved(
     world = World()
     world.north["big-1"] = a_slice("big-1", pods(1500, shift=1000), prefix="nb")
     zone = ZoneOptions()
-    index = make_index(zone, world)
+    index = synced_index(zone, world)
     srv = dns.name.from_text("big.data.svc-global.").to_wire() + b"\x00\x21\x00\x01"
     before = index.responder.answers[srv]
     assert len(before.body) > 60_000  # full: the records that fit, not all 1,500 + 80

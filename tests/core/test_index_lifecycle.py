@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, get_args
+from typing import Any, get_args, get_type_hints
 
 import dns.message
 import dns.rcode
 import pytest
 import yaml
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index
+from dnsside.core.diagnosis import Exclusion, Notice
+from dnsside.core.index import HANDLERS, Index, IndexOptions
+from dnsside.core.links import TRANSITIONS, LinkInput, LinkPhase, Links
+from dnsside.core.store import OBJECT_EVENTS
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -23,17 +26,11 @@ from dnsside.model.events import (
     Kind,
     LinksUnavailable,
     LinkWatch,
+    Remote,
     Replace,
     Synced,
     Upsert,
 )
-from dnsside.core.diagnosis import Exclusion
-from dnsside.core.diagnosis import Notice
-from dnsside.core.index import HANDLERS
-from dnsside.core.links import TRANSITIONS
-from dnsside.core.links import LinkInput
-from dnsside.core.links import LinkPhase
-from dnsside.core.links import Links
 from dnsside.model.linkerd import (
     LinkRecord,
     Record,
@@ -41,6 +38,7 @@ from dnsside.model.linkerd import (
     SliceRecord,
     parse_object,
 )
+from dnsside.model.probes import probe_targets
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
 from testkit.serve import DEMO
@@ -69,15 +67,14 @@ def link(name: str) -> LinkRecord:
     return found
 
 
-def make_index(cluster_name: str = "east", **options: Any) -> Index:
-    opts = IndexOptions(cluster_name=cluster_name, **options)
+def reported_index(cluster_name: str = "east", **options: Any) -> Index:
     # With the server's reporter: these tests read its log lines and metrics too.
-    return Index(make_responder(["svc-global."], opts.zone), opts, IndexReporter())
+    return make_index(IndexOptions(cluster_name=cluster_name, **options), IndexReporter())
 
 
 @pytest.fixture
 def index() -> Index:
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, records()), Synced()])
     return idx
 
@@ -116,7 +113,7 @@ def test_orphaned_cluster_is_in_no_answer_and_counted(index: Index) -> None:
 def test_orphans_stay_out_even_with_publish_not_ready() -> None:
     """An orphan keeps Linkerd's readiness (ready: its mirror still says so), and neither
     that nor --publish-not-ready puts it back in an answer."""
-    idx = make_index(zone=ZoneOptions(publish_not_ready=True))
+    idx = reported_index(zone=ZoneOptions(publish_not_ready=True))
     idx.apply([Replace(ALL, records()), Synced()])
     assert "10.45.0.10" not in addrs(idx, NGINX)
     assert ask(idx, "nginx-set-0.old.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
@@ -157,7 +154,7 @@ def test_links_never_listed_filter_nothing_and_never_empty_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("cannot list Links (v1alpha3): forbidden"), Synced()])
     assert "10.45.0.10" in addrs(idx, NGINX)  # the orphan is served: nothing is filtered
@@ -216,7 +213,7 @@ def test_a_listed_link_set_stands_through_every_fault(
 
 
 def test_a_dump_without_links_filters_nothing() -> None:
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("the file has no Link objects"), Synced()])
     assert "10.45.0.10" in addrs(idx, NGINX)
@@ -224,7 +221,7 @@ def test_a_dump_without_links_filters_nothing() -> None:
 
 
 def test_no_link_at_all_leaves_only_the_local_cluster() -> None:
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, records(links=False)), Synced()])
     assert addrs(idx, NGINX) == {"10.42.1.10", "10.42.1.11"}
     assert ask(idx, "payments.default.svc-global").rcode() == dns.rcode.NOERROR  # federated
@@ -234,9 +231,9 @@ def test_no_link_at_all_leaves_only_the_local_cluster() -> None:
 
 
 def test_failing_gateway_leaves_every_answer_and_comes_back(index: Index) -> None:
-    serial = index.serial
+    serial = index.publisher.serial
     index.apply([GatewayState("west", Gateway.ALIVE)])
-    assert index.serial == serial  # alive changes nothing Linkerd did not say
+    assert index.publisher.serial == serial  # alive changes nothing Linkerd did not say
     index.apply([GatewayState("west", Gateway.FAILING, "connection refused")])
     assert not WEST_NGINX & addrs(index, NGINX)
     assert not any(".west." in t for t in srv_targets(index, "_http._tcp." + NGINX))
@@ -263,36 +260,42 @@ def test_never_answered_gateway_is_not_acted_on(index: Index) -> None:
     assert "south" not in index.gateways
 
 
+def probed(index: Index) -> dict[str, str]:
+    """Where the server's prober probes: the rule over what the index's view shows."""
+    return probe_targets(index.local.probe_services(), index.links.values(),
+                         index.links.linked())
+
+
 def test_probe_targets_follow_links_and_probe_services(index: Index) -> None:
-    assert index.probe_targets() == {
+    assert probed(index) == {
         "west": "http://10.43.200.11:4191/ready",
         "north": "http://10.43.200.10:4191/ready",
         "south": "http://10.43.200.12:4191/ready",
     }
     west = link("west")
     index.apply([Upsert(LinkRecord(west.namespace, west.name, "west", "/live"))])
-    assert index.probe_targets()["west"] == "http://10.43.200.11:4191/live"
+    assert probed(index)["west"] == "http://10.43.200.11:4191/live"
     index.apply([Delete(Kind.LINK, west.namespace, west.name)])
-    assert "west" not in index.probe_targets()  # an unlinked cluster is not probed
+    assert "west" not in probed(index)  # an unlinked cluster is not probed
     index.apply([Delete(Kind.SERVICE, "linkerd-multicluster", "probe-north")])
-    assert set(index.probe_targets()) == {"south"}
+    assert set(probed(index)) == {"south"}
     index.apply([LinksUnavailable("forbidden")])  # listed before: the list stands
-    assert set(index.probe_targets()) == {"south"}
-    never = make_index()  # never listed: every probe Service (answers only get shorter)
+    assert set(probed(index)) == {"south"}
+    never = reported_index()  # never listed: every probe Service (answers only get shorter)
     never.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                  LinksUnavailable("forbidden"), Synced()])
-    assert set(never.probe_targets()) == {"west", "north", "south"}
+    assert set(probed(never)) == {"west", "north", "south"}
 
 
 # --------------------------------------------------------------------------- federated
 
 
 def test_federated_members_and_no_federated() -> None:
-    with_fed = make_index()
+    with_fed = reported_index()
     with_fed.apply([Replace(ALL, records()), Synced()])
     assert addrs(with_fed, "payments.default.svc-global") == {"10.43.100.20"}
     assert addrs(with_fed, "federated.web.default.svc-global") == {"10.43.100.9"}
-    without = make_index(include_federated=False)
+    without = reported_index(include_federated=False)
     without.apply([Replace(ALL, records()), Synced()])
     assert ask(without, "payments.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     assert "10.43.100.9" not in addrs(without, "web.default.svc-global")
@@ -303,7 +306,7 @@ def test_federated_members_and_no_federated() -> None:
 
 def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    idx = make_index(cluster_name="west")
+    idx = reported_index(cluster_name="west")
     idx.apply([Replace(ALL, records()), Synced()])
     targets = srv_targets(idx, "_http._tcp." + NGINX)
     assert len(targets) == len(set(targets)) == 3  # west's nginx-set-0/1 are the local pods
@@ -324,12 +327,12 @@ def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture
 
 def test_default_cluster_name_warns(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    idx = make_index(cluster_name="local")
+    idx = reported_index(cluster_name="local")
     idx.apply([Replace(ALL, records()), Synced()])
     assert "default-cluster-name" in idx.warnings
     assert gauge("dnsside_config_warning", warning="default-cluster-name") == 1
     assert "--cluster-name is still the default 'local'" in caplog.text
-    fine = make_index()
+    fine = reported_index()
     fine.apply([Replace(ALL, records()), Synced()])
     assert fine.warnings == {}
     assert gauge("dnsside_config_warning", warning="default-cluster-name") == 0
@@ -341,7 +344,7 @@ def test_mirrors_without_any_slice_warn() -> None:
         for s in records())}
     without = tuple(r for r in records() if not (isinstance(r, SliceRecord)
                                                   and r.name in mirror_slices))
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, without), Synced()])
     assert "no-mirror-slices" in idx.warnings
     assert "EndpointSliceMirroring controller off" in idx.warnings["no-mirror-slices"]
@@ -380,11 +383,15 @@ def test_every_link_phase_has_a_move_for_every_input() -> None:
 
 
 def test_every_event_type_has_its_handler() -> None:
+    """Dispatched once, by the table: one handler per type (none dispatching again on the
+    type), and a linked cluster's object event by its own table."""
     assert set(HANDLERS) == set(get_args(Event))
+    assert len(set(HANDLERS.values())) == len(HANDLERS), HANDLERS
+    assert set(OBJECT_EVENTS) == set(get_args(get_type_hints(Remote)["event"]))
 
 
 def test_links_tell_each_change_once() -> None:
-    links = Links()
+    links = Links("linkerd-multicluster", lambda: 1000.0)  # the clock is the caller's
     told = links.unavailable("403")
     assert told is not None and told.notice is Notice.LINKS_UNREADABLE
     assert links.unavailable("403") is None  # the same reason: told already
@@ -425,7 +432,7 @@ def test_a_link_outside_the_links_namespace_counts_for_nothing(
     for shadow in shadows:
         index.apply([Upsert(shadow)])
     assert "10.45.0.10" not in addrs(index, NGINX)
-    assert index.probe_targets()["west"].endswith("/ready")
+    assert probed(index)["west"].endswith("/ready")
     assert [lk.name for lk in index.links.values() if lk.target_cluster == "west"] == ["west"]
     index.apply([Upsert(west)])  # an unrelated change: told again never
     told = refusals(caplog, "is ignored: only Links in linkerd-multicluster")
@@ -446,20 +453,20 @@ def test_a_second_link_for_a_cluster_is_refused_and_the_first_keeps_it(
     newer = replace(west, name="zzz-west", probe_path="/evil", created="2026-11-02T00:00:00Z")
     older_by_name = replace(west, name="aaa-west", probe_path="/evil-too")
     index.apply([Upsert(newer)])
-    assert index.probe_targets()["west"].endswith("/ready")
+    assert probed(index)["west"].endswith("/ready")
     index.apply([Upsert(replace(west, gateway_address="172.18.0.9"))])  # the first, updated
-    assert index.probe_targets()["west"].endswith("/ready")
+    assert probed(index)["west"].endswith("/ready")
     told = refusals(caplog, "Link linkerd-multicluster/zzz-west is refused")
     assert len(told) == 1, told
     assert "cluster west is linked by Link linkerd-multicluster/west, created first" in told[0]
     assert gauge("dnsside_links_refused", reason="duplicate") == 1
     # The same age: the name decides, so it is the same after a restart too.
     index.apply([Upsert(older_by_name)])
-    assert index.probe_targets()["west"].endswith("/evil-too")
+    assert probed(index)["west"].endswith("/evil-too")
     told = refusals(caplog, "Link linkerd-multicluster/west is refused: cluster west is "
                     "linked by Link linkerd-multicluster/aaa-west")
     assert len(told) == 1, told
-    again = make_index()
+    again = reported_index()
     again.apply([Replace(ALL, (*records(), newer, older_by_name)), Synced()])
-    assert again.probe_targets() == index.probe_targets()
+    assert probed(again) == probed(index)
     assert WEST_NGINX <= addrs(index, NGINX)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.core.tables import Table
 from dnsside.dns.wire import Answer
 from dnsside.kubeapi.client import continue_token
@@ -51,8 +51,7 @@ def records() -> tuple[Record, ...]:
 
 
 def demo_index(*mcs: str) -> Index:
-    options = IndexOptions(cluster_name="east")
-    idx = Index(make_responder(["svc-global."], options.zone, mcs), options)
+    idx = make_index(IndexOptions(cluster_name="east", mcs_zones=tuple(mcs)))
     idx.apply([Replace(ALL, records()), Synced()])
     return idx
 
@@ -138,17 +137,17 @@ def test_a_write_that_changes_no_answer_replaces_nothing() -> None:
     """An object rewritten with no change we read, or a change that moves no answer
     (a not-ready mirror's port list), keeps every Answer object and the serial."""
     idx = demo_index("clusterset.local.")
-    idx.cut_version(idx.serial + 1)
+    idx.publisher.cut(idx.publisher.serial + 1)
     before = dict(idx.responder.answers)
     same = next(r for r in records() if r.name == "nginx-set-0-west")
     assert idx.apply([Upsert(same)]) == set()
-    assert not idx.version_pending
+    assert not idx.publisher.pending
     assert all(idx.responder.answers[k] is a for k, a in before.items())
     # A change that does move answers swaps only that service's entries.
     svc = copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == "nginx-set-0-west"))
     svc["spec"]["clusterIP"] = svc["spec"]["clusterIPs"][0] = "10.43.9.9"
     changed = idx.apply([Upsert(parse_object(svc))])  # type: ignore[arg-type]
-    assert changed == {("default", "nginx-svc")} and idx.version_pending
+    assert changed == {("default", "nginx-svc")} and idx.publisher.pending
     apex = {z.wire for z in idx.responder.zones}  # SOA, NS: re-made with the serial
     moved = {k for k, a in before.items()
              if idx.responder.answers.get(k) is not a and k[:-4] not in apex

@@ -44,14 +44,14 @@ MCS_ID = hashlib.sha1(dns.name.from_text("clusterset.local.").to_wire()).hexdige
 def index() -> Index:
     idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"],
                      catalog_zone=CATALOG, started=STARTED)
-    idx.cut_version(STARTED + 1)  # the first version of the zones, as serve cuts it
+    idx.publisher.cut(STARTED + 1)  # the first version of the zones, as serve cuts it
     return idx
 
 
 def transferred(index: Index, wire: bytes) -> list[tuple[str, str, str]]:
     """(owner, type, rdata) of every record the TCP side sends for ``wire`` from 127.0.0.1."""
     transfers = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                          index.versions)
+                          index.publisher.versions)
     replies = transfers.answer(wire, "127.0.0.1")
     assert replies is not None
     out = []
@@ -86,12 +86,12 @@ def test_the_catalog_is_transferred_under_the_zones_access_rules(index: Index) -
     """Outside --allow-transfer: REFUSED. With a key: unsigned REFUSED, signed answered and
     signed, every message read by dnspython with the key."""
     allowed = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                        index.versions)
+                        index.publisher.versions)
     refused = allowed.answer(query(CATALOG, AXFR), "192.0.2.7")
     assert refused is not None and parse(next(iter(refused))).rcode() == dns.rcode.REFUSED
     key = dns.tsig.Key("xfr-key.", "c2VjcmV0IHNlY3JldCBzZWNyZXQgc2VjcmV0IDMyIGJ5dGVz",
                        "hmac-sha256")
-    signed = Transfers(index.responder, versions=index.versions,
+    signed = Transfers(index.responder, versions=index.publisher.versions,
                        tsig=make_key("xfr-key.", "hmac-sha256", key.secret))
     unsigned = signed.answer(query(CATALOG, AXFR), "192.0.2.7")
     assert unsigned is not None and parse(next(iter(unsigned))).rcode() == dns.rcode.REFUSED
@@ -143,10 +143,10 @@ def test_queries_to_the_catalog_are_answered_authoritatively(index: Index) -> No
 
 def test_the_zones_versions_never_move_the_catalogs_serial(index: Index) -> None:
     before = transferred(index, query(CATALOG, AXFR))
-    index.cut_version(STARTED + 7)
-    index.cut_version(STARTED + 9)
-    assert index.serial == STARTED + 9  # the zones' serial moved
-    assert index.versions[to_wire(CATALOG)].serial == STARTED
+    index.publisher.cut(STARTED + 7)
+    index.publisher.cut(STARTED + 9)
+    assert index.publisher.serial == STARTED + 9  # the zones' serial moved
+    assert index.publisher.versions[to_wire(CATALOG)].serial == STARTED
     assert transferred(index, query(CATALOG, AXFR)) == before
     # IXFR: from the catalog's serial, the SOA alone; from an older one, the whole catalog.
     assert [r[1] for r in transferred(index, ixfr_query(CATALOG, STARTED))] == ["SOA"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from dnsside.core.build import make_index
 from dnsside.core.explain import Explainer
-from dnsside.core.index import Index, IndexOptions
+from dnsside.core.index import IndexOptions
 from dnsside.dns.names import MCS, SVC_GLOBAL, Kind, Request, owner, parse
-from dnsside.dns.responder import Responder
 from dnsside.dns.wire import to_wire
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 from dnsside.model.events import Replace, Synced
@@ -95,8 +95,7 @@ def test_a_name_outside_the_zone_is_refused() -> None:
 def test_every_published_name_parses_to_the_name_written() -> None:
     """Every owner name of the demo, in both schemes, is a name of the grammar (no NONE)
     whose request writes the very same bytes: encoders and parser agree."""
-    options = IndexOptions(cluster_name="east")
-    index = Index(Responder([Z, McsZone("clusterset.local.", options.zone)]), options)
+    index = make_index(IndexOptions(cluster_name="east", mcs_zones=("clusterset.local.",)))
     index.apply([Replace(BOTH, demo_records()), Synced()])
     responder = index.responder
     names = {key[:-4] for key in responder.answers} | set(responder.names)

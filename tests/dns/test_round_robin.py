@@ -218,7 +218,7 @@ def test_a_transfer_is_one_order_whatever_was_asked(tmp_path: Path) -> None:
     """The transfer sends the zone's records, not answers: the same order before and after
     the names were asked (their answers turned), each record once."""
     index = file_index(zone_file(tmp_path), mcs_zones=[MCS], allow_transfer=["127.0.0.0/8"])
-    index.cut_version(1000)
+    index.publisher.cut(1000)
     before = axfr_records(index)
     for name, qtype in [(NGINX, A), ("_http._tcp." + NGINX, SRV), (BIG, A),
                         ("nginx-svc.default.svc.clusterset.local", A)]:
@@ -231,7 +231,7 @@ def test_a_transfer_is_one_order_whatever_was_asked(tmp_path: Path) -> None:
 def axfr_records(index: Index) -> list[str]:
     req = transfer.request(query("svc-global", AXFR), index.responder.zone_by_wire)
     assert req is not None
-    messages = transfer.messages(req, transfer.axfr_records(req, index.versions[req.zone.wire]),
+    messages = transfer.messages(req, transfer.axfr_records(req, index.publisher.versions[req.zone.wire]),
                                  65535)
     return [f"{r.name} {r.to_text()}" for m in messages
             for r in dns.message.from_wire(m, one_rr_per_rrset=True).answer][1:-1]  # no SOAs

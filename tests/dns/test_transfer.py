@@ -43,7 +43,7 @@ def index() -> Index:
     """The demo, its zones kept as versions, the first one cut (what serve does once
     synced); a test that changes it puts it back."""
     idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
-    idx.cut_version(1000)
+    idx.publisher.cut(1000)
     return idx
 
 
@@ -66,7 +66,7 @@ def axfr(index: Index, zone: str, limit: int = 65535, name: str | None = None
          ) -> list[bytes]:
     req = transfer.request(query(name or zone, AXFR), index.responder.zone_by_wire)
     assert req is not None
-    return transfer.messages(req, transfer.axfr_records(req, index.versions[req.zone.wire]),
+    return transfer.messages(req, transfer.axfr_records(req, index.publisher.versions[req.zone.wire]),
                              limit)
 
 
@@ -75,7 +75,7 @@ def transferring() -> tuple[Index, Transfers]:
     TCP side for 127.0.0.0/8."""
     idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
     return idx, Transfers(idx.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                          idx.versions)
+                          idx.publisher.versions)
 
 
 def sent(transfers: Transfers, wire: bytes, peer: str) -> list[bytes]:
@@ -181,10 +181,10 @@ def test_a_record_with_a_name_not_spelled_out_is_never_sent(target: bytes) -> No
     with pytest.raises(Untransferable):
         list(answer_records(name, bad_srv(target)))
     idx = file_index(DEMO, mcs_zones=["clusterset.local"], allow_transfer=["127.0.0.0/8"])
-    idx.cut_version(1000)
-    idx.versions[to_wire("svc-global")].replace(name, None, bad_srv(target))
-    assert idx.versions[to_wire("svc-global")].broken is not None
-    assert idx.versions[to_wire("clusterset.local")].broken is None  # the other zone is fine
+    idx.publisher.cut(1000)
+    idx.publisher.versions[to_wire("svc-global")].replace(name, None, bad_srv(target))
+    assert idx.publisher.versions[to_wire("svc-global")].broken is not None
+    assert idx.publisher.versions[to_wire("clusterset.local")].broken is None  # the other zone is fine
 
 
 def count(kind: str, result: str) -> float:
@@ -196,14 +196,14 @@ def count(kind: str, result: str) -> float:
 def test_the_tcp_side_refuses_by_default_and_counts(index: Index) -> None:
     responder = index.responder
     before = count("axfr", "refused")
-    replies = sent(Transfers(responder, versions=index.versions), query("svc-global", AXFR),
+    replies = sent(Transfers(responder, versions=index.publisher.versions), query("svc-global", AXFR),
                                                                     "127.0.0.1")
     assert replies is not None and len(replies) == 1
     assert parse(replies[0]).rcode() == dns.rcode.REFUSED
     assert count("axfr", "refused") == before + 1
     below = sent(Transfers(responder), query("web.default.svc-global", AXFR), "::1")
     assert [parse(r).rcode() for r in below] == [dns.rcode.NOTAUTH]  # the responder's
-    outside = Transfers(responder, networks(["10.0.0.0/8"], "--allow-transfer"), index.versions)
+    outside = Transfers(responder, networks(["10.0.0.0/8"], "--allow-transfer"), index.publisher.versions)
     replies = sent(outside, query("svc-global", AXFR), "127.0.0.1")
     assert replies is not None and parse(replies[0]).rcode() == dns.rcode.REFUSED
     assert count("axfr", "refused") == before + 2
@@ -219,8 +219,8 @@ def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
     soa = parse(idx.responder.respond(query("svc-global", SOA), True) or b"")
     first = records(sent(allowed, query("svc-global", AXFR), "127.0.0.9"))
     assert first[0][1] == "SOA" and int(first[0][2].split()[2]) == soa.answer[0][0].serial
-    assert idx.version_serial == soa.answer[0][0].serial
-    idx.cut_version(1000)
+    assert idx.publisher.cut_serial == soa.answer[0][0].serial
+    idx.publisher.cut(1000)
     before, full, before_bytes = count("ixfr", "ok"), count("ixfr", "full"), \
         metrics.REGISTRY.get_sample_value("dnsside_transfer_bytes_total") or 0.0
     replies = sent(allowed, ixfr_query("svc-global.", 990), "127.0.0.9")
@@ -237,7 +237,7 @@ def test_the_tcp_side_transfers_to_an_allowed_client_and_counts(
     ahead = sent(allowed, ixfr_query("svc-global.", 1500), "127.0.0.9")
     assert ahead is not None and [r[1] for r in records(ahead)] == ["SOA"]
     assert "holds svc-global. at serial 1500, ahead of ours (1000)" in caplog.text
-    idx.versions[to_wire("svc-global")].replace(to_wire("_x._tcp.web.default.svc-global"),
+    idx.publisher.versions[to_wire("svc-global")].replace(to_wire("_x._tcp.web.default.svc-global"),
                                                 None, bad_srv(b"\xc0\x0c"))
     failed = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
     assert failed is not None and len(failed) == 1
@@ -273,7 +273,7 @@ def test_ixfr_sends_the_differences_that_turn_each_old_version_into_the_current_
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
     idx, allowed = transferring()
-    idx.cut_version(1000)
+    idx.publisher.cut(1000)
     held = {1000: {z: zone_records(idx, z) for z in ("svc-global", "clusterset.local")}}
     by_name = {r.name: r for r in load_records(DEMO)[0] if r.namespace == "default"}
     mirror = next(n for n in by_name if n.startswith("nginx-set-2-"))
@@ -284,8 +284,8 @@ def test_ixfr_sends_the_differences_that_turn_each_old_version_into_the_current_
     steps.append([Upsert(moved)])
     for serial, events in zip((1001, 1002, 1003), steps, strict=True):
         idx.apply(events)
-        assert idx.version_pending
-        idx.cut_version(serial)
+        assert idx.publisher.pending
+        idx.publisher.cut(serial)
         held[serial] = {z: zone_records(idx, z) for z in held[1000]}
         assert held[serial] != held[serial - 1]
     for zone in held[1000]:
@@ -314,7 +314,7 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
         index: Index, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
     key = make_key("xfr-key.", "hmac-sha256", KEY.secret)
-    signed = Transfers(index.responder, versions=index.versions, tsig=key)  # any address
+    signed = Transfers(index.responder, versions=index.publisher.versions, tsig=key)  # any address
     q = signed_axfr(KEY)
     replies = sent(signed, q.to_wire(), "192.0.2.7")
     assert replies is not None
@@ -343,7 +343,7 @@ def test_with_a_key_only_transfers_signed_with_it_are_answered_and_signed(
     # With --allow-transfer too, both must hold: the key does not open another address.
     # Its REFUSED is signed, as serve's responder signs every answer to a signed query.
     both = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                     index.versions, key)
+                     index.publisher.versions, key)
     index.responder.tsig = key
     try:
         q = signed_axfr(KEY)
@@ -384,7 +384,7 @@ def test_a_transfer_is_packed_as_it_is_sent_and_one_cut_short_says_so(
     leaves unsent is never packed, and the log line says the client went first."""
     caplog.set_level(logging.INFO, logger="dnsside.transfer")
     idx, allowed = transferring()
-    idx.cut_version(1000)
+    idx.publisher.cut(1000)
     whole = sent(allowed, query("svc-global", AXFR), "127.0.0.9")
     assert whole is not None and len(whole) == 1
     caplog.clear()
@@ -410,10 +410,10 @@ def test_transfers_are_capped_per_client_and_in_all_and_share_the_versions_recor
     client; a slot comes back when a transfer ends or is cut short. Every transfer refers
     to the version's own records, never a copy."""
     idx, _ = transferring()
-    idx.cut_version(1000)
+    idx.publisher.cut(1000)
     allowed = Transfers(idx.responder, networks(["127.0.0.0/8", "2001:db8::/32"],
                                                 "--allow-transfer"),
-                        idx.versions, max_total=3, max_per_client=2)
+                        idx.publisher.versions, max_total=3, max_per_client=2)
     wire = query("svc-global", AXFR)
     busy = count("axfr", "busy")
     first, second = allowed.answer(wire, "2001:db8::1"), allowed.answer(wire, "2001:db8::2")
@@ -433,7 +433,7 @@ def test_transfers_are_capped_per_client_and_in_all_and_share_the_versions_recor
     assert allowed.answer(wire, "127.0.0.5").streamed
     assert len(list(second)) == 1  # the whole zone sent: its slot is free
     assert allowed.answer(wire, "2001:db8::3").streamed
-    versions = idx.versions[to_wire("svc-global")]
+    versions = idx.publisher.versions[to_wire("svc-global")]
     req = transfer.request(wire, idx.responder.zone_by_wire)
     assert req is not None
     shared = versions.records()
@@ -448,13 +448,13 @@ def test_a_transfer_asked_with_edns_has_opt_in_every_message_and_signed_it_stays
     q = dns.message.make_query("svc-global.", "AXFR", use_edns=0, payload=1232)
     req = transfer.request(q.to_wire(), index.responder.zone_by_wire)
     assert req is not None and req.opt
-    parts = transfer.messages(req, transfer.axfr_records(req, index.versions[req.zone.wire]),
+    parts = transfer.messages(req, transfer.axfr_records(req, index.publisher.versions[req.zone.wire]),
                               limit=512)
     assert len(parts) > 5
     assert all(dns.message.from_wire(m).edns == 0 for m in parts)
     assert records(parts) == records(axfr(index, "svc-global"))
     key = make_key("xfr-key.", "hmac-sha256", KEY.secret)
-    signed = Transfers(index.responder, versions=index.versions, tsig=key)
+    signed = Transfers(index.responder, versions=index.publisher.versions, tsig=key)
     q.use_tsig(KEY)
     replies = sent(signed, q.to_wire(), "192.0.2.7")
     ctx = None
@@ -470,7 +470,7 @@ def test_the_tcp_side_answers_each_edge_as_bind(index: Index) -> None:
     without the client's SOA: FORMERR to a client that may transfer, REFUSED to one that
     may not (BIND 9.18's order: access first); each counted by the responder."""
     allowed = Transfers(index.responder, networks(["127.0.0.0/8"], "--allow-transfer"),
-                        index.versions)
+                        index.publisher.versions)
     tcp = index.responder.tcp_counts
 
     def one(wire: bytes, peer: str = "127.0.0.9") -> dns.message.Message:

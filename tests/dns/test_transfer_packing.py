@@ -50,10 +50,10 @@ def by_the_rule(req: transfer.Request, records: list[bytes], limit: int) -> list
 @pytest.mark.parametrize("apex", ["svc-global", "SVC-Global"])
 def test_messages_are_as_full_as_the_limit_allows(zone: Path, limit: int, apex: str) -> None:
     index = file_index(zone, allow_transfer=["127.0.0.0/8"])
-    index.cut_version(1000)
+    index.publisher.cut(1000)
     req = transfer.request(query(apex, AXFR), index.responder.zone_by_wire)
     assert req is not None
-    records = transfer.axfr_records(req, index.versions[req.zone.wire])
+    records = transfer.axfr_records(req, index.publisher.versions[req.zone.wire])
     flat = list(records)
     if apex != apex.lower():
         flat = [spelled_out(rr, req.zone.wire) for rr in flat]

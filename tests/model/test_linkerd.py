@@ -8,12 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dnsside.core.assembly import (
-    ClusterView,
-    GlobalService,
-    assemble,
-    probe_url,
-)
+from dnsside.core.assembly import ClusterView, GlobalService, assemble
 from dnsside.core.diagnosis import NO_REMOTE_ENDPOINTS, Exclusion
 from dnsside.core.members import Member
 from dnsside.model.linkerd import (
@@ -29,6 +24,7 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
+from dnsside.model.probes import probe_url
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick

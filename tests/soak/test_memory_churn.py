@@ -17,8 +17,8 @@ import random
 import tracemalloc
 from typing import Any
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.build import make_index
+from dnsside.core.index import IndexOptions
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -110,8 +110,7 @@ def _traced_after_collect() -> int:
 
 def test_traced_memory_returns_after_tens_of_thousands_of_changes() -> None:
     world = World(seed=28)
-    options = IndexOptions(cluster_name="east")
-    index = Index(make_responder(["svc-global"], options.zone, ["clusterset.local"]), options)
+    index = make_index(IndexOptions(cluster_name="east", mcs_zones=("clusterset.local",)))
     links = [parse_object({"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
                            "metadata": {"name": c, "namespace": "linkerd-multicluster"},
                            "spec": {"targetClusterName": c}}) for c in GATEWAYS]
