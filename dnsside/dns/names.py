@@ -29,6 +29,7 @@ first label ``_x`` can only begin a protocol or SRV name.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -41,8 +42,17 @@ MCS = "mcs"
 # The protocols an SRV name can carry, as Kubernetes spells them, and their labels.
 PROTOCOL_LABELS = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
 _PROTOCOLS = {text: protocol for protocol, text in PROTOCOL_LABELS.items()}
+# A label of a name dnsside builds from an object (a namespace, a service, a cluster, a
+# hostname, a port name), lower case; an underscore passes, as Kubernetes DNS lets it.
+_OBJECT_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 SERVICES_LABEL = "svc"  # an MCS zone's services hang below svc.M
 VERSION_LABEL = "dns-version"  # dns-version.M TXT: the KEP-1645 schema version
+
+
+def is_dns_label(value: str) -> bool:
+    """``value`` (lower case) can be a label of a name built from an object: the rule every
+    source's text passes before it reaches an owner name."""
+    return bool(_OBJECT_LABEL.match(value))
 
 
 class Kind(enum.Enum):
@@ -180,6 +190,31 @@ def label(text: str) -> bytes:
     if not 0 < len(raw) < 64:
         raise ValueError(f"bad DNS label {text!r}")
     return bytes([len(raw)]) + raw
+
+
+# How long a name grows, known from the text before the name is built, so a name over
+# DNS's limit (RFC 1035 §2.3.4) is refused as its object arrives, never met when encoding.
+# A zone is counted by what it adds below a namespace (its services name, with the root).
+MAX_NAME_OCTETS = 255
+DEFAULT_ZONE_OCTETS = 12  # svc-global., the default --zone: "\x0asvc-global\x00"
+MEMBER_OCTETS_MAX = 2 * (1 + 63)  # <host>.<cluster>. below a service, at the most
+SRV_OCTETS_MAX = (2 + 63) + (2 + 4)  # _<port>._<proto>. below a service (_sctp the longest)
+
+
+def service_octets(service: str, namespace: str, zone_octets: int) -> int:
+    """``<svc>.<ns>.<zone>`` in wire octets."""
+    return 2 + len(service) + len(namespace) + zone_octets
+
+
+def member_octets(service: int, cluster: str, host: str | None) -> int:
+    """``<host>.<cluster>.<svc>...`` (``<cluster>.<svc>...`` without a host) in wire octets,
+    ``service`` being its service name's."""
+    return service + 1 + len(cluster) + (1 + len(host) if host else 0)
+
+
+def srv_octets(service: int, port: str, protocol: str) -> int:
+    """``_<port>._<proto>.<svc>...`` in wire octets (``protocol`` as Kubernetes spells it)."""
+    return service + 4 + len(port) + len(protocol)
 
 
 def services_name(zone: bytes, scheme: str) -> bytes:

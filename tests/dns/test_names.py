@@ -119,3 +119,43 @@ def test_every_published_name_parses_to_the_name_written() -> None:
     deep = Explainer(index).explain("a.b.c.nginx-svc.default.svc-global")
     assert deep["rcode"] == "NXDOMAIN" and "no name of the zone has this shape" in \
         deep["explanation"]
+
+
+@pytest.mark.parametrize("zone", ["svc-global.", "a.much.longer.zone.example.",
+                                  "clusterset.local."])
+@pytest.mark.parametrize(("service", "namespace", "cluster", "host", "port", "protocol"), [
+    ("web", "default", "east", "web-0", "http", "TCP"),
+    ("s" * 63, "n" * 63, "c" * 63, "h" * 63, "p" * 62, "SCTP"),
+    ("db", "ns", "west", None, "grpc-web", "UDP"),
+])
+def test_name_lengths_are_the_lengths_of_the_names_built(
+        zone: str, service: str, namespace: str, cluster: str, host: str | None, port: str,
+        protocol: str) -> None:
+    """The arithmetic that refuses a too-long name before it is built agrees with the
+    builders, in both schemes, for every shape it measures."""
+    from dnsside.dns import names
+
+    for z in (Zone(zone, ZoneOptions()), McsZone(zone, ZoneOptions())):
+        services = names.services_name(z.wire, z.scheme)
+        service_wire = names.service_name(service, namespace, services)
+        octets = names.service_octets(service, namespace, len(services))
+        assert octets == len(service_wire)
+        cluster_wire = names.cluster_name(cluster, service_wire)
+        owner_wire = cluster_wire if host is None else names.member_name(host, cluster_wire)
+        assert names.member_octets(octets, cluster, host) == len(owner_wire)
+        assert names.member_octets(octets, cluster, host) <= octets + names.MEMBER_OCTETS_MAX
+        srv = names.srv_name(port, names.protocol_name(protocol, service_wire) or b"")
+        assert names.srv_octets(octets, port, protocol) == len(srv)
+        assert names.srv_octets(octets, port, protocol) <= octets + names.SRV_OCTETS_MAX
+    assert names.DEFAULT_ZONE_OCTETS == len(to_wire("svc-global."))
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("web", True), ("web-0", True), ("_http", False), ("my_port", True), ("-web", False),
+    ("web-", False), ("Web", False), ("a" * 63, True), ("a" * 64, False), ("", False),
+    ("web.default", False),
+])
+def test_a_label_built_from_an_object(text: str, ok: bool) -> None:
+    from dnsside.dns.names import is_dns_label
+
+    assert is_dns_label(text) is ok
