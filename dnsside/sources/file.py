@@ -26,7 +26,6 @@ from typing import Any
 
 import yaml
 
-from dnsside.core.gcpause import bulk
 from dnsside.model.events import (
     Event,
     Kind,
@@ -42,6 +41,7 @@ from dnsside.model.linkerd import (
     ServiceRecord,
     parse_object,
 )
+from dnsside.sources.gcoff import paused
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.file")
@@ -233,7 +233,7 @@ class FileSource:
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _load(self) -> list[Event]:
-        with bulk():
+        with paused():  # records that live on: the index collects, then freezes them
             records, warnings = load_records(self.path, self.namespaces, self._records)
             self._records = {(Kind.of(r), r.namespace, r.name): r for r in records}
         for w in warnings:

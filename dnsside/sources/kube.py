@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dnsside.config import default
-from dnsside.core.gcpause import paused
 from dnsside.kubeapi.client import (
     ApiError,
     KubeApi,
@@ -45,6 +44,7 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
+from dnsside.sources.gcoff import paused
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing
 from dnsside.sources.reflector import Reflector, RelistNeeded, Resource
 from dnsside.telemetry import metrics
@@ -156,7 +156,7 @@ class KubeSource:
         link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
         try:
             # Hundreds of thousands of records that live on: no GC passes over them while
-            # they are made (see dnsside.core.gcpause); the index collects, then freezes them.
+            # they are made (see dnsside.sources.gcoff); the index collects, then freezes them.
             with paused():
                 async with asyncio.TaskGroup() as tg:
                     listings = [tg.create_task(self.reflector.list_resource(api, res))
