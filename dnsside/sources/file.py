@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -242,7 +241,6 @@ class FileSource:
             log.warning("%s: no Service in it could be used: the zones stay empty until it "
                         "holds one (`kubectl get services,endpointslices,"
                         "links.multicluster.linkerd.io -A -o yaml` writes such a file)", self.path)
-        metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
         # One Link in the dump means the dump has them all; none means it was taken
         # without them, and then nothing can be called an orphan.
         if any(isinstance(r, LinkRecord) for r in records):
@@ -253,7 +251,6 @@ class FileSource:
         stamp = self._stamp()
         batch = self._load()  # errors here propagate: a file unusable at start is fatal
         log.info("loaded %s: %d objects", self.path, len(self._records))
-        metrics.SOURCE_SYNCED.labels(source=self.name).set(1)
         yield [*batch, Synced()]
         while True:
             await asyncio.sleep(self.poll_interval)
