@@ -392,7 +392,8 @@ async def dns_server(c: Cluster) -> AsyncGenerator[DnsServer, None]:
                         install.config.get(dnscheck.ZONE_KEY) or "",
                         install.config.get(CLUSTER_KEY) or c.options.cluster_name or "local",
                         mirrors.services, mirrors.slices, (await c.links()).records,
-                        c.options.timeout, install.config.get(LOCALITY.env) or "all")
+                        c.options.timeout, install.config.get(LOCALITY.env) or "all",
+                        install.config.get(MCS_ZONE.env) or "")
 
 
 API, INSTALL, RBAC, LINKERD, CONFIG, FLAT, WORKLOAD, SPREAD, DNS = (

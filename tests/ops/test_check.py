@@ -332,6 +332,34 @@ def test_cli_with_dns_through_a_real_dnsside(served_demo: Any) -> None:
     assert "port-forward svc/dnsside 5353:53" in bad.stdout
 
 
+def test_cli_with_dns_asks_the_mcs_zone_too(tmp_path: Path) -> None:
+    """With DNSSIDE_MCS_ZONE in the ConfigMap, `check --dns` asks that zone's SOA and a
+    global service by its MCS name (`<svc>.<ns>.svc.M`, built by dnsside's own grammar),
+    and expects what dnsside's own index answers there."""
+    kube = ThreadedKube(tmp_path)
+    kube.call(demo, kube.kube)
+    cm = config_map("east")
+    cm["data"]["DNSSIDE_MCS_ZONE"] = "clusterset.local."
+    kube.call(kube.kube.apply, cm)
+    srv = Dnsside("--source", "kube", "--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
+                  "--mcs-zone", "clusterset.local.")
+    try:
+        out = run_check("--kubeconfig", kube.kubeconfig, "--as", SA,
+                        "--dns", f"127.0.0.1:{srv.port}")
+    finally:
+        srv.__exit__(None)
+        kube.close()
+    assert out.returncode == 0, out.stdout + out.stderr
+    for zone in ("svc-global.", "clusterset.local."):
+        assert f"✓ SOA of {zone} answers through 127.0.0.1:{srv.port} (NOERROR, serial" \
+            in out.stdout
+    assert "✓ web.default.svc-global. A answers (NOERROR, 4 records; the API objects give 4)" \
+        in out.stdout
+    # KEP-1645: the clusterset name of a ClusterIP service answers one address.
+    assert ("✓ web.default.svc.clusterset.local. A answers (NOERROR, 1 records; the API "
+            "objects give 1)") in out.stdout
+
+
 async def test_links_forbidden_and_a_broken_link(fake_kube: FakeKube) -> None:
     demo(fake_kube).forbid("links")  # everyone, the kubeconfig's user included
     results = await check(fake_kube)
