@@ -55,7 +55,9 @@ def is_dns_label(value: str) -> bool:
     return bool(_OBJECT_LABEL.match(value))
 
 
-class Kind(enum.Enum):
+class Shape(enum.Enum):
+    """What a name is in its scheme's grammar (the shapes in the table above)."""
+
     APEX = "apex"
     VERSION = "dns-version"  # mcs only
     SERVICES = "services"  # svc.M, mcs only
@@ -73,7 +75,7 @@ class Request:
     """A name read by the grammar: what it is, and the labels that say which one.
     Fields the kind has no label for are empty."""
 
-    kind: Kind
+    kind: Shape
     scheme: str
     labels: tuple[str, ...] = ()  # everything below the apex, leftmost first
     namespace: str = ""
@@ -122,16 +124,16 @@ def parse(name: bytes | str, zone: ZoneName) -> Request:
     relative = tuple(label.decode("latin-1") for label in labels[:below])
     scheme = zone.scheme
     if not relative:
-        return Request(Kind.APEX, scheme)
+        return Request(Shape.APEX, scheme)
     services = relative
     if scheme == MCS:
         if relative == (VERSION_LABEL,):
-            return Request(Kind.VERSION, scheme, relative)
+            return Request(Shape.VERSION, scheme, relative)
         if relative[-1] != SERVICES_LABEL:
-            return Request(Kind.NONE, scheme, relative)
+            return Request(Shape.NONE, scheme, relative)
         services = relative[:-1]
         if not services:
-            return Request(Kind.SERVICES, scheme, relative)
+            return Request(Shape.SERVICES, scheme, relative)
     return _below_services(services, scheme, relative)
 
 
@@ -140,25 +142,25 @@ def _below_services(labels: tuple[str, ...], scheme: str, relative: tuple[str, .
     either a cluster and a host, or the SRV labels."""
     n = len(labels)
     if n == 1:
-        return Request(Kind.NAMESPACE, scheme, relative, namespace=labels[0])
+        return Request(Shape.NAMESPACE, scheme, relative, namespace=labels[0])
     svc, ns = labels[-2], labels[-1]
     if labels[0].startswith("_"):
         if n == 3 and labels[0] in _PROTOCOLS:
-            return Request(Kind.PROTOCOL, scheme, relative, namespace=ns, service=svc,
+            return Request(Shape.PROTOCOL, scheme, relative, namespace=ns, service=svc,
                            protocol=_PROTOCOLS[labels[0]])
         if n == 4 and labels[1] in _PROTOCOLS and len(labels[0]) > 1:
-            return Request(Kind.SRV, scheme, relative, namespace=ns, service=svc,
+            return Request(Shape.SRV, scheme, relative, namespace=ns, service=svc,
                            port=labels[0][1:], protocol=_PROTOCOLS[labels[1]])
-        return Request(Kind.NONE, scheme, relative)
+        return Request(Shape.NONE, scheme, relative)
     if n == 2:
-        return Request(Kind.SERVICE, scheme, relative, namespace=ns, service=svc)
+        return Request(Shape.SERVICE, scheme, relative, namespace=ns, service=svc)
     if n == 3:
-        return Request(Kind.CLUSTER, scheme, relative, namespace=ns, service=svc,
+        return Request(Shape.CLUSTER, scheme, relative, namespace=ns, service=svc,
                        cluster=labels[0])
     if n == 4:
-        return Request(Kind.MEMBER, scheme, relative, namespace=ns, service=svc,
+        return Request(Shape.MEMBER, scheme, relative, namespace=ns, service=svc,
                        cluster=labels[1], host=labels[0])
-    return Request(Kind.NONE, scheme, relative)
+    return Request(Shape.NONE, scheme, relative)
 
 
 def _split(wire: bytes) -> list[bytes]:
@@ -256,27 +258,27 @@ def srv_name(port: str, protocol: bytes) -> bytes:
 
 def owner(request: Request, zone: ZoneName) -> bytes:
     """The wire name :func:`parse` reads as ``request`` in ``zone``. ValueError for
-    ``Kind.NONE``, which has no shape to write."""
+    ``Shape.NONE``, which has no shape to write."""
     kind = request.kind
-    if kind is Kind.APEX:
+    if kind is Shape.APEX:
         return zone.wire
-    if kind is Kind.VERSION:
+    if kind is Shape.VERSION:
         return version_name(zone.wire)
     services = services_name(zone.wire, zone.scheme)
-    if kind is Kind.SERVICES:
+    if kind is Shape.SERVICES:
         return services
-    if kind is Kind.NAMESPACE:
+    if kind is Shape.NAMESPACE:
         return namespace_name(request.namespace, services)
-    if kind is Kind.NONE:
+    if kind is Shape.NONE:
         raise ValueError("a name of no shape has no owner name")
     service = service_name(request.service, request.namespace, services)
-    if kind is Kind.SERVICE:
+    if kind is Shape.SERVICE:
         return service
-    if kind is Kind.CLUSTER:
+    if kind is Shape.CLUSTER:
         return cluster_name(request.cluster, service)
-    if kind is Kind.MEMBER:
+    if kind is Shape.MEMBER:
         return member_name(request.host, cluster_name(request.cluster, service))
     protocol = protocol_name(request.protocol, service)
     if protocol is None:
         raise ValueError(f"SRV names carry no protocol {request.protocol!r}")
-    return protocol if kind is Kind.PROTOCOL else srv_name(request.port, protocol)
+    return protocol if kind is Shape.PROTOCOL else srv_name(request.port, protocol)
