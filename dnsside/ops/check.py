@@ -54,7 +54,7 @@ from dnsside.ops.clusterread import (
     Cluster,
 )
 from dnsside.ops.dnscheck import DnsServer
-from dnsside.ops.flatcheck import INSECURE_REMOTE_TLS, FlatNetwork
+from dnsside.ops.flatcheck import INSECURE_REMOTE_TLS, FlatNetworkSetup
 
 FLAT_NETWORK = flag("--flat-network")
 NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
@@ -312,13 +312,13 @@ async def catalog_setup(c: Cluster) -> Findings:
                       catalog=catalog)
 
 
-async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetwork, None]:
+async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetworkSetup, None]:
     """The flat-network setup, when the ConfigMap turns it on or --flat-network asks."""
     config = (await c.install()).config
     if c.options.flat_network or FLAT_NETWORK.from_env(config.get(FLAT_NETWORK.env) or "false"):
         insecure = c.options.insecure_remote_tls or INSECURE_REMOTE_TLS.from_env(
             config.get(INSECURE_REMOTE_TLS.env) or "false")
-        yield FlatNetwork(c.api, c.options.as_user, c.options.timeout, insecure,
+        yield FlatNetworkSetup(c.api, c.options.as_user, c.options.timeout, insecure,
                           (await c.links()).records or (), await c.links_namespace())
 
 
