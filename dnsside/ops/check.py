@@ -41,7 +41,7 @@ from dnsside.ops.checker import (
     Severity,
     check,
     passed,
-    render,
+    render_results,
     walk,
 )
 from dnsside.ops.clusterread import (
@@ -434,4 +434,4 @@ async def run_checks(options: CheckOptions) -> list[Result]:
         await cluster.close()
 
 
-__all__ = ["CATEGORIES", "CheckOptions", "Result", "passed", "render", "run_checks"]
+__all__ = ["CATEGORIES", "CheckOptions", "Result", "passed", "render_results", "run_checks"]

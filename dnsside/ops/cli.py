@@ -371,7 +371,7 @@ def _monitoring(args: argparse.Namespace, command: str) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dnsside.ops.check import CheckOptions, passed, render, run_checks
+    from dnsside.ops.check import CheckOptions, passed, render_results, run_checks
 
     options = CheckOptions(
         kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
@@ -381,5 +381,5 @@ def _check(args: argparse.Namespace) -> int:
         insecure_remote_tls=args.check_insecure_remote_tls,
         links_namespace=args.check_links_namespace)
     results = asyncio.run(run_checks(options))
-    sys.stdout.write(render(results))
+    sys.stdout.write(render_results(results))
     return 0 if all(passed(r) for r in results) else 1
