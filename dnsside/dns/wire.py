@@ -402,7 +402,9 @@ def read_edns(
     opt: tuple[int, int] | None = None
     for n in range(before_ar + arcount):
         owner = i
-        i = name_end(data, i)
+        # The root (an OPT record's owner, most records here) without a call: the query
+        # path pays a call per record otherwise.
+        i = i + 1 if i < end and data[i] == 0 else name_end(data, i)
         if i < 0 or i + 10 > end:
             return None, limit, False, 0
         rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
