@@ -31,7 +31,7 @@ from dnsside.dns.wire import to_wire
 from dnsside.flagvalues import checked_config, flag_values, misspelt_variables
 from dnsside.serving.app import NO_CLUSTER_HINT, App, explain_index, make_source
 
-ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.cli, loaded only for them
+ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.commands, loaded for them
 DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters linked by\n"
                "Linkerd's multicluster extension: one name for every cluster's members.\n\n"
                "`dnsside COMMAND --help` gives each command's flags; every serve flag can\n"
@@ -77,7 +77,7 @@ def _parsers(
     explain.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                          help="text for people (default), json or yaml for machines")
     if admin:
-        from dnsside.ops.cli import add_admin_commands
+        from dnsside.ops.commands import add_admin_commands
 
         add_admin_commands(sub)
     else:  # only named, so that the usage line lists every command
@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # said by the command's own parser, whose usage lists its flags
         commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ADMIN_COMMANDS:
-        from dnsside.ops.cli import run_admin_command
+        from dnsside.ops.commands import run_admin_command
 
         return run_admin_command(args, words)
     from dnsside.kubeapi.client import KubeConfigError

@@ -273,15 +273,8 @@ def default(name: str) -> Any:
 # --------------------------------------------------------------------------- values
 
 
-_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 # A host name label (RFC 952/1123): what a zone and a cluster name are made of.
 _HOST_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-def is_dns_label(value: str) -> bool:
-    """A label of a name dnsside builds from an object (a namespace, a service, a port
-    name), lower case; an underscore passes, as Kubernetes DNS lets it."""
-    return bool(_LABEL.match(value))
 
 
 def is_host_label(value: str) -> bool:
@@ -469,7 +462,7 @@ class Config:
             raise ValueError(f"--links-namespace {self.links_namespace!r} is not a namespace "
                              "name")
         for ns in self.flat_network_namespaces:
-            if not is_dns_label(ns):
+            if not is_host_label(ns):  # a namespace name: an RFC 1123 label
                 raise ValueError(f"--flat-network-namespaces {ns!r} is not a namespace name")
         if (self.flat_network_namespaces and self.namespaces
                 and not set(self.flat_network_namespaces) & set(self.namespaces)):

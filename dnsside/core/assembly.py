@@ -27,13 +27,13 @@ from typing import Protocol
 
 from dnsside.core.diagnosis import GATEWAY_FAILING, NO_REMOTE_ENDPOINTS, Exclusion
 from dnsside.core.members import (
-    DEFAULT_ZONE_OCTETS,
     KeptMembers,
     Member,
     Screen,
     endpoint_members,
     excluded_as,
 )
+from dnsside.dns.names import DEFAULT_ZONE_OCTETS
 from dnsside.model.addresses import Unsafe, describe, unsafe_address
 from dnsside.model.linkerd import (
     FEDERATED_CLUSTER,

@@ -19,7 +19,7 @@ from dnsside.core.locality import answering, describe
 from dnsside.core.members import Member
 from dnsside.core.view import ExplainView
 from dnsside.dns.catalog import CatalogZone
-from dnsside.dns.names import MCS, SERVICES_LABEL, Kind, parse
+from dnsside.dns.names import MCS, SERVICES_LABEL, Shape, parse
 from dnsside.dns.wire import to_wire
 from dnsside.model.events import Gateway
 from dnsside.model.linkerd import Via
@@ -122,14 +122,14 @@ class Explainer:
             return {"explanation": zone.describe(wire.lower())}
         request = parse(wire, zone)
         kind, mcs = request.kind, request.scheme == MCS
-        if kind is Kind.APEX:
+        if kind is Shape.APEX:
             return {"explanation": f"the zone apex {zone.origin}"}
-        if kind is Kind.VERSION:
+        if kind is Shape.VERSION:
             return {"explanation": "the schema version of the Multi-Cluster Services DNS "
                                    "specification (TXT)"}
-        if kind is Kind.SERVICES:
+        if kind is Shape.SERVICES:
             return {"explanation": f"svc.{zone.origin}: an empty non-terminal"}
-        if kind is Kind.NONE:
+        if kind is Shape.NONE:
             if mcs and request.labels[-1] != SERVICES_LABEL:
                 return {"explanation": "not a Multi-Cluster Services name (they end in "
                                        f"svc.{zone.origin}): NXDOMAIN"}
@@ -139,15 +139,15 @@ class Explainer:
                                    "<host>.<cluster>.<svc>.<ns>, _<port>._<proto>.<svc>.<ns>): "
                                    "NXDOMAIN"}
         unwatched = self._unwatched(request.namespace)
-        if kind is Kind.NAMESPACE:
+        if kind is Shape.NAMESPACE:
             services = sorted(n for ns, n in self.index.global_services
                               if ns == request.namespace)
             return {"explanation": f"namespace {request.namespace}: global services {services}"
                                    + unwatched}
         srv_filter = None
-        if kind is Kind.SRV:  # _<port>._<proto>
+        if kind is Shape.SRV:  # _<port>._<proto>
             srv_filter = ".".join(request.labels[:2])
-        elif kind is Kind.PROTOCOL:  # _<proto>
+        elif kind is Shape.PROTOCOL:  # _<proto>
             srv_filter = request.labels[0]
         svc, ns = request.service, request.namespace
         gs = self.index.global_services.get((ns, svc))
@@ -162,7 +162,7 @@ class Explainer:
         shown = set(map(id, zone_members))
         if mcs and not gs.local_exported:  # only exporting clusters' members belong
             zone_members = [m for m in zone_members if not m.via.local]
-        own_name = kind in (Kind.SERVICE, Kind.SRV, Kind.PROTOCOL)  # what --locality filters
+        own_name = kind in (Shape.SERVICE, Shape.SRV, Shape.PROTOCOL)  # what --locality filters
         own = set(map(id, answering(gs, zone_members)))
         cluster, host = request.cluster or None, request.host or None
         federated = not gs.headless and any(
@@ -176,7 +176,7 @@ class Explainer:
             if id(m) in shown and mcs and m.via.local and not gs.local_exported:
                 why = ("left out: only exporting clusters belong to a clusterset service, and "
                        "the local Service has no mirror.linkerd.io/exported label")
-            elif id(m) in shown and mcs and kind is Kind.CLUSTER:
+            elif id(m) in shown and mcs and kind is Shape.CLUSTER:
                 why = "left out: KEP-1645 has no per-cluster names"
             elif id(m) in shown and own_name and id(m) not in own:
                 why = (f"left out: locality {gs.locality.value}: only the local cluster "
@@ -224,7 +224,7 @@ class Explainer:
         return out
 
     @staticmethod
-    def _locality(gs: GlobalService, zone_members: list[Member], kind: Kind, mcs: bool
+    def _locality(gs: GlobalService, zone_members: list[Member], kind: Shape, mcs: bool
                   ) -> dict[str, Any]:
         """The locality in force, where it comes from, which clusters the service's own
         name answers now and why; and whether it applies to this name at all."""
@@ -235,7 +235,7 @@ class Explainer:
             out["why"] = ("the local Service is not exported (mirror.linkerd.io/exported): its "
                           "members are not in the clusterset service, so every exporting "
                           "cluster answers")
-        if kind in (Kind.CLUSTER, Kind.MEMBER):
+        if kind in (Shape.CLUSTER, Shape.MEMBER):
             out["applies"] = ("no: this name is one cluster's or one pod's; locality filters "
                               "only the service's own name and its SRV")
         return out
@@ -261,9 +261,9 @@ class Explainer:
         return "not probed: no gateway probe Service for this cluster"
 
 
-def _mcs_naming(gs: GlobalService, kind: Kind) -> str:
+def _mcs_naming(gs: GlobalService, kind: Shape) -> str:
     """How the --mcs-zone encoder reads this service, in one sentence."""
-    if kind is Kind.CLUSTER:
+    if kind is Shape.CLUSTER:
         return ("KEP-1645 forbids per-cluster names (<clusterid>.<svc>.<ns>.svc): no "
                 "records whatever the members; NODATA where pod names exist below it (an "
                 "empty non-terminal, RFC 8020), else NXDOMAIN")

@@ -6,7 +6,9 @@ index; collections that rescan them slow the load and, later, stall queries
 freezes what survived: later collections skip it. It unfreezes and collects first,
 because a freeze also keeps whatever else was alive then (a dropped connection's
 reference cycle, say) out of every later collection (bench/MEMORY_CHURN.md).
-:func:`paused` keeps the collector off while a source awaits a list, without freezing.
+The sources keep the collector off while they read a list
+(:func:`dnsside.sources.gcoff.paused`); the index's bulk step inside finds it off and
+leaves it off.
 """
 
 from __future__ import annotations
@@ -39,15 +41,3 @@ def bulk() -> Iterator[None]:
             if enabled:
                 gc.enable()
 
-
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
-    """The cyclic GC off for a while, then as it was: no collection, no freeze.
-    (A bulk step inside finds it off and leaves it to this one to switch back on.)"""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -22,9 +22,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from dnsside.config import is_dns_label
 from dnsside.core import diagnosis
 from dnsside.core.diagnosis import Exclusion
+from dnsside.dns.names import (
+    MAX_NAME_OCTETS,
+    MEMBER_OCTETS_MAX,
+    PROTOCOL_LABELS,
+    SRV_OCTETS_MAX,
+    is_dns_label,
+    member_octets,
+    service_octets,
+    srv_octets,
+)
 from dnsside.model.addresses import Unsafe, unsafe_address
 from dnsside.model.endpoints import Endpoint, Endpoints
 from dnsside.model.linkerd import Port, ServiceRecord, SliceRecord, Via
@@ -57,13 +66,6 @@ def dashed_ip(address: str) -> str:
     return address.replace(".", "-").replace(":", "-")
 
 
-# The longest DNS name, in wire octets; what the default zone `svc-global.` adds to every
-# name (its labels and the root); the protocols an SRV name has a label for.
-MAX_NAME_OCTETS = 255
-DEFAULT_ZONE_OCTETS = 12
-PROTOCOLS = frozenset({"TCP", "UDP", "SCTP"})
-
-
 def split_addresses(addresses: tuple[str, ...]
                     ) -> tuple[tuple[str, ...], list[tuple[str, Unsafe]]]:
     """(the addresses a pod or Service can own, the others with why not)."""
@@ -89,12 +91,12 @@ class Screen:
     """
 
     def __init__(self, namespace: str, name: str, zone_octets: int) -> None:
-        self.base = 2 + len(name) + len(namespace) + zone_octets  # <svc>.<ns>.<zone>
+        self.base = service_octets(name, namespace, zone_octets)  # <svc>.<ns>.<zone>
         self.svc = f"{name}.{namespace}.<zone>"
         # Could a member's name (<host>.<cluster>.<svc>...), a port's SRV name
         # (_<port>._<proto>.<svc>...) be too long? Rarely: only then are they measured.
-        self.long_names = self.base + 2 * 64 > MAX_NAME_OCTETS
-        self.long_ports = self.base + 4 + 63 + 4 > MAX_NAME_OCTETS
+        self.long_names = self.base + MEMBER_OCTETS_MAX > MAX_NAME_OCTETS
+        self.long_ports = self.base + SRV_OCTETS_MAX > MAX_NAME_OCTETS
         self.excluded: list[Member] = []
         self._good_ports: set[int] = set()  # ids of port tuples checked (alive meanwhile)
 
@@ -102,7 +104,7 @@ class Screen:
         """Why a member's own name cannot be published ("" when it can)."""
         if not self.long_names:
             return ""
-        octets = self.base + 1 + len(cluster) + (1 + len(hostname) if hostname else 0)
+        octets = member_octets(self.base, cluster, hostname)
         if octets <= MAX_NAME_OCTETS:
             return ""
         name = f"{hostname}.{cluster}.{self.svc}" if hostname else f"{cluster}.{self.svc}"
@@ -115,14 +117,14 @@ class Screen:
             return ports
         bad: list[tuple[Port, str]] = []
         for p in ports:
-            if p.protocol not in PROTOCOLS:
+            if p.protocol not in PROTOCOL_LABELS:
                 bad.append((p, diagnosis.invalid_protocol(p.protocol)))
             elif p.name and not is_dns_label(p.name):
                 bad.append((p, diagnosis.invalid_label("name", p.name)))
             elif p.name and self.long_ports and (
-                    octets := self.base + 4 + len(p.name) + len(p.protocol)) > MAX_NAME_OCTETS:
+                    octets := srv_octets(self.base, p.name, p.protocol)) > MAX_NAME_OCTETS:
                 bad.append((p, diagnosis.name_too_long(
-                    f"_{p.name}._{p.protocol.lower()}.{self.svc}", octets)))
+                    f"_{p.name}.{PROTOCOL_LABELS[p.protocol]}.{self.svc}", octets)))
         if not bad:
             self._good_ports.add(id(ports))
             return ports

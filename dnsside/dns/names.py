@@ -30,6 +30,7 @@ first label ``_x`` can only begin a protocol or SRV name.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -42,11 +43,22 @@ MCS = "mcs"
 # The protocols an SRV name can carry, as Kubernetes spells them, and their labels.
 PROTOCOL_LABELS = {"TCP": "_tcp", "UDP": "_udp", "SCTP": "_sctp"}
 _PROTOCOLS = {text: protocol for protocol, text in PROTOCOL_LABELS.items()}
+# A label of a name dnsside builds from an object (a namespace, a service, a cluster, a
+# hostname, a port name), lower case; an underscore passes, as Kubernetes DNS lets it.
+_OBJECT_LABEL = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
 SERVICES_LABEL = "svc"  # an MCS zone's services hang below svc.M
 VERSION_LABEL = "dns-version"  # dns-version.M TXT: the KEP-1645 schema version
 
 
-class Kind(enum.Enum):
+def is_dns_label(value: str) -> bool:
+    """``value`` (lower case) can be a label of a name built from an object: the rule every
+    source's text passes before it reaches an owner name."""
+    return bool(_OBJECT_LABEL.match(value))
+
+
+class Shape(enum.Enum):
+    """What a name is in its scheme's grammar (the shapes in the table above)."""
+
     APEX = "apex"
     VERSION = "dns-version"  # mcs only
     SERVICES = "services"  # svc.M, mcs only
@@ -64,7 +76,7 @@ class Request:
     """A name read by the grammar: what it is, and the labels that say which one.
     Fields the kind has no label for are empty."""
 
-    kind: Kind
+    kind: Shape
     scheme: str
     labels: tuple[str, ...] = ()  # everything below the apex, leftmost first
     namespace: str = ""
@@ -113,16 +125,16 @@ def parse(name: bytes | str, zone: ZoneName) -> Request:
     relative = tuple(label.decode("latin-1") for label in labels[:below])
     scheme = zone.scheme
     if not relative:
-        return Request(Kind.APEX, scheme)
+        return Request(Shape.APEX, scheme)
     services = relative
     if scheme == MCS:
         if relative == (VERSION_LABEL,):
-            return Request(Kind.VERSION, scheme, relative)
+            return Request(Shape.VERSION, scheme, relative)
         if relative[-1] != SERVICES_LABEL:
-            return Request(Kind.NONE, scheme, relative)
+            return Request(Shape.NONE, scheme, relative)
         services = relative[:-1]
         if not services:
-            return Request(Kind.SERVICES, scheme, relative)
+            return Request(Shape.SERVICES, scheme, relative)
     return _below_services(services, scheme, relative)
 
 
@@ -131,25 +143,25 @@ def _below_services(labels: tuple[str, ...], scheme: str, relative: tuple[str, .
     either a cluster and a host, or the SRV labels."""
     n = len(labels)
     if n == 1:
-        return Request(Kind.NAMESPACE, scheme, relative, namespace=labels[0])
+        return Request(Shape.NAMESPACE, scheme, relative, namespace=labels[0])
     svc, ns = labels[-2], labels[-1]
     if labels[0].startswith("_"):
         if n == 3 and labels[0] in _PROTOCOLS:
-            return Request(Kind.PROTOCOL, scheme, relative, namespace=ns, service=svc,
+            return Request(Shape.PROTOCOL, scheme, relative, namespace=ns, service=svc,
                            protocol=_PROTOCOLS[labels[0]])
         if n == 4 and labels[1] in _PROTOCOLS and len(labels[0]) > 1:
-            return Request(Kind.SRV, scheme, relative, namespace=ns, service=svc,
+            return Request(Shape.SRV, scheme, relative, namespace=ns, service=svc,
                            port=labels[0][1:], protocol=_PROTOCOLS[labels[1]])
-        return Request(Kind.NONE, scheme, relative)
+        return Request(Shape.NONE, scheme, relative)
     if n == 2:
-        return Request(Kind.SERVICE, scheme, relative, namespace=ns, service=svc)
+        return Request(Shape.SERVICE, scheme, relative, namespace=ns, service=svc)
     if n == 3:
-        return Request(Kind.CLUSTER, scheme, relative, namespace=ns, service=svc,
+        return Request(Shape.CLUSTER, scheme, relative, namespace=ns, service=svc,
                        cluster=labels[0])
     if n == 4:
-        return Request(Kind.MEMBER, scheme, relative, namespace=ns, service=svc,
+        return Request(Shape.MEMBER, scheme, relative, namespace=ns, service=svc,
                        cluster=labels[1], host=labels[0])
-    return Request(Kind.NONE, scheme, relative)
+    return Request(Shape.NONE, scheme, relative)
 
 
 def _split(wire: bytes) -> list[bytes]:
@@ -181,6 +193,31 @@ def label(text: str) -> bytes:
     if not 0 < len(raw) < 64:
         raise ValueError(f"bad DNS label {text!r}")
     return bytes([len(raw)]) + raw
+
+
+# How long a name grows, known from the text before the name is built, so a name over
+# DNS's limit (RFC 1035 §2.3.4) is refused as its object arrives, never met when encoding.
+# A zone is counted by what it adds below a namespace (its services name, with the root).
+MAX_NAME_OCTETS = 255
+DEFAULT_ZONE_OCTETS = 12  # svc-global., the default --zone: "\x0asvc-global\x00"
+MEMBER_OCTETS_MAX = 2 * (1 + 63)  # <host>.<cluster>. below a service, at the most
+SRV_OCTETS_MAX = (2 + 63) + (2 + 4)  # _<port>._<proto>. below a service (_sctp the longest)
+
+
+def service_octets(service: str, namespace: str, zone_octets: int) -> int:
+    """``<svc>.<ns>.<zone>`` in wire octets."""
+    return 2 + len(service) + len(namespace) + zone_octets
+
+
+def member_octets(service: int, cluster: str, host: str | None) -> int:
+    """``<host>.<cluster>.<svc>...`` (``<cluster>.<svc>...`` without a host) in wire octets,
+    ``service`` being its service name's."""
+    return service + 1 + len(cluster) + (1 + len(host) if host else 0)
+
+
+def srv_octets(service: int, port: str, protocol: str) -> int:
+    """``_<port>._<proto>.<svc>...`` in wire octets (``protocol`` as Kubernetes spells it)."""
+    return service + 4 + len(port) + len(protocol)
 
 
 def services_name(zone: bytes, scheme: str) -> bytes:
@@ -222,27 +259,27 @@ def srv_name(port: str, protocol: bytes) -> bytes:
 
 def owner(request: Request, zone: ZoneName) -> bytes:
     """The wire name :func:`parse` reads as ``request`` in ``zone``. ValueError for
-    ``Kind.NONE``, which has no shape to write."""
+    ``Shape.NONE``, which has no shape to write."""
     kind = request.kind
-    if kind is Kind.APEX:
+    if kind is Shape.APEX:
         return zone.wire
-    if kind is Kind.VERSION:
+    if kind is Shape.VERSION:
         return version_name(zone.wire)
     services = services_name(zone.wire, zone.scheme)
-    if kind is Kind.SERVICES:
+    if kind is Shape.SERVICES:
         return services
-    if kind is Kind.NAMESPACE:
+    if kind is Shape.NAMESPACE:
         return namespace_name(request.namespace, services)
-    if kind is Kind.NONE:
+    if kind is Shape.NONE:
         raise ValueError("a name of no shape has no owner name")
     service = service_name(request.service, request.namespace, services)
-    if kind is Kind.SERVICE:
+    if kind is Shape.SERVICE:
         return service
-    if kind is Kind.CLUSTER:
+    if kind is Shape.CLUSTER:
         return cluster_name(request.cluster, service)
-    if kind is Kind.MEMBER:
+    if kind is Shape.MEMBER:
         return member_name(request.host, cluster_name(request.cluster, service))
     protocol = protocol_name(request.protocol, service)
     if protocol is None:
         raise ValueError(f"SRV names carry no protocol {request.protocol!r}")
-    return protocol if kind is Kind.PROTOCOL else srv_name(request.port, protocol)
+    return protocol if kind is Shape.PROTOCOL else srv_name(request.port, protocol)

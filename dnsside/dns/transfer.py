@@ -66,7 +66,7 @@ def looks_like_transfer(data: bytes) -> bool:
 
 
 @dataclass(frozen=True)
-class Request:
+class TransferRequest:
     """A well-formed AXFR or IXFR query for the apex of one of our zones, read once: the
     replies are made from this, never from the bytes again."""
 
@@ -88,7 +88,7 @@ class Request:
 
 
 def request(data: bytes, zones: Mapping[bytes, Zone], signer: ReplySigner | None = None
-            ) -> Request | None:
+            ) -> TransferRequest | None:
     """The transfer ``data`` asks for, or None when it is not a plain AXFR/IXFR query of
     one of ``zones``' apexes (a response, another opcode, a malformed question or OPT, an
     EDNS version we do not speak, a name below an apex, another class): the responder's
@@ -108,11 +108,11 @@ def request(data: bytes, zones: Mapping[bytes, Zone], signer: ReplySigner | None
         return None
     flags = QR_AA | ((data[2] << 8 | data[3]) & 0x0100)  # RD copied
     client = authority_serial(data, qend) if qtype == IXFR else None
-    return Request(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"), client,
-                   OPT_RR[do] if edns else b"", signer)
+    return TransferRequest(qtype, zone, data[12:qend], data[:2] + flags.to_bytes(2, "big"),
+                           client, OPT_RR[do] if edns else b"", signer)
 
 
-def error(req: Request, rcode: int) -> bytes:
+def error(req: TransferRequest, rcode: int) -> bytes:
     """A reply that carries only ``rcode`` (REFUSED, FORMERR, SERVFAIL), with the question
     and the request's OPT, signed when the request was: not authoritative."""
     flags = (req.header[2] << 8 | req.header[3]) & ~0x0400 | rcode
@@ -139,13 +139,13 @@ class Records:
         return chain.from_iterable(self.parts)
 
 
-def axfr_records(req: Request, versions: ZoneVersions) -> Records:
+def axfr_records(req: TransferRequest, versions: ZoneVersions) -> Records:
     """The current version whole: its SOA, every record, the SOA again."""
     soa = (_soa(req.zone, _current(versions)),)
     return Records(soa, versions.records(), soa)
 
 
-def ixfr_records(req: Request, versions: ZoneVersions) -> Records | None:
+def ixfr_records(req: TransferRequest, versions: ZoneVersions) -> Records | None:
     """The differences from the client's version to the current one (the SOA alone when it
     is current), or None when the history does not reach back to it."""
     serial = _current(versions)
@@ -174,12 +174,13 @@ def _soa(zone: Zone, serial: int) -> Record:
     return AT_QUESTION + zone.soa_record(serial)[len(zone.wire):]
 
 
-def messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMIT) -> list[bytes]:
+def messages(req: TransferRequest, records: Iterable[Record], limit: int = TCP_LIMIT
+             ) -> list[bytes]:
     """All of :func:`iter_messages` at once."""
     return list(iter_messages(req, records, limit))
 
 
-def iter_messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMIT
+def iter_messages(req: TransferRequest, records: Iterable[Record], limit: int = TCP_LIMIT
                   ) -> Iterator[bytes]:
     """``records`` packed into as few messages of at most ``limit`` bytes as they fit in
     (RFC 5936 §2.2), each made when it is asked for: a large zone is sent while the rest
@@ -229,15 +230,15 @@ def iter_messages(req: Request, records: Iterable[Record], limit: int = TCP_LIMI
 _BLOCK = 512
 
 
-def _message_of(req: Request, pieces: list[Sequence[Record]], count: int) -> bytes:
+def _message_of(req: TransferRequest, pieces: list[Sequence[Record]], count: int) -> bytes:
     """:func:`_message` from slices of the version's sequences (no list of records made)."""
     message = b"".join(chain((req.header, struct.pack("!4H", 1, count, 0, 1 if req.opt else 0),
                               req.question), *pieces, (req.opt,)))
     return req.signer.sign(message) if req.signer is not None else message
 
 
-def _iter_spelled_out(req: Request, records: Iterable[Record], limit: int, apex: bytes,
-                      head_size: int) -> Iterator[bytes]:
+def _iter_spelled_out(req: TransferRequest, records: Iterable[Record], limit: int,
+                      apex: bytes, head_size: int) -> Iterator[bytes]:
     """:func:`iter_messages` for a question that is not the apex in lower case: each
     record's owner spelled out, record by record."""
     chunk: list[bytes] = []
@@ -252,7 +253,7 @@ def _iter_spelled_out(req: Request, records: Iterable[Record], limit: int, apex:
     yield _message(req, chunk)
 
 
-def _message(req: Request, records: list[bytes]) -> bytes:
+def _message(req: TransferRequest, records: list[bytes]) -> bytes:
     """One message of the transfer: every one carries the request's OPT (RFC 6891 §6.1.1,
     as BIND does) and, when the request was signed, its TSIG."""
     message = b"".join((req.header, struct.pack("!4H", 1, len(records), 0, 1 if req.opt else 0),
@@ -270,7 +271,7 @@ class Refusal:
 
 
 # The policy: who may have a transfer (addresses, key, caps). None lets the request in.
-Admit = Callable[[Request], Refusal | None]
+Admit = Callable[[TransferRequest], Refusal | None]
 
 
 @dataclass(slots=True)  # not frozen: one is made for every TCP message, and a frozen
@@ -284,7 +285,7 @@ class Outcome:  # dataclass's __init__ costs a setattr call per field
     reason, and ``verdict`` a TSIG that did not verify."""
 
     replies: Iterator[bytes]
-    request: Request | None = None
+    request: TransferRequest | None = None
     result: str = ""
     serial: int | None = None
     records: int = 0
@@ -359,6 +360,6 @@ class ZoneTransfers:
         replies = iter((reply,) if reply is not None else ())
         return Outcome(replies) if outcome is None else replace(outcome, replies=replies)
 
-    def _error(self, req: Request, rcode: int, result: str, why: str) -> Outcome:
+    def _error(self, req: TransferRequest, rcode: int, result: str, why: str) -> Outcome:
         self.responder.count((req.qtype, rcode))
         return Outcome(iter((error(req, rcode),)), req, result, why=why)

@@ -38,7 +38,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from dnsside.dns.wire import FORMERR, question_end, to_text, to_wire
+from dnsside.dns.wire import FORMERR, name_end, question_end, to_text, to_wire
 
 TSIG = 250
 CLASS_ANY = 255
@@ -255,17 +255,11 @@ def read_name(data: bytes, i: int) -> tuple[bytes, int]:
 
 
 def _skip_name(data: bytes, i: int) -> int:
-    while True:
-        if i >= len(data):
-            raise _Malformed
-        n = data[i]
-        if n >= 0xC0:
-            return i + 2
-        if n > 63:
-            raise _Malformed
-        if n == 0:
-            return i + 1
-        i += n + 1
+    """:func:`~dnsside.dns.wire.name_end`, a bad name raised as :class:`_Malformed`."""
+    end = name_end(data, i)
+    if end < 0:
+        raise _Malformed
+    return end
 
 
 @dataclass(frozen=True)

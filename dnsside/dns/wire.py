@@ -365,6 +365,25 @@ def to_text(wire: bytes) -> str:
     return ".".join(labels) + "."
 
 
+def name_end(data: bytes, i: int) -> int:
+    """Where the name at ``i`` ends: past its root label or its one compression pointer;
+    -1 when it runs off the message, has a label type DNS does not use, or a pointer that
+    does not point back past the header. Every walk over a message's names is this one
+    (the query path, a transfer's request, TSIG); none follows a pointer, so no pointer
+    loop can bite (TSIG's :func:`~dnsside.dns.tsig.read_name` follows them, backwards)."""
+    end = len(data)
+    while i < end:
+        n = data[i]
+        if n == 0:
+            return i + 1
+        if n >= 0xC0:
+            return i + 2 if i + 1 < end and 12 <= ((n & 0x3F) << 8 | data[i + 1]) < i else -1
+        if n > 63:
+            return -1
+        i += n + 1
+    return -1
+
+
 def read_edns(
     data: bytes, qend: int, arcount: int, udp: bool
 ) -> tuple[bool | None, int, bool, int]:
@@ -383,22 +402,10 @@ def read_edns(
     opt: tuple[int, int] | None = None
     for n in range(before_ar + arcount):
         owner = i
-        while True:
-            if i >= end:
-                return None, limit, False, 0
-            length = data[i]
-            if length == 0:
-                i += 1
-                break
-            if length >= 0xC0:
-                if i + 1 >= end or not 12 <= ((length & 0x3F) << 8 | data[i + 1]) < i:
-                    return None, limit, False, 0
-                i += 2
-                break
-            if length > 63:
-                return None, limit, False, 0
-            i += length + 1
-        if i + 10 > end:
+        # The root (an OPT record's owner, most records here) without a call: the query
+        # path pays a call per record otherwise.
+        i = i + 1 if i < end and data[i] == 0 else name_end(data, i)
+        if i < 0 or i + 10 > end:
             return None, limit, False, 0
         rtype, rclass, ttl, rdlen = struct.unpack_from("!HHIH", data, i)
         i += 10 + rdlen
@@ -422,19 +429,8 @@ def authority_serial(data: bytes, qend: int) -> int | None:
     §3), or None when there is none or it does not parse."""
     if data[8:10] == b"\x00\x00":
         return None
-    i = qend
-    while i < len(data):  # the owner: labels, then a zero or a pointer
-        n = data[i]
-        if n == 0:
-            i += 1
-            break
-        if n >= 0xC0:
-            i += 2
-            break
-        if n > 63:
-            return None
-        i += n + 1
-    if i + 10 > len(data):
+    i = name_end(data, qend)
+    if i < 0 or i + 10 > len(data):
         return None
     rtype, _rclass, _ttl, rdlen = struct.unpack_from("!HHIH", data, i)
     end = i + 10 + rdlen

@@ -38,8 +38,7 @@ from dnsside import __version__
 from dnsside.kubeapi.caps import BYTES, ERROR_BODY_BYTES, CapExceeded
 from dnsside.kubeapi.dataclient import DataClient
 from dnsside.kubeapi.kubeconfig import load as load_client
-from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES, Refused, Unusable
-from dnsside.kubeapi.linkcreds import parse as parse_credentials
+from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES, Refused, Unusable, parse_credentials
 from dnsside.model.printable import printable
 
 log = logging.getLogger("dnsside.kube")

@@ -6,7 +6,7 @@ every Link's credentials. A kubeconfig is more than data: kubernetes-asyncio's l
 runs an ``exec`` plugin's command, reads ``tokenFile`` and the certificate and key
 files named in it and sends their contents, runs a ``gcp`` auth provider's
 ``cmd-path``, and honours ``insecure-skip-tls-verify``, ``proxy-url`` and plain
-``http://``. So a Secret's kubeconfig never goes near that loader: :func:`parse` reads
+``http://``. So a Secret's kubeconfig never goes near that loader: :func:`parse_credentials` reads
 it with ``yaml.safe_load``, selects the current context's cluster and user by name,
 and allows only inline data: the server URL (``https``), ``certificate-authority-data``,
 ``tls-server-name``, a ``token``, ``client-certificate-data`` with ``client-key-data``.
@@ -161,7 +161,7 @@ class Credentials:
         return tuple(out)
 
 
-def parse(text: str | bytes, allow_insecure_tls: bool = False) -> Credentials:
+def parse_credentials(text: str | bytes, allow_insecure_tls: bool = False) -> Credentials:
     """The credentials of ``text``'s current context, or :class:`Refused`: every field
     that may not be used is named (the first as ``field``). Pure: reads, runs and opens
     nothing."""
@@ -424,4 +424,4 @@ def _proxy(value: Any, where: str, allow_insecure: bool, problems: list[Unusable
 
 
 __all__ = ["ALWAYS_REFUSED", "INSECURE_FLAG", "MAX_KUBECONFIG", "MAX_SECRET_BYTES", "Credentials",
-           "Refused", "Unusable", "load_yaml", "parse", "yaml_problem"]
+           "Refused", "Unusable", "load_yaml", "parse_credentials", "yaml_problem"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from sys import intern
 from typing import Any, TypeGuard
 
-from dnsside.config import is_dns_label  # Kubernetes names and hostnames: RFC 1123 labels
+from dnsside.dns.names import is_dns_label  # Kubernetes names and hostnames: RFC 1123 labels
 from dnsside.model.addresses import normal_ip
 from dnsside.model.endpoints import (
     Endpoint,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TypeVar
 
-from dnsside.config import is_dns_label
+from dnsside.dns.names import is_dns_label
 
 SHARED_MAX = 4096  # entries in any one cache
 _PRUNE_EVERY = 128
@@ -80,7 +80,7 @@ _good_labels: set[str] = set()
 
 
 def is_label(value: str) -> bool:
-    """:func:`dnsside.config.is_dns_label`, remembered for the values that pass."""
+    """:func:`dnsside.dns.names.is_dns_label`, remembered for the values that pass."""
     if value in _good_labels:
         return True
     if not is_dns_label(value):

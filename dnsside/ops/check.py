@@ -41,7 +41,7 @@ from dnsside.ops.checker import (
     Severity,
     check,
     passed,
-    render,
+    render_results,
     walk,
 )
 from dnsside.ops.clusterread import (
@@ -54,7 +54,7 @@ from dnsside.ops.clusterread import (
     Cluster,
 )
 from dnsside.ops.dnscheck import DnsServer
-from dnsside.ops.flatcheck import INSECURE_REMOTE_TLS, FlatNetwork
+from dnsside.ops.flatcheck import INSECURE_REMOTE_TLS, FlatNetworkSetup
 
 FLAT_NETWORK = flag("--flat-network")
 NOTIFY, ALLOW_TRANSFER, TSIG_KEY_FILE = (flag("--notify"), flag("--allow-transfer"),
@@ -312,13 +312,13 @@ async def catalog_setup(c: Cluster) -> Findings:
                       catalog=catalog)
 
 
-async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetwork, None]:
+async def flat_network(c: Cluster) -> AsyncGenerator[FlatNetworkSetup, None]:
     """The flat-network setup, when the ConfigMap turns it on or --flat-network asks."""
     config = (await c.install()).config
     if c.options.flat_network or FLAT_NETWORK.from_env(config.get(FLAT_NETWORK.env) or "false"):
         insecure = c.options.insecure_remote_tls or INSECURE_REMOTE_TLS.from_env(
             config.get(INSECURE_REMOTE_TLS.env) or "false")
-        yield FlatNetwork(c.api, c.options.as_user, c.options.timeout, insecure,
+        yield FlatNetworkSetup(c.api, c.options.as_user, c.options.timeout, insecure,
                           (await c.links()).records or (), await c.links_namespace())
 
 
@@ -392,7 +392,8 @@ async def dns_server(c: Cluster) -> AsyncGenerator[DnsServer, None]:
                         install.config.get(dnscheck.ZONE_KEY) or "",
                         install.config.get(CLUSTER_KEY) or c.options.cluster_name or "local",
                         mirrors.services, mirrors.slices, (await c.links()).records,
-                        c.options.timeout, install.config.get(LOCALITY.env) or "all")
+                        c.options.timeout, install.config.get(LOCALITY.env) or "all",
+                        install.config.get(MCS_ZONE.env) or "")
 
 
 API, INSTALL, RBAC, LINKERD, CONFIG, FLAT, WORKLOAD, SPREAD, DNS = (
@@ -433,4 +434,4 @@ async def run_checks(options: CheckOptions) -> list[Result]:
         await cluster.close()
 
 
-__all__ = ["CATEGORIES", "CheckOptions", "Result", "passed", "render", "run_checks"]
+__all__ = ["CATEGORIES", "CheckOptions", "Result", "passed", "render_results", "run_checks"]

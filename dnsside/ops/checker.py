@@ -165,7 +165,7 @@ def passed(result: Result) -> bool:
     return result.ok or result.warning
 
 
-def render(results: Sequence[Result]) -> str:
+def render_results(results: Sequence[Result]) -> str:
     lines: list[str] = []
     topic = None
     for r in results:
@@ -184,4 +184,4 @@ def render(results: Sequence[Result]) -> str:
 
 
 __all__ = ["Category", "Check", "Finding", "Findings", "ForEach", "Result", "Severity", "Step",
-           "check", "once", "passed", "render", "walk"]
+           "check", "once", "passed", "render_results", "walk"]

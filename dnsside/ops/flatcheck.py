@@ -1,7 +1,7 @@
 """`dnsside check` under ``--flat-network``: can dnsside read each Link's credentials, and
 do they open the linked cluster's API?
 
-The checks run over a :class:`FlatNetwork` that :mod:`dnsside.ops.check` hands them
+The checks run over a :class:`FlatNetworkSetup` that :mod:`dnsside.ops.check` hands them
 when dnsside's ConfigMap turns the flag on, or when ``dnsside check --flat-network``
 asks (before installing it); they need nothing else from it.
 
@@ -61,8 +61,8 @@ _REMOTE = "link {cluster}: the API at {server} lists {resource}{selector}"
 
 
 @dataclass
-class FlatNetwork:
-    """What the flat-network checks read with."""
+class FlatNetworkSetup:
+    """What the flat-network checks read with: the local API, who dnsside is, the Links."""
 
     api: KubeApi  # the local API server, as the kubeconfig's user
     as_user: str | None  # dnsside's identity for the RBAC check (Impersonate-User)
@@ -97,7 +97,7 @@ class Listing:
 class LinkCredentials:
     """One Link and what its credentials open, each read once."""
 
-    net: FlatNetwork
+    net: FlatNetworkSetup
     link: LinkRecord
     client: KubeApi | None = field(init=False, default=None)  # to close, once loaded
 
@@ -181,7 +181,7 @@ async def remote_page(remote: KubeApi, path: str) -> dict[str, Any]:
        "--flat-network ...` (its Role grants get on secrets in that namespace only; "
        "--links-namespace {namespace} when it is not linkerd-multicluster), then `kubectl auth "
        "can-i get secrets -n {namespace} --as {user}`")
-async def flat_rbac(net: FlatNetwork) -> Findings:
+async def flat_rbac(net: FlatNetworkSetup) -> Findings:
     """Only get is granted (and needed): the Secrets the Links name, or a name no Link
     uses when none is named; 404 is allowed to get it."""
     who = net.as_user or "the kubeconfig's user"
@@ -200,7 +200,7 @@ async def flat_rbac(net: FlatNetwork) -> Findings:
         yield Finding(True, who=who, namespace=ns)
 
 
-async def each_link(net: FlatNetwork) -> AsyncGenerator[LinkCredentials, None]:
+async def each_link(net: FlatNetworkSetup) -> AsyncGenerator[LinkCredentials, None]:
     for link in net.links:
         creds = LinkCredentials(net, link)
         try:
@@ -334,6 +334,6 @@ PER_LINK: tuple[Step[LinkCredentials], ...] = (
     flat_selector, flat_secret, flat_kubeconfig_refused, flat_kubeconfig, flat_tls_weakened,
     flat_endpoints, flat_remote_rejected, flat_remote_forbidden, flat_remote_reach,
     flat_remote_error, flat_remote)
-CHECKS: tuple[Step[FlatNetwork], ...] = (flat_rbac, ForEach(each_link, PER_LINK))
+CHECKS: tuple[Step[FlatNetworkSetup], ...] = (flat_rbac, ForEach(each_link, PER_LINK))
 
-__all__ = ["CHECKS", "INSECURE_REMOTE_TLS", "KUBECONFIG_KEY", "FlatNetwork"]
+__all__ = ["CHECKS", "INSECURE_REMOTE_TLS", "KUBECONFIG_KEY", "FlatNetworkSetup"]

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnsside import __version__
-from dnsside.config import check_cluster_name, flag, is_dns_label
+from dnsside.config import check_cluster_name, flag
+from dnsside.dns.names import is_dns_label
 
 IMAGE = f"ghcr.io/dnsside/dnsside:{__version__}"
 NAME = "dnsside"

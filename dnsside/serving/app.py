@@ -306,6 +306,10 @@ class App:
     async def _consume(self, source: Source) -> None:
         name = source.name
         flat = self.flat.source if self.flat is not None and source is self.flat.source else None
+        # The source gauges are written here only, for every source alike: 0 until the
+        # index holds its first full state, the time of its last batch applied.
+        if source is self.source:
+            metrics.SOURCE_SYNCED.labels(source=name).set(0)
         async for batch in source.events():
             # A big service's slice is screened and encoded ahead in steps, others running
             # between two (Index.prepare); then applied at once.

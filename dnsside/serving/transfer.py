@@ -127,7 +127,7 @@ class Transfers:
         client = client_of(peer) if client is None else client
         taken = False
 
-        def admit(req: transfer.Request) -> transfer.Refusal | None:
+        def admit(req: transfer.TransferRequest) -> transfer.Refusal | None:
             nonlocal taken
             refusal = self._admit(req, peer, client)
             if refusal is None:
@@ -153,7 +153,7 @@ class Transfers:
         return Transfer(_sent(head, started, outcome.replies, lambda: self._cut_logged(client)),
                         release, streamed=True)
 
-    def _admit(self, req: transfer.Request, peer: str, client: str
+    def _admit(self, req: transfer.TransferRequest, peer: str, client: str
                ) -> transfer.Refusal | None:
         """Who may have a transfer: the networks, the key, the caps (None: this one may)."""
         if not self.enabled:
@@ -171,7 +171,7 @@ class Transfers:
                                     "(--transfer-max)")
         return None
 
-    def _told(self, req: transfer.Request, peer: str, outcome: transfer.Outcome) -> None:
+    def _told(self, req: transfer.TransferRequest, peer: str, outcome: transfer.Outcome) -> None:
         """The log of a transfer that is not sent: once a client and reason, but a failure
         on our side (SERVFAIL) every time."""
         what = f"{req.kind.upper()} of {req.zone.origin}"
@@ -207,7 +207,7 @@ class Transfers:
         if self.under_way[client] <= 0:
             del self.under_way[client]
 
-    def _what(self, req: transfer.Request, serial: int, result: str, records: int, peer: str
+    def _what(self, req: transfer.TransferRequest, serial: int, result: str, records: int, peer: str
               ) -> str:
         """What a transfer sends, in its log line; a client whose serial is ahead of ours
         (it will not take our zone until ours passes it) is warned about once."""

@@ -19,14 +19,12 @@ import json
 import logging
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from dnsside.core.gcpause import bulk
 from dnsside.model.events import (
     Event,
     Kind,
@@ -42,6 +40,7 @@ from dnsside.model.linkerd import (
     ServiceRecord,
     parse_object,
 )
+from dnsside.sources.gcoff import paused
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.file")
@@ -233,7 +232,7 @@ class FileSource:
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _load(self) -> list[Event]:
-        with bulk():
+        with paused():  # records that live on: the index collects, then freezes them
             records, warnings = load_records(self.path, self.namespaces, self._records)
             self._records = {(Kind.of(r), r.namespace, r.name): r for r in records}
         for w in warnings:
@@ -242,7 +241,6 @@ class FileSource:
             log.warning("%s: no Service in it could be used: the zones stay empty until it "
                         "holds one (`kubectl get services,endpointslices,"
                         "links.multicluster.linkerd.io -A -o yaml` writes such a file)", self.path)
-        metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
         # One Link in the dump means the dump has them all; none means it was taken
         # without them, and then nothing can be called an orphan.
         if any(isinstance(r, LinkRecord) for r in records):
@@ -253,7 +251,6 @@ class FileSource:
         stamp = self._stamp()
         batch = self._load()  # errors here propagate: a file unusable at start is fatal
         log.info("loaded %s: %d objects", self.path, len(self._records))
-        metrics.SOURCE_SYNCED.labels(source=self.name).set(1)
         yield [*batch, Synced()]
         while True:
             await asyncio.sleep(self.poll_interval)

@@ -17,12 +17,10 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from dnsside.config import default
-from dnsside.core.gcpause import paused
 from dnsside.kubeapi.client import (
     ApiError,
     KubeApi,
@@ -45,6 +43,7 @@ from dnsside.model.linkerd import (
     parse_service,
     parse_slice,
 )
+from dnsside.sources.gcoff import paused
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing
 from dnsside.sources.reflector import Reflector, RelistNeeded, Resource
 from dnsside.telemetry import metrics
@@ -121,7 +120,6 @@ class KubeSource:
 
     async def events(self) -> AsyncIterator[list[Event]]:
         """Yield batches forever: the initial Replace + Synced, then watch events."""
-        metrics.SOURCE_SYNCED.labels(source=self.name).set(0)
         api = await KubeApi.connect(self.kubeconfig, self.pacing.request_timeout)
         queue: asyncio.Queue[list[Event] | None] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self.reflector = Reflector(queue, self.namespaces, self.pacing, rng=self._rng)
@@ -132,7 +130,6 @@ class KubeSource:
                 if batch is None:  # the runner died of a bug: surface it
                     assert self._crash is not None
                     raise self._crash
-                metrics.SOURCE_LAST_EVENT.labels(source=self.name).set(time.time())
                 yield batch
         finally:
             runner.cancel()
@@ -156,7 +153,7 @@ class KubeSource:
         link_listing = asyncio.create_task(self._list_links(api, queue, attempts=None))
         try:
             # Hundreds of thousands of records that live on: no GC passes over them while
-            # they are made (see dnsside.core.gcpause); the index collects, then freezes them.
+            # they are made (see dnsside.sources.gcoff); the index collects, then freezes them.
             with paused():
                 async with asyncio.TaskGroup() as tg:
                     listings = [tg.create_task(self.reflector.list_resource(api, res))
@@ -175,7 +172,6 @@ class KubeSource:
         else:
             batch = [Replace(kinds, records), LinksUnavailable(links.reason)]
         await queue.put([*batch, Synced()])
-        metrics.SOURCE_SYNCED.labels(source=self.name).set(1)
         pairs = list(zip(RESOURCES, results, strict=True))
         log.info("initial sync: %s, %s", ", ".join(f"{len(r[1][0])} {r[0].plural}" for r in pairs),
                  f"{len(links.records)} links" if links.resource else "links unreadable")

@@ -60,7 +60,7 @@ from dnsside.telemetry import metrics
 log = logging.getLogger("dnsside.remote")
 
 @dataclass(slots=True)
-class Tally:
+class EndpointsByObject:
     """Objects of one kind, by (namespace, name), with their endpoints, and the sum."""
 
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -92,7 +92,7 @@ class _Listing:
     def __init__(self, gate: Gate, kind: Kind) -> None:
         self.gate = gate
         self.kind = kind
-        self.tally = Tally()
+        self.tally = EndpointsByObject()
 
     def keep(self, record: Record, where: str) -> bool:
         return self.gate.keep(self.kind, self.tally, record, where)
@@ -118,7 +118,7 @@ class Gate:
         self.limits = limits
         self.budget = budget
         self.label = f"cluster {cluster}: "
-        self.held: dict[Kind, Tally] = {}
+        self.held: dict[Kind, EndpointsByObject] = {}
         self._ignored: set[str] = set()  # namespaces told about once
         self._refused: set[str] = set()  # objects refused as malformed, told about once
         self._ignored_events: set[str] = set()  # reasons of ignored events, told about once
@@ -187,11 +187,11 @@ class Gate:
         """A fresh count for a list of ``kind`` (complete, it is what the cluster holds)."""
         return _Listing(self, kind)
 
-    def listed(self, kind: Kind, tally: Tally) -> None:
+    def listed(self, kind: Kind, tally: EndpointsByObject) -> None:
         """A list is complete: it is what the cluster holds of ``kind`` now."""
         self.held[kind] = tally
 
-    def keep(self, kind: Kind, tally: Tally, record: Record, where: str) -> bool:
+    def keep(self, kind: Kind, tally: EndpointsByObject, record: Record, where: str) -> bool:
         """Whether a listed object counts (False: not in a namespace served); raises
         CapExceeded when it would take the cluster past a cap."""
         if not self.served(record.namespace, where):
@@ -205,7 +205,7 @@ class Gate:
         if not self.served(event.namespace if isinstance(event, Delete)
                            else event.record.namespace, where):
             return False
-        tally = self.held.setdefault(kind, Tally())
+        tally = self.held.setdefault(kind, EndpointsByObject())
         if isinstance(event, Delete):
             tally.pop((event.namespace, event.name))
             return True
@@ -214,7 +214,7 @@ class Gate:
         self.check(kind, tally, where)
         return True
 
-    def check(self, kind: Kind, tally: Tally, where: str) -> None:
+    def check(self, kind: Kind, tally: EndpointsByObject, where: str) -> None:
         others = [t for k, t in self.held.items() if k is not kind]
         objects = len(tally.counts) + sum(len(t.counts) for t in others)
         endpoints = tally.endpoints + sum(t.endpoints for t in others)
@@ -244,4 +244,4 @@ class Gate:
 
 
 __all__ = ["BYTES", "CAPS", "ENDPOINTS", "IGNORED_REASONS", "NOT_OBJECT", "NO_NAME", "OBJECTS",
-           "TIME", "UNKNOWN_TYPE", "CapExceeded", "Gate", "Limits", "Tally"]
+           "TIME", "UNKNOWN_TYPE", "CapExceeded", "EndpointsByObject", "Gate", "Limits"]

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from urllib.parse import quote
 
-from dnsside.core.gcpause import paused
 from dnsside.kubeapi.caps import CapExceeded, Limits
 from dnsside.kubeapi.client import (
     SECRET_KUBECONFIG_KEY,
@@ -68,6 +67,7 @@ from dnsside.model.linkerd import (
 from dnsside.model.printable import printable
 from dnsside.model.selectors import LabelSelector
 from dnsside.sources.budget import Change, EventBudget
+from dnsside.sources.gcoff import paused
 from dnsside.sources.limits import Gate
 from dnsside.sources.pacing import Pacing
 from dnsside.sources.reflector import Reflector, Resource
@@ -364,7 +364,7 @@ class LinkedCluster:
                                     selector=self.target.selector))
         slices = ENDPOINTSLICES
         try:
-            with paused():  # records that live on: no GC passes over them (dnsside.core.gcpause)
+            with paused():  # records that live on: no GC passes over them (dnsside.sources.gcoff)
                 service_records, service_versions = await reflector.list_resource(
                     api, services)
                 try:

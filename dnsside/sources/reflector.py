@@ -30,7 +30,6 @@ from urllib.parse import quote
 
 import aiohttp
 
-from dnsside.core.gcpause import paused
 from dnsside.kubeapi.caps import CapExceeded
 from dnsside.kubeapi.client import (
     TRANSIENT,
@@ -47,6 +46,7 @@ from dnsside.kubeapi.client import (
 from dnsside.model.events import Delete, Event, Kind, Replace, SourceError, Upsert
 from dnsside.model.linkerd import ObjectError, Record
 from dnsside.model.printable import printable
+from dnsside.sources.gcoff import paused
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing, RelistPacing
 from dnsside.sources.trust import NO_NAME, NOT_OBJECT, UNKNOWN_TYPE, Listing, Trust, Trusted
 from dnsside.sources.watchline import OFF_LOOP_BYTES, Parsed, load_event

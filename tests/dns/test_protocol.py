@@ -377,3 +377,32 @@ def test_outside_the_zone_is_refused(server: Server, transport: str, name: str) 
     assert not msg.flags & dns.flags.AA
     assert not msg.answer and not msg.authority and not msg.additional
     assert question_of(reply) == question_of(wire)
+
+
+# --------------------------------------------------------------------------- name walks
+
+HEADER = bytes(12)
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize(("message", "start", "end"), [
+    (HEADER + b"\x03web\x00", 12, 17),  # labels, then the root
+    (HEADER + b"\x00", 12, 13),  # the root alone (an OPT record's owner)
+    (HEADER + b"\x03web\x00" + b"\xc0\x0c", 17, 19),  # a pointer back to the question
+    (HEADER + b"\x03web\x00" + b"\x01a\xc0\x0c", 17, 21),  # labels, then a pointer
+    (HEADER + b"\x03web\x00" + b"\xc0\x11", 17, -1),  # a pointer to itself: a loop
+    (HEADER + b"\x03web\x00" + b"\xc0\x40", 17, -1),  # a pointer forward
+    (HEADER + b"\x03web\x00" + b"\xc0\x02", 17, -1),  # a pointer into the header
+    (HEADER + b"\x03web\x00" + b"\xc0", 17, -1),  # a pointer cut short
+    (HEADER + b"\x03we", 12, -1),  # a label that runs off the message
+    (HEADER + b"\x03web", 12, -1),  # no root label
+    (HEADER + b"\x41" + b"x" * 65 + b"\x00", 12, -1),  # label type 01: unknown
+])
+def test_a_name_in_a_message_ends_where_its_labels_do(message: bytes, start: int,
+                                                       end: int) -> None:
+    """The one walk over a message's names (the query path's records, a transfer's
+    request, TSIG): it follows no pointer, and a pointer must point back past the
+    header."""
+    from dnsside.dns.wire import name_end
+
+    assert name_end(message, start) == end

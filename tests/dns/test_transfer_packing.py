@@ -32,7 +32,7 @@ def zone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def by_the_rule(req: transfer.Request, records: list[bytes], limit: int) -> list[list[bytes]]:
+def by_the_rule(req: transfer.TransferRequest, records: list[bytes], limit: int) -> list[list[bytes]]:
     """The records of each message, one by one: a record that would pass the limit starts
     the next message (a message holds at least one)."""
     out: list[list[bytes]] = [[]]

@@ -19,7 +19,7 @@ from dnsside.kubeapi.linkcreds import (
     MAX_SECRET_BYTES,
     Refused,
     Unusable,
-    parse,
+    parse_credentials,
     yaml_problem,
 )
 from testkit.testca import fake_ca
@@ -45,7 +45,7 @@ def config(cluster: dict[str, Any] | None = None, user: dict[str, Any] | None = 
 
 
 def test_what_linkerd_writes_is_data() -> None:
-    creds = parse(config(user={"extensions": [{"name": "x", "extension": {}}]},
+    creds = parse_credentials(config(user={"extensions": [{"name": "x", "extension": {}}]},
                          preferences={}))
     assert (creds.server, creds.token, creds.weakened) == (SERVER, "t0k", ())
     assert creds.ca_pem == fake_ca().ca_pem
@@ -62,7 +62,7 @@ def test_code_files_basic_auth_and_impersonation_are_refused_whatever_the_flag(
     path = "clusters[1].cluster" if where == "cluster" else "users[0].user"
     for insecure in (False, True):
         with pytest.raises(Refused) as refused:
-            parse(text, allow_insecure_tls=insecure)
+            parse_credentials(text, allow_insecure_tls=insecure)
         assert refused.value.field == f"{path}.{field}"
         assert str(refused.value).startswith(f"{path}.{field} is refused: ")
 
@@ -74,16 +74,16 @@ def test_code_files_basic_auth_and_impersonation_are_refused_whatever_the_flag(
 ])
 def test_weakened_tls_needs_the_flag(cluster: dict[str, Any], field: str) -> None:
     with pytest.raises(Refused, match="--insecure-remote-tls") as refused:
-        parse(config(cluster))
+        parse_credentials(config(cluster))
     assert refused.value.field == f"clusters[1].cluster.{field}"
-    assert len(parse(config(cluster), allow_insecure_tls=True).weakened) == 1
+    assert len(parse_credentials(config(cluster), allow_insecure_tls=True).weakened) == 1
 
 
 def test_unknown_fields_of_the_cluster_or_user_are_refused_others_ignored() -> None:
     with pytest.raises(Refused, match="unknown field") as refused:
-        parse(config(user={"token-from-vault": "x"}))
+        parse_credentials(config(user={"token-from-vault": "x"}))
     assert refused.value.field == "users[0].user.token-from-vault"
-    parse(config({"disable-compression": True}, whatever={"a": 1}))
+    parse_credentials(config({"disable-compression": True}, whatever={"a": 1}))
 
 
 @pytest.mark.parametrize("text, field", [
@@ -99,13 +99,14 @@ def test_unknown_fields_of_the_cluster_or_user_are_refused_others_ignored() -> N
 ])
 def test_malformed_is_unusable_and_says_where(text: str, field: str) -> None:
     with pytest.raises(Unusable) as bad:
-        parse(text)
+        parse_credentials(text)
     assert bad.value.field == field, bad.value
 
 
 def test_every_refused_field_is_named_the_first_as_the_field() -> None:
     with pytest.raises(Refused) as refused:
-        parse(config({"insecure-skip-tls-verify": True}, {"exec": {}, "tokenFile": "/t"}))
+        parse_credentials(config({"insecure-skip-tls-verify": True},
+                                 {"exec": {}, "tokenFile": "/t"}))
     text = str(refused.value)
     assert refused.value.field == "clusters[1].cluster.insecure-skip-tls-verify"
     assert "users[0].user.exec is refused" in text
@@ -119,13 +120,13 @@ def test_hostile_yaml_is_unusable_quickly() -> None:
     doc = laughs + "current-context: w\ncontexts: [{name: w, context: {cluster: w}}]\n" \
         "clusters: [{name: w, cluster: {server: *i}}]\n"
     with pytest.raises(Refused, match=r"an anchor \(&\) at line 1, column 4"):
-        parse(doc)  # 10**9 leaves if built: refused before one node is
+        parse_credentials(doc)  # 10**9 leaves if built: refused before one node is
     with pytest.raises(Unusable, match="nest"):
-        parse("[" * 60_000)
+        parse_credentials("[" * 60_000)
     with pytest.raises(Unusable, match="nested deeper than 16 at line 17, column 33"):
-        parse("".join(f"{'  ' * i}k{i}:\n" for i in range(40)) + config())
+        parse_credentials("".join(f"{'  ' * i}k{i}:\n" for i in range(40)) + config())
     with pytest.raises(Unusable, match="over"):
-        parse("#" * (2 << 20))
+        parse_credentials("#" * (2 << 20))
 
 
 def merge_bomb(levels: int) -> str:
@@ -150,7 +151,7 @@ def merge_bomb(levels: int) -> str:
 def test_anchors_aliases_merge_keys_and_tags_are_refused_before_anything_is_built(
         text: str, what: str, line: int | None, column: int | None) -> None:
     with pytest.raises(Refused) as refused:
-        parse(text)
+        parse_credentials(text)
     message = str(refused.value)
     assert message.startswith(what), message
     if line is not None:
@@ -170,7 +171,7 @@ TOKEN = "eyJhbGciOiJSUzI1NiJ9.s3cr3t-t0ken-0123456789abcdef"
 def test_a_syntax_error_names_line_column_and_problem_never_the_text(broken: str) -> None:
     text = "apiVersion: v1\nusers:\n- name: west\n" + broken
     with pytest.raises(Unusable) as bad:
-        parse(text)
+        parse_credentials(text)
     message = str(bad.value)
     assert TOKEN not in message and "s3cr3t" not in message, message
     assert re.fullmatch(r"not YAML: line \d+, column \d+: [^\n]+", message), message
@@ -187,11 +188,11 @@ def test_a_kubeconfig_over_64_kib_is_refused_and_a_real_one_fits() -> None:
         b"-----BEGIN PRIVATE KEY-----\n" + b"k" * 2000 + b"\n-----END PRIVATE KEY-----\n"
     ).decode()})
     assert 3000 < len(real) < MAX_KUBECONFIG
-    parse(real)
+    parse_credentials(real)
     padded = real + "#" * (MAX_KUBECONFIG + 1 - len(real))
     assert MAX_KUBECONFIG == 64 * 1024
     with pytest.raises(Unusable, match=f"over {MAX_KUBECONFIG} bytes"):
-        parse(padded)
+        parse_credentials(padded)
     # The Secret around it: base64 (4/3) twice (kubectl's last-applied annotation) and
     # metadata fit under the byte cap the Secret is read with.
     assert MAX_SECRET_BYTES > 2 * 4 * MAX_KUBECONFIG // 3 + 16 * 1024

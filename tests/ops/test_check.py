@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from dnsside.kubeapi.client import KubeApi
-from dnsside.ops.check import CheckOptions, Result, passed, render, run_checks
+from dnsside.ops.check import CheckOptions, Result, passed, render_results, run_checks
 from testkit.fakekube import (
     REMOTE_ACCESS_RULES,
     REMOTE_ACCESS_RULES_PRE_214,
@@ -82,7 +82,7 @@ def remove_links(kube: FakeKube, keep: tuple[str, ...] = ()) -> None:
 
 async def check(kube: FakeKube, **kw: Any) -> list[Result]:
     results = await run_checks(CheckOptions(kubeconfig=kube.kubeconfig, **kw))
-    print(render(results))  # shown by pytest on failure, and with -s
+    print(render_results(results))  # shown by pytest on failure, and with -s
     return results
 
 
@@ -119,7 +119,7 @@ async def test_all_checks_pass_on_the_demo_cluster(fake_kube: FakeKube) -> None:
     assert line(results, f"{SA} can list links.multicluster.linkerd.io").ok
     assert line(results, "Deployment dnsside/dnsside is ready (2/2)").ok
     assert "standalone mode" in line(results, "dnsside is installed").text
-    text = render(results)
+    text = render_results(results)
     assert text.rstrip().endswith("Status check results are ✓")
     # The impersonated identity is what the RBAC lists were sent as.
     assert fake_kube.count("/api/v1/services") >= 2
@@ -142,7 +142,7 @@ async def test_no_links(fake_kube: FakeKube) -> None:
     assert {r.text.split(" of cluster ")[1].split()[0] for r in orphans} == {
         "north", "south", "west"}
     assert len(bad) == 4
-    assert render(results).rstrip().endswith("(4 failed)")
+    assert render_results(results).rstrip().endswith("(4 failed)")
 
 
 async def test_an_orphaned_link(fake_kube: FakeKube) -> None:
@@ -330,6 +330,34 @@ def test_cli_with_dns_through_a_real_dnsside(served_demo: Any) -> None:
     assert bad.returncode == 1
     assert f"× SOA of svc-global. answers through 127.0.0.1:{closed}" in bad.stdout
     assert "port-forward svc/dnsside 5353:53" in bad.stdout
+
+
+def test_cli_with_dns_asks_the_mcs_zone_too(tmp_path: Path) -> None:
+    """With DNSSIDE_MCS_ZONE in the ConfigMap, `check --dns` asks that zone's SOA and a
+    global service by its MCS name (`<svc>.<ns>.svc.M`, built by dnsside's own grammar),
+    and expects what dnsside's own index answers there."""
+    kube = ThreadedKube(tmp_path)
+    kube.call(demo, kube.kube)
+    cm = config_map("east")
+    cm["data"]["DNSSIDE_MCS_ZONE"] = "clusterset.local."
+    kube.call(kube.kube.apply, cm)
+    srv = Dnsside("--source", "kube", "--kubeconfig", kube.kubeconfig, "--cluster-name", "east",
+                  "--mcs-zone", "clusterset.local.")
+    try:
+        out = run_check("--kubeconfig", kube.kubeconfig, "--as", SA,
+                        "--dns", f"127.0.0.1:{srv.port}")
+    finally:
+        srv.__exit__(None)
+        kube.close()
+    assert out.returncode == 0, out.stdout + out.stderr
+    for zone in ("svc-global.", "clusterset.local."):
+        assert f"✓ SOA of {zone} answers through 127.0.0.1:{srv.port} (NOERROR, serial" \
+            in out.stdout
+    assert "✓ web.default.svc-global. A answers (NOERROR, 4 records; the API objects give 4)" \
+        in out.stdout
+    # KEP-1645: the clusterset name of a ClusterIP service answers one address.
+    assert ("✓ web.default.svc.clusterset.local. A answers (NOERROR, 1 records; the API "
+            "objects give 1)") in out.stdout
 
 
 async def test_links_forbidden_and_a_broken_link(fake_kube: FakeKube) -> None:
@@ -563,8 +591,8 @@ async def test_flat_network_a_remote_before_linkerd_2_14_is_a_warning(
     assert 'cannot list resource "endpointslices"' in warning.hint
     assert line(results, f"link west: the API at {server} lists services and v1 endpoints").ok
     assert not [r for r in results if not passed(r)]
-    assert render(results).rstrip().endswith("Status check results are ✓")
-    assert "‼ link west: the API at" in render(results)
+    assert render_results(results).rstrip().endswith("Status check results are ✓")
+    assert "‼ link west: the API at" in render_results(results)
     # Neither endpointslices nor endpoints: a failure.
     remote_kube.restrict(REMOTE_USER, [r for r in REMOTE_ACCESS_RULES_PRE_214
                                        if r.plural != "endpoints"])
@@ -723,6 +751,6 @@ async def test_no_kubeconfig_says_the_way_out_once(tmp_path: Path,
     for result in (nothing, missing):
         assert not result.ok
         assert result.hint.count("pass --kubeconfig") == 1, result.hint
-        assert render([result]).count("pass --kubeconfig") == 1
+        assert render_results([result]).count("pass --kubeconfig") == 1
     assert nothing.hint.startswith("no Kubernetes configuration")
     assert f"--kubeconfig names {tmp_path / 'nope'}" in missing.hint

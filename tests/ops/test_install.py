@@ -35,7 +35,7 @@ import yaml
 from dnsside import __version__
 from dnsside.config import flag
 from dnsside.flagvalues import flag_values
-from dnsside.ops import cli as ops_cli
+from dnsside.ops import commands as ops_commands
 from dnsside.ops import deploy, manifests, monitoring
 from dnsside.ops.corefile import upstream
 from testkit.corefile import CorefileError, block_for, forward_to, parse
@@ -326,7 +326,7 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
     """Generic over `dnsside serve`'s parser: a flag added there works here unchanged."""
     from dnsside.cli import build_parser, serve_parser
 
-    flags = ops_cli.bakeable_flags()
+    flags = ops_commands.bakeable_flags()
     serve_actions = {s: a for a in serve_parser()._actions for s in a.option_strings}
     assert {f.serve_flag for f in flags} >= {"--ttl", "--zone", "--namespace", "--lameduck",
                                              "--publish-not-ready", "--srv-priority"}

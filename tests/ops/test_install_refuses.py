@@ -13,7 +13,7 @@ import pytest
 from dnsside.cli import main
 from dnsside.config import SERVE
 from dnsside.flagvalues import checked_config
-from dnsside.ops.cli import RENAMED, BakeableFlag, bakeable_flags
+from dnsside.ops.commands import RENAMED, BakeableFlag, bakeable_flags
 from tests.test_flagvalues import BAD_TEXT
 
 pytestmark = pytest.mark.quick

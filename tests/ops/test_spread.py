@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dnsside.ops.check import CheckOptions, Result, render, run_checks
+from dnsside.ops.check import CheckOptions, Result, render_results, run_checks
 from dnsside.ops.coredns import FLAVORS, NEEDS_FROM, NO_LOADBALANCE
 from dnsside.ops.corefile import upstream
 from testkit.corefile import ServerBlock, block_for, parse
@@ -99,7 +99,7 @@ def coredns_configmap(name: str, key: str, text: str) -> dict[str, Any]:
 
 async def spread_results(kube: FakeKube) -> list[Result]:
     results = await run_checks(CheckOptions(kubeconfig=kube.kubeconfig))
-    print(render(results))
+    print(render_results(results))
     return [r for r in results if r.topic == "dnsside-spread"]
 
 

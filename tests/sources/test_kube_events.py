@@ -244,7 +244,6 @@ async def test_initial_sync_is_one_replace_then_synced(
         assert q["resourceVersion"] == [str(fake_kube_demo.resource_version)]
         assert q["allowWatchBookmarks"] == ["true"]
         assert q["timeoutSeconds"][0].isdigit()
-    assert sample("dnsside_source_synced", source="kube") == 1
 
 
 async def test_no_sync_while_the_api_fails_then_recover(

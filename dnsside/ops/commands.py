@@ -21,7 +21,7 @@ from dnsside.config import CHECK, COMMANDS, DEFAULT_ZONE, INSTALL, SERVE, Flag, 
 from dnsside.dns.tsig import KeyFileError, load_key_file
 from dnsside.flagvalues import checked_config
 from dnsside.netvalues import format_hostport
-from dnsside.ops import coredns as dns
+from dnsside.ops import coredns as cluster_dns
 from dnsside.ops import manifests as inst
 from dnsside.ops import monitoring as mon
 from dnsside.ops.corefile import CorefileError
@@ -152,11 +152,11 @@ def add_admin_commands(sub: Any) -> None:
         description="Print the object that makes the cluster DNS forward dnsside's zones to "
         "it. deploy/README.md says per flavor where it goes and what survives an upgrade.")
     coredns.add_argument(
-        "--flavor", required=True, choices=tuple(dns.FLAVORS),
-        help="kubeadm (and plain CoreDNS; also " + ", ".join(dns.KUBEADM_ALIKE) + ": give "
-        "--from), k3s, aks, gardener (coredns-custom), eks (the add-on's configuration "
+        "--flavor", required=True, choices=tuple(cluster_dns.FLAVORS),
+        help="kubeadm (and plain CoreDNS; also " + ", ".join(cluster_dns.KUBEADM_ALIKE)
+        + ": give --from), k3s, aks, gardener (coredns-custom), eks (the add-on's configuration "
         "values), rke2 (HelmChartConfig), kubespray (inventory variables), openshift (DNS "
-        "operator; needs --from), nodelocaldns (needs --from), gke: " + dns.GKE_SCOPE)
+        "operator; needs --from), nodelocaldns (needs --from), gke: " + cluster_dns.GKE_SCOPE)
     coredns.add_argument("--mode", dest="coredns_mode", choices=inst.MODES,
                          default="standalone", help="how dnsside was installed")
     coredns.add_argument("--address", metavar="IP[:PORT]",
@@ -322,8 +322,8 @@ def _coredns(args: argparse.Namespace) -> str:
         else:
             address = asyncio.run(_service_address(args.coredns_kubeconfig,
                                                    args.coredns_namespace))
-    existing = dns.read_existing(args.from_file, args.flavor) if args.from_file else None
-    return dns.coredns_output(dns.CorednsOptions(
+    existing = cluster_dns.read_existing(args.from_file, args.flavor) if args.from_file else None
+    return cluster_dns.coredns_output(cluster_dns.CorednsOptions(
         flavor=args.flavor, address=address, zones=zones, mode=args.coredns_mode,
         cluster_domain=args.cluster_domain, existing=existing, block_only=args.block_only),
         warn=lambda message: print(f"dnsside: warning: {message}", file=sys.stderr))
@@ -371,7 +371,7 @@ def _monitoring(args: argparse.Namespace, command: str) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dnsside.ops.check import CheckOptions, passed, render, run_checks
+    from dnsside.ops.check import CheckOptions, passed, render_results, run_checks
 
     options = CheckOptions(
         kubeconfig=args.check_kubeconfig, namespace=args.check_namespace,
@@ -381,5 +381,5 @@ def _check(args: argparse.Namespace) -> int:
         insecure_remote_tls=args.check_insecure_remote_tls,
         links_namespace=args.check_links_namespace)
     results = asyncio.run(run_checks(options))
-    sys.stdout.write(render(results))
+    sys.stdout.write(render_results(results))
     return 0 if all(passed(r) for r in results) else 1
