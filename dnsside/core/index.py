@@ -39,6 +39,7 @@ from dnsside.core.links import Links
 from dnsside.core.members import KEEP_FROM, KeptMembers, Member, Screen, screen_ahead
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
+from dnsside.core.steps import Steps, finish
 from dnsside.core.store import LocalStore, Store
 from dnsside.core.tables import Key, Table
 from dnsside.core.view import ReportView
@@ -162,6 +163,7 @@ class Index:
         self._told: list[Told] = []
         # The big global services' members, kept between assemblies (KeptMembers).
         self._kept: dict[Key, KeptMembers] = {}
+        self._applying = False  # a batch's steps are under way (apply_steps)
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
@@ -225,12 +227,28 @@ class Index:
 
     def apply(self, events: Iterable[Event]) -> set[Key]:
         """Apply a batch of events; return the global services whose answers changed."""
+        return finish(self.apply_steps(events))
+
+    def apply_steps(self, events: Iterable[Event]) -> Steps[set[Key]]:
+        """:meth:`apply` in steps (:mod:`dnsside.core.steps`): a big service's rebuild
+        yields every few thousand members, and its answers are written in one step, so a
+        change of 12,000 endpoints holds the event loop a few milliseconds at a time.
+        A full list (a relist, the initial sync) is applied at once, as one bulk load.
+
+        Until the last step is taken, the index takes no other batch (RuntimeError): the
+        steps trust that nothing else changed it meanwhile."""
+        if self._applying:
+            raise RuntimeError("a batch is being applied in steps: apply one at a time")
         batch = list(events)
-        if any(isinstance(e, Replace | Synced) or (isinstance(e, Remote)
-               and isinstance(e.event, Replace)) for e in batch):  # a full list: bulk work
-            with bulk():
-                return self._apply(batch)
-        return self._apply(batch)
+        self._applying = True
+        try:
+            if any(isinstance(e, Replace | Synced) or (isinstance(e, Remote)
+                   and isinstance(e.event, Replace)) for e in batch):  # a full list: bulk
+                with bulk():
+                    return finish(self._apply(batch))
+            return (yield from self._apply(batch))
+        finally:
+            self._applying = False
 
     def prepare(self, events: Iterable[Event], chunk: int = AHEAD_CHUNK) -> Iterator[None]:
         """Do ahead, in steps of ``chunk`` endpoints, the work :meth:`apply` of ``events``
@@ -263,7 +281,7 @@ class Index:
                 self._publisher.encode_ahead(key, made)
                 yield
 
-    def _apply(self, events: list[Event]) -> set[Key]:
+    def _apply(self, events: list[Event]) -> Steps[set[Key]]:
         started = time.perf_counter()
         batch = _Batch()
         for event in events:
@@ -276,7 +294,8 @@ class Index:
         if became_synced:
             self.synced = True
             dirty = self._all_keys()
-        changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
+        changed = (yield from self._rebuild(dirty, quiet=became_synced)) if self.synced \
+            else set()
         if became_synced:  # where zones are transferred, the first version, numbered by
             # this second (the index's own is no version's: one past it, if the sync took
             # less than a second)
@@ -414,9 +433,10 @@ class Index:
             self._kept[key] = kept  # a big service: what it keeps spares the next change
         return gs
 
-    def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
+    def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> Steps[set[Key]]:
         """Re-assemble and re-encode ``dirty``; return the keys whose answers or counts
-        changed (a service that appeared or went counts as both)."""
+        changed (a service that appeared or went counts as both). A big service is
+        published in steps (:meth:`Publisher.publish_steps`), a small one at once."""
         changed: set[Key] = set()
         for key in dirty:
             gs = self.assemble(key)
@@ -427,7 +447,11 @@ class Index:
                 self._tell_unknown_locality(key, gs)
             tallied = tally(gs, self.options.zone.publish_not_ready) if gs is not None else None
             old = self.tallies.get(key)
-            if not self._publisher.publish(key, gs) and tallied == old:
+            if (gs is not None and len(gs.members) >= KEEP_FROM) or self._publisher.keeps(key):
+                published = yield from self._publisher.publish_steps(key, gs)  # a big one
+            else:
+                published = self._publisher.publish(key, gs)
+            if not published and tallied == old:
                 continue
             before, now = spilled(old), spilled(tallied)
             if before is not now and (not quiet or now is locality.Spill.NO_READY_MEMBER):
