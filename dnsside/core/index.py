@@ -252,14 +252,16 @@ class Index:
 
     def prepare(self, events: Iterable[Event], chunk: int = AHEAD_CHUNK) -> Iterator[None]:
         """Do ahead, in steps of ``chunk`` endpoints, the work :meth:`apply` of ``events``
-        will need for the big services they change: screen a slice's new endpoints and
-        encode their members. The caller lets others run between two steps, so a slice of
-        12,000 endpoints all changed holds the event loop for one step at a time, then
-        :meth:`apply` publishes it at once (never half of it) at the cost of a small change.
+        will need for the big services they change: screen a slice whole (its endpoints
+        found by their text in the kept slice, or screened) and encode its new members.
+        The caller lets others run between two steps, so a slice of 12,000 endpoints all
+        changed holds the event loop for one step at a time, then :meth:`apply_steps`
+        rebuilds the service in steps too and publishes it in one (never half of it).
 
-        It changes no answer and nothing :meth:`apply` trusts: apply finds each endpoint
-        by its text and each member by its object, or does the work itself, so a step
-        never taken, or another batch applied between two steps, only costs time."""
+        It changes no answer and nothing :meth:`apply` trusts: the assembly takes the slice
+        screened ahead only if it meets that very record, finds each member's encoding by
+        the member object, or does the work itself, so a step never taken, or another
+        batch applied between two steps, only costs time."""
         for event in events:
             cluster, via = self.options.cluster_name, Via.LOCAL_ENDPOINT
             store: Store = self.local

@@ -177,7 +177,7 @@ def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via, scre
         ahead = kept.ahead.pop(s.name, None)
         if before is not None and before.record is s and before.ports is slice_ports:
             now = by_slice[s.name] = before  # the same slice: the same endpoints
-        elif ahead is not None and ahead.record is s and ahead.ports is slice_ports:
+        elif ahead is not None and ahead.record is s and ahead.ports == slice_ports:
             now = by_slice[s.name] = ahead  # screened ahead, in steps (screen_ahead)
         else:
             now = by_slice[s.name] = _screen_slice(s, slice_ports, cluster, via, screen,

@@ -176,7 +176,7 @@ class Publisher:
         count = len(new.answers) + sum(map(len, new_parts.values()))
         if old is not None and self._unchanged(old, new, added, count):
             old.parts = new_parts  # the same answers; let go of the parts no longer kept
-            yield from let_go([dropped, gone])
+            yield from let_go([*dropped, gone])
             return False
         fresh: dict[bytes, Answer] = dict(new.answers)
         fresh.update(chain.from_iterable(added))
@@ -208,7 +208,8 @@ class Publisher:
         if delta:
             self._count_namespace(key[0], delta)
         yield
-        yield from let_go([dropped, kept_parts if old is not None else {}, gone, added])
+        yield from let_go([*dropped, kept_parts if old is not None else {}, gone, added,
+                            gone_keys])
         return True
 
     def keeps(self, key: Key) -> bool:
