@@ -274,9 +274,16 @@ class Index:
                 continue
             s = event.record
             key = store.key_of(store.services.get((s.namespace, s.service_name)))
-            kept = self._kept.get(key) if key is not None else None
-            endpoints = kept.peek(cluster, via) if kept is not None else None
-            if key is None or endpoints is None:
+            if key is None:
+                continue
+            # A big slice for a service that was not big (new, or emptied and refilled) is
+            # screened ahead too: what it makes is kept from now on.
+            big = len(s.endpoints) >= KEEP_FROM
+            kept = self._kept.get(key)
+            if kept is None and big:
+                kept = self._kept[key] = KeptMembers()
+            endpoints = kept.peek(cluster, via, make=big) if kept is not None else None
+            if endpoints is None:
                 continue  # not a big service's endpoints: apply does the little there is
             screen = Screen(key[0], key[1], self.cluster_view.zone_octets)
             for made in screen_ahead(s, endpoints, cluster, via, screen, chunk):

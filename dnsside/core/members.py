@@ -313,9 +313,14 @@ class KeptMembers:
         self._by_source, self._met = self._met, {}
         self._mirrors, self._mirrors_met = self._mirrors_met, {}
 
-    def peek(self, cluster: str, via: Via) -> KeptEndpoints | None:
-        """What is kept of one cluster and source, for work done ahead (not an assembly)."""
-        return self._by_source.get((cluster, via))
+    def peek(self, cluster: str, via: Via, make: bool = False) -> KeptEndpoints | None:
+        """What is kept of one cluster and source, for work done ahead (not an assembly);
+        ``make``: kept from now on when nothing was (a slice big enough to be worth it
+        arriving for a service that was not big)."""
+        found = self._by_source.get((cluster, via))
+        if found is None and make:
+            found = self._by_source[(cluster, via)] = KeptEndpoints()
+        return found
 
 
 class KeptEndpoints:

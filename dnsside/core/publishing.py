@@ -230,10 +230,11 @@ class Publisher:
 
     def encode_ahead(self, key: Key, members: list[Member]) -> None:
         """Encode ``members`` of the big service ``key`` ahead of its rebuild (see
-        :meth:`EncodedMembers.ahead`); nothing is published."""
+        :meth:`EncodedMembers.ahead`), kept from now on if nothing was; nothing is
+        published."""
         kept = self._kept.get(key)
         if kept is None:
-            return
+            kept = self._kept[key] = EncodedMembers()
         before = kept.encoded
         kept.ahead(members, self.responder.zones, self.zone_options, key)
         self.encoded_members += kept.encoded - before

@@ -191,3 +191,28 @@ def test_a_batch_while_another_is_in_steps_is_refused() -> None:
     for _ in steps:
         pass
     assert index.apply([moved(200, 2000)]) == {("data", "big")}
+
+
+@pytest.mark.quick
+def test_a_big_slice_for_a_service_that_had_none_is_applied_in_small_steps() -> None:
+    """North empties its 6,000-endpoint slice, then sends it again (or sends a new big
+    Service's first slice): the service was not big meanwhile, so nothing was kept of it,
+    yet the slice is screened ahead and applied in steps no longer than a change's."""
+    pods = 6_000
+    index = flat_index(pods)
+    index.apply([moved(0, 0)])
+    assert ("data", "big") not in index.tallies or not index.global_services[
+        ("data", "big")].members
+    event = moved(pods, 70_000)
+    for _ in index.prepare([event]):
+        pass
+    lines, steps = Lines(), apply_steps(index, [event])
+    counts: list[int] = []
+    while True:
+        more, count = lines.step(steps)
+        counts.append(count)
+        if not more:
+            break
+    assert len(index.global_services[("data", "big")].members) == pods
+    longest, _, _ = longest_step(pods)  # every address of a kept slice moved
+    assert max(counts) <= 1.1 * longest, (max(counts), longest)
