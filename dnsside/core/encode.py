@@ -29,6 +29,7 @@ from dnsside.core.assembly import GlobalService
 from dnsside.core.locality import answering
 from dnsside.core.members import Member
 from dnsside.core.srv import KeptAnswers, Target, fit, srv_answers
+from dnsside.core.steps import Steps, chunks, finish
 from dnsside.dns.names import (
     MCS,
     SVC_GLOBAL,
@@ -51,6 +52,9 @@ from dnsside.dns.wire import (
 )
 from dnsside.dns.zone import Zone, ZoneOptions
 from dnsside.model.linkerd import Port, Via
+
+# Members encoded in one step of a rebuild (those not encoded ahead): a few milliseconds.
+ENCODE_STEP = 500
 
 # One pod's own name's answers in one zone: (question, answer) pairs.
 Part = tuple[tuple[bytes, Answer], ...]
@@ -99,25 +103,34 @@ class EncodedMembers:
     ``encoded`` counts the members whose names and records were encoded (not reused).
     """
 
-    __slots__ = ("_kept", "_next", "encoded", "srv")
+    __slots__ = ("_kept", "_next", "dropped", "encoded", "srv")
 
     def __init__(self) -> None:
         self.encoded = 0
         self._kept: dict[bytes, dict[int, _MemberWire]] = {}  # by service name, id(member)
         self._next: dict[bytes, dict[int, _MemberWire]] = {}
+        # What the last encoding let go of, for the caller to free (in steps, or at once).
+        self.dropped: list[dict[bytes, dict[int, _MemberWire]]] = []
         # The SRV answers as last made, and as made now (srv.KeptSrv).
         self.srv: tuple[KeptAnswers, KeptAnswers] = ({}, {})
 
     def wires(self, members: list[Member], svc_name: bytes, ttl: int, out: ServiceAnswers
-              ) -> list[_MemberWire]:
+              ) -> Steps[list[_MemberWire]]:
         """The members' wires in this zone: those kept, and the others encoded now (with
-        their own name's answers)."""
+        their own name's answers); :data:`~dnsside.core.steps.STEP` members a step."""
         kept = self._kept.get(svc_name, {})
         ids = list(map(id, members))
-        wires: list[_MemberWire | None] = list(map(kept.get, ids))
-        for i in [i for i, (w, m) in enumerate(zip(wires, members, strict=True))
-                  if w is None or w.member is not m]:
-            wires[i] = self._encode(members[i], svc_name, ttl, out)
+        wires: list[_MemberWire | None] = []
+        for part in chunks(ids):
+            at = len(wires)
+            wires.extend(map(kept.get, part))
+            missing = [i for i, w in enumerate(wires[at:], at)
+                       if w is None or w.member is not members[i]]
+            for few in chunks(missing, ENCODE_STEP):  # not encoded ahead: heavier
+                for i in few:
+                    wires[i] = self._encode(members[i], svc_name, ttl, out)
+                yield
+            yield
         found = cast(list[_MemberWire], wires)
         self._next[svc_name] = dict(zip(ids, found, strict=True))
         return found
@@ -149,8 +162,17 @@ class EncodedMembers:
         self.encoded += 1
         return w
 
+    def take_dropped(self) -> list[dict[int, _MemberWire]]:
+        """What the encodings since the last call let go of (each zone's wires, by
+        member), taken by the caller to free."""
+        dropped = [wires for d in self.dropped for wires in d.values()]
+        self.dropped = []
+        return dropped
+
     def done(self) -> None:
-        """The encoding is over: keep what it met, drop the rest."""
+        """The encoding is over: keep what it met; what it did not meet goes to
+        ``dropped``, for the caller to free."""
+        self.dropped.append(self._kept)
         self._kept, self._next = self._next, {}
         self.srv = (self.srv[1], {})
 
@@ -257,7 +279,7 @@ class ServiceAnswers:
 
 
 def published(gs: GlobalService, options: ZoneOptions) -> list[Member]:
-    return [m for m in gs.members if m.addresses and (m.ready or options.publish_not_ready)]
+    return published_of(gs.members, options)
 
 
 def encode_service(
@@ -267,8 +289,25 @@ def encode_service(
     """Pre-encode every answer of ``gs`` in every zone, by each zone's naming scheme.
     No published member → no names. ``kept``: a big service's members as encoded last
     time (updated here); the pods' own answers then come in ``parts``."""
+    out = finish(encode_steps(gs, zones, options, kept))
+    if kept is not None:
+        kept.dropped.clear()
+    return out
+
+
+def encode_steps(
+    gs: GlobalService, zones: Sequence[Zone], options: ZoneOptions,
+    kept: EncodedMembers | None = None,
+) -> Steps[ServiceAnswers]:
+    """:func:`encode_service` in steps (:mod:`dnsside.core.steps`): a pass over the
+    members yields every :data:`~dnsside.core.steps.STEP` of them, and each aggregate
+    answer (the service's, a cluster's, an SRV) is a step. What ``kept`` let go of is
+    left in ``kept.dropped`` for the caller to free."""
     out = ServiceAnswers(rotate=options.round_robin)
-    members = published(gs, options)
+    members: list[Member] = []
+    for part in chunks(gs.members):
+        members.extend(published_of(part, options))
+        yield
     if not members:
         if kept is not None:
             kept.done()
@@ -277,41 +316,52 @@ def encode_service(
         out.parts = []
         out.kept = kept
     for zone in zones:
-        _ENCODERS[zone.scheme](gs, members, zone.services_wire, options, out)
+        yield from _ENCODERS[zone.scheme](gs, members, zone.services_wire, options, out)
     if kept is not None:
         kept.done()
     return out
 
 
+def published_of(members: Iterable[Member], options: ZoneOptions) -> list[Member]:
+    return [m for m in members if m.addresses and (m.ready or options.publish_not_ready)]
+
+
 def _wires(out: ServiceAnswers, members: list[Member], svc_name: bytes, ttl: int
-           ) -> list[_MemberWire]:
+           ) -> Steps[list[_MemberWire]]:
     kept = out.kept
     if kept is None:
         return [_MemberWire(m, svc_name, ttl, out) for m in members]
-    return kept.wires(members, svc_name, ttl, out)
+    return (yield from kept.wires(members, svc_name, ttl, out))
 
 
-def _pods(out: ServiceAnswers, wires: list[_MemberWire]) -> None:
+def _pods(out: ServiceAnswers, wires: list[_MemberWire]) -> Steps[None]:
     """The pods' own names' answers: into the service's answers, or (a big service) its
     ``parts``, encoded when their wire was."""
-    if out.parts is not None:
-        out.parts.extend([w.own for w in wires if w.own])
+    parts = out.parts
+    if parts is not None:
+        for part in chunks(wires):
+            parts.extend(filter(None, map(_OWN, part)))
+            yield
         return
     for w in wires:
         if w.name is not None:
             _address_answers(out, w.name, [w])
 
 
+_OWN = attrgetter("own")
+
+
 def _encode_in_zone(
     gs: GlobalService, members: list[Member], zone: bytes, options: ZoneOptions,
     out: ServiceAnswers,
-) -> None:
+) -> Steps[None]:
     """The ``--zone`` names: ``<svc>.<ns>.Z``, ``<cluster>.<svc>.<ns>.Z``,
     ``<hostname>.<cluster>.<svc>.<ns>.Z`` and the SRV names below ``<svc>.<ns>.Z``."""
     svc_name = service_name(gs.name, gs.namespace, zone)
-    wires = _wires(out, members, svc_name, options.ttl)
+    wires = yield from _wires(out, members, svc_name, options.ttl)
     own = _own(gs, members, wires)  # the service's own name: --locality
     _address_answers(out, svc_name, own)
+    yield
     clusters = list(map(_CLUSTER, wires))
     by_cluster: dict[str, list[_MemberWire]] = {}
     if clusters.count(clusters[0]) == len(clusters):  # one cluster (a big service, often)
@@ -321,9 +371,10 @@ def _encode_in_zone(
             by_cluster.setdefault(cluster, []).append(w)
     for cluster, group in by_cluster.items():
         _address_answers(out, cluster_name(cluster, svc_name), group)
-    _pods(out, wires)
-    srv_answers(out.answers, out.names, out.rotate, svc_name, own,
-                list(map(_PORTS, own)), options, out.kept.srv if out.kept else None)
+        yield
+    yield from _pods(out, wires)
+    yield from srv_answers(out.answers, out.names, out.rotate, svc_name, own,
+                           list(map(_PORTS, own)), options, out.kept.srv if out.kept else None)
 
 
 _PORTS = attrgetter("member.ports")  # a wire's member's ports
@@ -341,7 +392,7 @@ def _own(gs: GlobalService, members: list[Member], wires: list[_MemberWire]
 def _encode_mcs(
     gs: GlobalService, members: list[Member], services: bytes, options: ZoneOptions,
     out: ServiceAnswers,
-) -> None:
+) -> Steps[None]:
     """The Multi-Cluster Services names (KEP-1645 ``specification.md``) below
     ``svc.M`` (``services``), from the same members as :func:`_encode_in_zone`.
 
@@ -365,10 +416,11 @@ def _encode_mcs(
     targets: Sequence[Target]
     ports: list[tuple[Port, ...]]
     if gs.headless:
-        wires = _wires(out, members, svc_name, options.ttl)
+        wires = yield from _wires(out, members, svc_name, options.ttl)
         own = _own(gs, members, wires)
         _address_answers(out, svc_name, own)
-        _pods(out, wires)
+        yield
+        yield from _pods(out, wires)
         out.names.update(cluster_name(c, svc_name)
                          for c in {w.member.cluster for w in wires if w.name is not None})
         targets = [w for w in own if w.name is not None]
@@ -380,8 +432,8 @@ def _encode_mcs(
         _address_answers(out, svc_name, [service])
         targets = [service]
         ports = [tuple(dict.fromkeys(p for m in chosen for p in m.ports))]
-    srv_answers(out.answers, out.names, out.rotate, svc_name, targets, ports, options,
-                out.kept.srv if out.kept else None)
+    yield from srv_answers(out.answers, out.names, out.rotate, svc_name, targets, ports,
+                           options, out.kept.srv if out.kept else None)
 
 
 _ENCODERS = {SVC_GLOBAL: _encode_in_zone, MCS: _encode_mcs}  # Zone.scheme → its encoder

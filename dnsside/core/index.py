@@ -38,6 +38,7 @@ from dnsside.core.links import Links
 from dnsside.core.members import KEEP_FROM, KeptMembers, Member, Screen, screen_ahead
 from dnsside.core.publishing import Publisher
 from dnsside.core.remotes import FlatNetwork
+from dnsside.core.steps import Steps, finish
 from dnsside.core.store import OBJECT_EVENTS, LocalStore, Store
 from dnsside.core.tables import Key
 from dnsside.core.view import ReportView
@@ -174,6 +175,7 @@ class Index:
         self._told: list[Told] = []
         # The big global services' members, kept between assemblies (KeptMembers).
         self._kept: dict[Key, KeptMembers] = {}
+        self._applying = False  # a batch's steps are under way (apply_steps)
         self.synced = False
         # Until the first version is cut, the serial is the second the index was made: a
         # version of this process is never numbered by an earlier second.
@@ -189,23 +191,41 @@ class Index:
 
     def apply(self, events: Iterable[Event]) -> set[Key]:
         """Apply a batch of events; return the global services whose answers changed."""
+        return finish(self.apply_steps(events))
+
+    def apply_steps(self, events: Iterable[Event]) -> Steps[set[Key]]:
+        """:meth:`apply` in steps (:mod:`dnsside.core.steps`): a big service's rebuild
+        yields every few thousand members, and its answers are written in one step, so a
+        change of 12,000 endpoints holds the event loop a few milliseconds at a time.
+        A full list (a relist, the initial sync) is applied at once, as one bulk load.
+
+        Until the last step is taken, the index takes no other batch (RuntimeError): the
+        steps trust that nothing else changed it meanwhile."""
+        if self._applying:
+            raise RuntimeError("a batch is being applied in steps: apply one at a time")
         batch = list(events)
-        if any(isinstance(e, Replace | Synced) or (isinstance(e, Remote)
-               and isinstance(e.event, Replace)) for e in batch):  # a full list: bulk work
-            with bulk():
-                return self._apply(batch)
-        return self._apply(batch)
+        self._applying = True
+        try:
+            if any(isinstance(e, Replace | Synced) or (isinstance(e, Remote)
+                   and isinstance(e.event, Replace)) for e in batch):  # a full list: bulk
+                with bulk():
+                    return finish(self._apply(batch))
+            return (yield from self._apply(batch))
+        finally:
+            self._applying = False
 
     def prepare(self, events: Iterable[Event], chunk: int = AHEAD_CHUNK) -> Iterator[None]:
         """Do ahead, in steps of ``chunk`` endpoints, the work :meth:`apply` of ``events``
-        will need for the big services they change: screen a slice's new endpoints and
-        encode their members. The caller lets others run between two steps, so a slice of
-        12,000 endpoints all changed holds the event loop for one step at a time, then
-        :meth:`apply` publishes it at once (never half of it) at the cost of a small change.
+        will need for the big services they change: screen a slice whole (its endpoints
+        found by their text in the kept slice, or screened) and encode its new members.
+        The caller lets others run between two steps, so a slice of 12,000 endpoints all
+        changed holds the event loop for one step at a time, then :meth:`apply_steps`
+        rebuilds the service in steps too and publishes it in one (never half of it).
 
-        It changes no answer and nothing :meth:`apply` trusts: apply finds each endpoint
-        by its text and each member by its object, or does the work itself, so a step
-        never taken, or another batch applied between two steps, only costs time."""
+        It changes no answer and nothing :meth:`apply` trusts: the assembly takes the slice
+        screened ahead only if it meets that very record, finds each member's encoding by
+        the member object, or does the work itself, so a step never taken, or another
+        batch applied between two steps, only costs time."""
         for event in events:
             cluster, via = self.options.cluster_name, Via.LOCAL_ENDPOINT
             store: Store = self.local
@@ -218,16 +238,23 @@ class Index:
                 continue
             s = event.record
             key = store.key_of(store.services.get((s.namespace, s.service_name)))
-            kept = self._kept.get(key) if key is not None else None
-            endpoints = kept.peek(cluster, via) if kept is not None else None
-            if key is None or endpoints is None:
+            if key is None:
+                continue
+            # A big slice for a service that was not big (new, or emptied and refilled) is
+            # screened ahead too: what it makes is kept from now on.
+            big = len(s.endpoints) >= KEEP_FROM
+            kept = self._kept.get(key)
+            if kept is None and big:
+                kept = self._kept[key] = KeptMembers()
+            endpoints = kept.peek(cluster, via, make=big) if kept is not None else None
+            if endpoints is None:
                 continue  # not a big service's endpoints: apply does the little there is
             screen = Screen(key[0], key[1], self.cluster_view.zone_octets)
             for made in screen_ahead(s, endpoints, cluster, via, screen, chunk):
                 self._publisher.encode_ahead(key, made)
                 yield
 
-    def _apply(self, events: list[Event]) -> set[Key]:
+    def _apply(self, events: list[Event]) -> Steps[set[Key]]:
         started = self._timer()
         batch = _Batch()
         for event in events:
@@ -240,7 +267,8 @@ class Index:
         if became_synced:
             self.synced = True
             dirty = self._all_keys()
-        changed = self._rebuild(dirty, quiet=became_synced) if self.synced else set()
+        changed = (yield from self._rebuild(dirty, quiet=became_synced)) if self.synced \
+            else set()
         if became_synced:  # where zones are transferred, the first version, numbered by
             # this second (the index's own is no version's: one past it, if the sync took
             # less than a second)
@@ -361,9 +389,10 @@ class Index:
             self._kept[key] = kept  # a big service: what it keeps spares the next change
         return gs
 
-    def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> set[Key]:
+    def _rebuild(self, dirty: Iterable[Key], quiet: bool = False) -> Steps[set[Key]]:
         """Re-assemble and re-encode ``dirty``; return the keys whose answers or counts
-        changed (a service that appeared or went counts as both)."""
+        changed (a service that appeared or went counts as both). A big service is
+        published in steps (:meth:`Publisher.publish_steps`), a small one at once."""
         changed: set[Key] = set()
         for key in dirty:
             gs = self.assemble(key)
@@ -374,7 +403,11 @@ class Index:
                 self._tell_unknown_locality(key, gs)
             tallied = tally(gs, self.options.zone.publish_not_ready) if gs is not None else None
             old = self.tallies.get(key)
-            if not self._publisher.publish(key, gs) and tallied == old:
+            if (gs is not None and len(gs.members) >= KEEP_FROM) or self._publisher.keeps(key):
+                published = yield from self._publisher.publish_steps(key, gs)  # a big one
+            else:
+                published = self._publisher.publish(key, gs)
+            if not published and tallied == old:
                 continue
             before, now = spilled(old), spilled(tallied)
             if before is not now and (not quiet or now is locality.Spill.NO_READY_MEMBER):

@@ -18,12 +18,14 @@ same object always means the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import cast
 
 from dnsside.core import diagnosis
 from dnsside.core.diagnosis import Exclusion
+from dnsside.core.steps import STEP, chunks
 from dnsside.dns.names import (
     MAX_NAME_OCTETS,
     MEMBER_OCTETS_MAX,
@@ -174,15 +176,23 @@ def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via, scre
     for s in sorted(slices, key=lambda s: s.name):
         slice_ports = screen.ports(s.ports, Member(cluster, None, (), (), True, via, s.name))
         before = kept.slices.get(s.name)
+        ahead = kept.ahead.pop(s.name, None)
         if before is not None and before.record is s and before.ports is slice_ports:
             now = by_slice[s.name] = before  # the same slice: the same endpoints
+        elif ahead is not None and ahead.record is s and ahead.ports == slice_ports:
+            now = by_slice[s.name] = ahead  # screened ahead, in steps (screen_ahead)
         else:
             now = by_slice[s.name] = _screen_slice(s, slice_ports, cluster, via, screen,
                                                    before)
         screen.excluded.extend(now.refused)
         found.extend(now.members)
     kept.slices = by_slice
-    by_host = {m.hostname or "": m for m in found}
+    for name in [name for name in kept.ahead if name not in by_slice]:
+        del kept.ahead[name]  # screened ahead for a slice that is gone
+    hosts = list(map(_HOSTNAME, found))  # an endpoint's member always has one
+    if None in hosts:
+        hosts = [h or "" for h in hosts]
+    by_host = dict(zip(hosts, found, strict=True))
     if len(by_host) < len(found):
         return _merged(found, kept)
     if kept.by_host is None or kept.by_host.keys() != by_host.keys():
@@ -190,6 +200,9 @@ def endpoint_members(slices: Sequence[SliceRecord], cluster: str, via: Via, scre
     kept.by_host = by_host
     kept.merges = {}
     return list(map(by_host.__getitem__, kept.hosts))
+
+
+_HOSTNAME = attrgetter("hostname")
 
 
 def _merged(found: list[Member], kept: KeptEndpoints) -> list[Member]:
@@ -302,9 +315,14 @@ class KeptMembers:
         self._by_source, self._met = self._met, {}
         self._mirrors, self._mirrors_met = self._mirrors_met, {}
 
-    def peek(self, cluster: str, via: Via) -> KeptEndpoints | None:
-        """What is kept of one cluster and source, for work done ahead (not an assembly)."""
-        return self._by_source.get((cluster, via))
+    def peek(self, cluster: str, via: Via, make: bool = False) -> KeptEndpoints | None:
+        """What is kept of one cluster and source, for work done ahead (not an assembly);
+        ``make``: kept from now on when nothing was (a slice big enough to be worth it
+        arriving for a service that was not big)."""
+        found = self._by_source.get((cluster, via))
+        if found is None and make:
+            found = self._by_source[(cluster, via)] = KeptEndpoints()
+        return found
 
 
 class KeptEndpoints:
@@ -314,10 +332,13 @@ class KeptEndpoints:
     encoder keeps by, :class:`~dnsside.core.encode.EncodedMembers`). Each assembly
     replaces what is kept with what it met."""
 
-    __slots__ = ("by_host", "hosts", "merges", "slices")
+    __slots__ = ("ahead", "by_host", "hosts", "merges", "slices")
 
     def __init__(self) -> None:
         self.slices: dict[str, _KeptSlice] = {}
+        # A slice screened ahead of the assembly that will meet it (screen_ahead), used
+        # only if that assembly meets the very same record.
+        self.ahead: dict[str, _KeptSlice] = {}
         # The members by hostname, and the hostnames in order, as last assembled: the same
         # hostnames need no sorting again.
         self.by_host: dict[str, Member] | None = None
@@ -331,23 +352,45 @@ def _screen_slice(s: SliceRecord, ports: tuple[Port, ...], cluster: str, via: Vi
                   screen: Screen, before: _KeptSlice | None) -> _KeptSlice:
     """Screen the endpoints of ``s``, reusing those ``before`` (the slice as kept, with the
     same ports) holds unchanged."""
+    steps = _screen_slice_steps(s, ports, cluster, via, screen, before, 1 << 30)  # one step
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def _screen_slice_steps(s: SliceRecord, ports: tuple[Port, ...], cluster: str, via: Via,
+                        screen: Screen, before: _KeptSlice | None, chunk: int
+                        ) -> Generator[list[Member], None, _KeptSlice]:
+    """:func:`_screen_slice` in steps of ``chunk`` endpoints; each step yields the members
+    it made (not reused from ``before``)."""
     known = before.by_endpoint if before is not None and before.ports == ports else {}
     now = _KeptSlice(s, ports)
     distinct = _distinct_ports(ports, before)
     keys = _endpoint_keys(s)
-    found: list[Member | _Screened | None] = list(map(known.get, keys))
+    found: list[Member | _Screened | None] = []
     fresh: dict[object, Member | _Screened] = {}
-    for i in [i for i, x in enumerate(found) if x is None]:  # new or changed endpoints
-        key = keys[i]
-        screened = fresh.get(key)
-        if screened is None:
-            e = Endpoints.unpack(key) if isinstance(key, str) else key
-            assert isinstance(e, Endpoint)
-            screened = fresh[key] = _screen_endpoint(e, cluster, via, ports, distinct,
-                                                     s.name, screen)
-        found[i] = screened
+    for part in chunks(keys, chunk):
+        at = len(found)
+        found.extend(map(known.get, part))
+        made: list[Member] = []
+        for i in [i for i, x in enumerate(found[at:], at) if x is None]:  # new or changed
+            key = keys[i]
+            screened = fresh.get(key)
+            if screened is None:
+                e = Endpoints.unpack(key) if isinstance(key, str) else key
+                assert isinstance(e, Endpoint)
+                screened = fresh[key] = _screen_endpoint(e, cluster, via, ports, distinct,
+                                                         s.name, screen)
+                if isinstance(screened, Member):
+                    made.append(screened)
+                else:
+                    made.extend(screened[0])
+            found[i] = screened
+        yield made
     now.by_endpoint = dict(zip(keys, cast(list[Member | _Screened], found), strict=True))
-    if not [x for x in found if type(x) is not Member]:  # one member each, none refused
+    if set(map(type, found)) <= {Member}:  # one member each, none refused
         now.members = cast(list[Member], found)
         return now
     for x in found:
@@ -377,35 +420,24 @@ def _endpoint_keys(s: SliceRecord) -> Sequence[object]:
 
 
 def screen_ahead(s: SliceRecord, kept: KeptEndpoints, cluster: str, via: Via, screen: Screen,
-                 chunk: int) -> Iterator[list[Member]]:
-    """Screen, ahead of the assembly that will need it, what of slice ``s`` the kept one of
-    its name does not hold, ``chunk`` endpoints a step: into the table the assembly looks
-    endpoints up in. Yields, each step, the members it made (for their encoding ahead).
+                 chunk: int = STEP) -> Iterator[list[Member]]:
+    """Screen slice ``s`` ahead of the assembly that will need it, ``chunk`` endpoints a
+    step, reusing what the kept slice of its name holds: the assembly that meets this very
+    record takes it whole (:attr:`KeptEndpoints.ahead`). Yields, each step, the members
+    it made (for their encoding ahead).
 
-    Nothing of this is trusted later: the assembly finds each endpoint by its text or
-    screens it itself, so a step never taken, or a slice changed again meanwhile, only
-    costs time."""
+    Nothing of this is trusted later: an assembly that meets another record (a slice
+    changed again meanwhile) screens it itself, so a step never taken only costs time."""
     before = kept.slices.get(s.name)
-    if before is None or before.record is s:
+    if before is not None and before.record is s:
+        return
+    ahead = kept.ahead.get(s.name)
+    if ahead is not None and ahead.record is s:
         return
     ports = screen.ports(s.ports, Member(cluster, None, (), (), True, via, s.name))
-    if before.ports != ports:
-        return
-    distinct = _distinct_ports(ports, before)
-    known = before.by_endpoint
-    new = [key for key in dict.fromkeys(_endpoint_keys(s)) if key not in known]
-    for start in range(0, len(new), chunk):
-        made: list[Member] = []
-        for key in new[start:start + chunk]:
-            e = Endpoints.unpack(key) if isinstance(key, str) else key
-            assert isinstance(e, Endpoint)
-            screened = known[key] = _screen_endpoint(e, cluster, via, ports, distinct,
-                                                     s.name, screen)
-            if isinstance(screened, Member):
-                made.append(screened)
-            else:
-                made.extend(screened[0])
-        yield made
+    kept.ahead.pop(s.name, None)
+    kept.ahead[s.name] = yield from _screen_slice_steps(s, ports, cluster, via, screen,
+                                                        before, chunk)
 
 
 def _screen_endpoint(e: Endpoint, cluster: str, via: Via, ports: tuple[Port, ...],

@@ -16,18 +16,19 @@ churn in the tables).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
 
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import (
     EncodedMembers,
     Part,
     ServiceAnswers,
-    encode_service,
+    encode_steps,
 )
 from dnsside.core.members import KEEP_FROM, Member
+from dnsside.core.steps import Steps, chunks, finish, let_go
 from dnsside.core.tables import Key
 from dnsside.dns.catalog import CatalogZone, FixedVersions
 from dnsside.dns.names import namespace_name
@@ -143,29 +144,58 @@ class Publisher:
 
     def publish(self, key: Key, gs: GlobalService | None) -> bool:
         """Put ``gs``'s answers in the responder's tables in place of its previous ones;
-        False (and nothing touched) when they are the same bytes.
+        False (and nothing touched) when they are the same bytes. At once: see
+        :meth:`publish_steps`."""
+        return finish(self.publish_steps(key, gs))
+
+    def publish_steps(self, key: Key, gs: GlobalService | None) -> Steps[bool]:
+        """:meth:`publish` in steps (:mod:`dnsside.core.steps`): the encoding and the
+        comparison with what is published yield every few thousand members; the tables
+        are written in one step, the last but the freeing of what was replaced, so a
+        query sees the service's old answers or its new ones, never a mix.
 
         A big service's pods' answers come as ``parts`` (:class:`EncodedMembers`), the
         same tuple object for a pod that did not change: only the parts that came or went
         are compared and written, so one pod's change costs one pod, not the service."""
-        new = self._encode(key, gs)
+        kept = self._kept_for(key, gs)
+        before = kept.encoded if kept is not None else 0
+        new = ServiceAnswers() if gs is None else (
+            yield from encode_steps(gs, self.responder.zones, self.zone_options, kept))
+        self.encoded_members += (kept.encoded - before if kept is not None
+                                 else len(gs.members) * len(self.responder.zones)
+                                 if gs is not None else 0)
+        dropped = kept.take_dropped() if kept is not None else []
         old = self._published.get(key)
         if old is None and not new.answers and not new.parts:
+            yield from let_go(dropped)
             return False
         kept_parts = old.parts if old is not None else {}
-        new_parts = {id(p): p for p in new.parts or ()}
-        added = [p for i, p in new_parts.items() if kept_parts.get(i) is not p]
-        gone = [p for i, p in kept_parts.items() if new_parts.get(i) is not p]
+        new_parts: dict[int, Part] = {}
+        added: list[Part] = []
+        for chunk in chunks(new.parts or ()):
+            ids = list(map(id, chunk))
+            new_parts.update(zip(ids, chunk, strict=True))
+            added += [p for i, p in zip(ids, chunk, strict=True) if kept_parts.get(i) is not p]
+            yield
+        gone: list[Part] = []
+        for old_chunk in chunks(list(kept_parts.items())):
+            gone += [p for i, p in old_chunk if new_parts.get(i) is not p]
+            yield
         count = len(new.answers) + sum(map(len, new_parts.values()))
         if old is not None and self._unchanged(old, new, added, count):
             old.parts = new_parts  # the same answers; let go of the parts no longer kept
+            yield from let_go([*dropped, gone])
             return False
-        self._published.pop(key, None)
-        self.changed = True
         fresh: dict[bytes, Answer] = dict(new.answers)
         fresh.update(chain.from_iterable(added))
         gone_keys = [k for k in (old.answers if old is not None else ()) if k not in fresh]
-        gone_keys += [k for k, _ in chain.from_iterable(gone) if k not in fresh]
+        for gone_chunk in chunks(gone):
+            gone_keys += [k for k, _ in chain.from_iterable(gone_chunk) if k not in fresh]
+            yield
+        # From here to the end of the tables, one step: nothing of this service is seen
+        # half written, by a query or by a version cut meanwhile.
+        self._published.pop(key, None)
+        self.changed = True
         if self.versions:
             self._hand_to_versions(fresh, gone_keys)
         # Insert first, then remove what is no longer there: a concurrent reader
@@ -174,8 +204,7 @@ class Publisher:
         r.answers.update(fresh)
         for name in new.names:
             r.names[name] = r.zone_by_wire[self._zone_suffix(name)]
-        for k in gone_keys:
-            r.answers.pop(k, None)
+        deque(map(r.answers.pop, gone_keys, repeat(None)), maxlen=0)
         if old is not None:
             for name in old.names:
                 if name not in new.names:
@@ -186,32 +215,34 @@ class Publisher:
         delta = (1 if count else 0) - (1 if old is not None else 0)
         if delta:
             self._count_namespace(key[0], delta)
+        yield
+        yield from let_go([*dropped, kept_parts if old is not None else {}, gone, added,
+                            gone_keys])
         return True
 
-    def _encode(self, key: Key, gs: GlobalService | None) -> ServiceAnswers:
-        """``gs`` encoded, a big one with its members kept from the last time."""
-        if gs is None:
+    def keeps(self, key: Key) -> bool:
+        """``key`` is a big service whose members' encoding is kept (what replaces it is
+        published in steps, even when it is small or gone)."""
+        return key in self._kept
+
+    def _kept_for(self, key: Key, gs: GlobalService | None) -> EncodedMembers | None:
+        """What a big service keeps of its members' encoding (made now for a service that
+        just grew big); None for a small one, or one gone, whose kept encoding goes."""
+        if gs is None or len(gs.members) < KEEP_FROM:
             self._kept.pop(key, None)
-            return ServiceAnswers()
-        kept: EncodedMembers | None = None
-        if len(gs.members) >= KEEP_FROM:
-            kept = self._kept.get(key)
-            if kept is None:
-                kept = self._kept[key] = EncodedMembers()
-            before = kept.encoded
-        else:
-            self._kept.pop(key, None)
-        new = encode_service(gs, self.responder.zones, self.zone_options, kept)
-        self.encoded_members += (kept.encoded - before if kept is not None
-                                 else len(gs.members) * len(self.responder.zones))
-        return new
+            return None
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._kept[key] = EncodedMembers()
+        return kept
 
     def encode_ahead(self, key: Key, members: list[Member]) -> None:
         """Encode ``members`` of the big service ``key`` ahead of its rebuild (see
-        :meth:`EncodedMembers.ahead`); nothing is published."""
+        :meth:`EncodedMembers.ahead`), kept from now on if nothing was; nothing is
+        published."""
         kept = self._kept.get(key)
         if kept is None:
-            return
+            kept = self._kept[key] = EncodedMembers()
         before = kept.encoded
         kept.ahead(members, self.responder.zones, self.zone_options, key)
         self.encoded_members += kept.encoded - before

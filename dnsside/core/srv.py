@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, islice
 from typing import Protocol
 
+from dnsside.core.steps import Steps
 from dnsside.dns.names import protocol_name, srv_name
 from dnsside.dns.wire import AT_QUESTION, CLASS_IN, MAX_BODY, NOERROR, SRV, Answer, Ring, rr_head
 from dnsside.dns.zone import ZoneOptions
@@ -57,12 +58,13 @@ def fit(rrs: list[bytes], room: int) -> list[bytes]:
 def srv_answers(answers: dict[bytes, Answer], names: set[bytes], rotate: bool,
                 svc_name: bytes, targets: Sequence[Target],
                 ports_of: Sequence[tuple[Port, ...]], options: ZoneOptions,
-                kept: tuple[KeptAnswers, KeptAnswers] | None = None) -> None:
+                kept: tuple[KeptAnswers, KeptAnswers] | None = None) -> Steps[None]:
     """SRV below a service name: the service name answers for every port,
     ``_<port>._<proto>`` for each named one (unnamed ports have none); into ``answers``,
     the empty non-terminals ``_<proto>.<svc>`` into ``names``. ``ports_of[i]``: the ports
     ``targets[i]`` serves. ``kept``: a big service's answers as last made, and where to
-    keep these (an answer made of the same records is the same)."""
+    keep these (an answer made of the same records is the same). Each answer made is a
+    step (:mod:`dnsside.core.steps`): a big one is thousands of records."""
     if not any(ports_of):
         return
     numbers: dict[int, tuple[int, ...]] = {}  # id(ports) → its port numbers, each once
@@ -75,6 +77,7 @@ def srv_answers(answers: dict[bytes, Answer], names: set[bytes], rotate: bool,
 
     _put_srv(answers, rotate, svc_name, svc_name, _pairs(targets, ports_of, every_port),
              options, kept)
+    yield
     # The named ports, in the order they first appear (port tuples are shared by a
     # slice's endpoints: a few distinct ones among thousands of targets).
     named: dict[tuple[str, str], None] = {}
@@ -102,6 +105,7 @@ def srv_answers(answers: dict[bytes, Answer], names: set[bytes], rotate: bool,
 
         _put_srv(answers, rotate, name, svc_name, _pairs(targets, ports_of, its_ports),
                  options, kept)
+        yield
 
 
 def _pairs(targets: Sequence[Target], ports_of: Sequence[tuple[Port, ...]],

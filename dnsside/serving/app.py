@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from dnsside.config import Config, flag
@@ -135,6 +136,30 @@ def make_source(config: Config) -> Source:
     return source
 
 
+
+async def _in_steps(steps: Iterator[object], to_the_end: bool = False) -> float:
+    """Take ``steps`` one at a time, the event loop free between two (a big service's
+    change: :mod:`dnsside.core.steps`); the seconds they took, waits between them aside.
+    ``to_the_end``: cancelled meanwhile, the rest is taken at once before the
+    cancellation goes on, so the index is never left with half a batch applied."""
+    spent = 0.0
+    while True:
+        started = time.perf_counter()
+        more = next(steps, _DONE) is not _DONE
+        spent += time.perf_counter() - started
+        if not more:
+            return spent
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            if to_the_end:
+                for _ in steps:
+                    pass
+            raise
+
+
+_DONE = object()
+
 class App:
     def __init__(self, config: Config, source: Source, tsig: TsigKey | None = None) -> None:
         self.config = config
@@ -169,6 +194,7 @@ class App:
         self._udp: list[UdpServer] = []
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
+        self._applying = asyncio.Lock()  # one batch's apply steps at a time (_consume)
         self._lameduck = False
         self.flat: LinkedClusters | None = None  # --flat-network: fed the index's Links
 
@@ -311,21 +337,14 @@ class App:
         if source is self.source:
             metrics.SOURCE_SYNCED.labels(source=name).set(0)
         async for batch in source.events():
-            # A big service's slice is screened and encoded ahead in steps, others running
-            # between two (Index.prepare); then applied at once.
-            ahead = 0.0
-            steps = self.index.prepare(batch)
-            while True:
-                started = time.perf_counter()
-                more = next(steps, False) is None
-                ahead += time.perf_counter() - started
-                if not more:
-                    break
-                await asyncio.sleep(0)
-            started = time.perf_counter()
-            self.index.apply(batch)
+            # A big service's slice is screened and encoded ahead in steps (Index.prepare),
+            # then applied in steps (Index.apply_steps), others running between two; the
+            # sources' batches are applied one at a time, each to its end.
+            spent = await _in_steps(self.index.prepare(batch))
+            async with self._applying:
+                spent += await _in_steps(self.index.apply_steps(batch), to_the_end=True)
             if flat is not None:  # what a linked cluster's events cost is its budget's
-                flat.applied(batch, ahead + time.perf_counter() - started)
+                flat.applied(batch, spent)
             self.versioning.changed()
             self.heap.changed()
             if source is self.source:
