@@ -82,3 +82,49 @@ def test_every_baked_flag_with_a_bad_value_is_refused_as_serve_refuses_it(
 ])
 def test_the_reported_mistakes(words: list[str], line: str) -> None:
     assert run("install", "--cluster-name", "east", *words) == (2, "", f"dnsside: {line}\n")
+
+
+@pytest.mark.parametrize("words,option", [
+    (["--cluster-name", "east", "--ttl=-5", "monitoring"], "--cluster-name"),
+    (["--ttl=-5", "monitoring"], "--ttl"),
+    (["--allow-transfer", "notacidr", "monitoring"], "--allow-transfer"),
+    (["--mode", "sidecar", "coredns", "--flavor", "kubeadm", "--address", "10.0.0.1"],
+     "--mode"),
+    (["--watch-namespace", "Default", "coredns", "--flavor", "kubeadm", "--address",
+      "10.0.0.1"], "--watch-namespace"),
+    (["--listen", "0.0.0.0:53", "monitoring"], "--listen"),
+])
+def test_a_subcommand_refuses_the_flags_of_install_it_would_drop(words: list[str],
+                                                                  option: str) -> None:
+    # `install --ttl -5 monitoring` printed the monitoring objects, exit 0, --ttl dropped;
+    # `install --mode sidecar coredns` printed the standalone block.
+    target = next(w for w in words if w in ("coredns", "monitoring"))
+    assert run("install", *words) == (2, "", (
+        f"dnsside: {option} is a flag of `dnsside install`, which `install {target}` does "
+        f"not read; `dnsside install {target} --help` lists its own, given after "
+        f"`{target}`\n"))
+
+
+def test_a_subcommand_with_its_own_flags_only_still_prints() -> None:
+    code, out, err = run("install", "coredns", "--flavor", "kubeadm", "--address",
+                         "10.0.0.1", "--block-only")
+    assert (code, err) == (0, "") and "forward . 10.0.0.1:53" in out
+    code, out, err = run("install", "monitoring", "--mode", "sidecar")
+    assert (code, err) == (0, "") and "PrometheusRule" in out
+
+
+def test_the_shells_variables_are_not_baked_and_install_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # install bakes its command line only: a DNSSIDE_TTL left in the shell from running
+    # serve by hand is neither baked nor a reason to refuse, but it is named.
+    monkeypatch.setenv("DNSSIDE_TTL", "abc")
+    monkeypatch.setenv("DNSSIDE_ZONE", "example.")
+    monkeypatch.setenv("DNSSIDE_FUZZ_PROFILE", "long")  # no flag's: not named
+    code, out, err = run("install", "--cluster-name", "east")
+    assert code == 0 and "DNSSIDE_TTL" not in out and "DNSSIDE_ZONE" not in out
+    assert err == ("dnsside: warning: install bakes only the flags on its command line; "
+                   "DNSSIDE_TTL, DNSSIDE_ZONE in this environment are not read (give the "
+                   "flag instead)\n")
+    monkeypatch.delenv("DNSSIDE_TTL")
+    monkeypatch.delenv("DNSSIDE_ZONE")
+    assert run("install", "--cluster-name", "east")[2] == ""
