@@ -12,7 +12,7 @@ import pytest
 
 from dnsside.cli import main
 from dnsside.config import SERVE
-from dnsside.flagvalues import checked_config
+from dnsside.flagvalues import checked_config, expected
 from dnsside.ops.cli import RENAMED, BakeableFlag, bakeable_flags
 from tests.test_flagvalues import BAD_TEXT
 
@@ -53,8 +53,14 @@ def test_every_baked_flag_with_a_bad_value_is_refused_as_serve_refuses_it(
     needs = ["--flat-network"] if baked.serve_flag.startswith(("--flat-network-",)) else []
     code, out, err = run("install", "--cluster-name", "east", *needs, *words)
     assert code == 2 and out == "", (words, out)
+    if baked.flag.choices or baked.flag.type in (int, float):
+        # A value of the wrong kind, or no choice: refused while parsing, in the one line
+        # serve prints for it (argparse's 30-line usage once came first, on both).
+        line = f"dnsside: {baked.serve_flag} 'abc': expected {expected(baked.flag)}\n"
+        assert run(SERVE, f"{baked.serve_flag}=abc") == (2, "", line)
+        assert run("install", "--cluster-name", "east", f"{baked.option}=abc") == (2, "", line)
     if baked.flag.choices or baked.serve_flag == "--tsig-key-file":
-        return  # argparse's invalid choice; the key file's own line (test_install_tsig.py)
+        return  # refused above; the key file's own line (test_install_tsig.py)
     # The same line serve prints for the same value on its command line.
     value: object = words[-1].partition("=")[2] if "=" in words[-1] else words[-1]
     if baked.flag.type in (int, float):
