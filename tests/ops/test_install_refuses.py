@@ -85,6 +85,12 @@ def test_every_baked_flag_with_a_bad_value_is_refused_as_serve_refuses_it(
                                   "10.0.0.0/8 or ::1/128"),
     (["--watch-namespace", "Default"], "--watch-namespace 'Default' is not a namespace name "
                                        "(a lower-case DNS label: letters, digits and '-')"),
+    # switches have no bad value alone; with what they need missing, serve's line too
+    (["--insecure-remote-tls"], "--insecure-remote-tls weakens TLS to the linked clusters "
+                                "--flat-network watches: it needs --flat-network"),
+    (["--locality", "local-first", "--no-local"], "--locality local-first prefers this "
+                                                   "cluster's members, which --no-local "
+                                                   "leaves out: choose one"),
 ])
 def test_the_reported_mistakes(words: list[str], line: str) -> None:
     assert run("install", "--cluster-name", "east", *words) == (2, "", f"dnsside: {line}\n")
