@@ -17,18 +17,19 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from dnslib import QTYPE
 
 from dnsside import __version__
-from dnsside.config import COMMANDS, EXPLAIN, SERVE, Config, Flag, flags_for
+from dnsside.config import COMMANDS, EXPLAIN, FLAGS, SERVE, Config, Flag, flags_for
 from dnsside.dns.tsig import TsigKey, load_key_file
 from dnsside.dns.wire import to_wire
-from dnsside.flagvalues import checked_config, flag_values, misspelt_variables
+from dnsside.flagvalues import checked_config, expected, flag_values, misspelt_variables
 from dnsside.serving.app import NO_CLUSTER_HINT, App, explain_index, make_source
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.commands, loaded for them
@@ -36,6 +37,35 @@ DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters link
                "Linkerd's multicluster extension: one name for every cluster's members.\n\n"
                "`dnsside COMMAND --help` gives each command's flags; every serve flag can\n"
                "also be set as DNSSIDE_<FLAG> in the environment.")
+
+
+# argparse's words for a value its type or choices refuse: "argument --ttl: invalid int
+# value: 'abc'", "argument --locality: invalid choice: 'x' (choose from 'all', ...)".
+_BAD_VALUE = re.compile(r"argument (?:-\w/)?(?P<flag>--[a-z0-9-]+): invalid "
+                        r"(?P<kind>int value|float value|choice): (?P<value>'.*?')"
+                        r"(?: \(choose from (?P<choices>.*)\))?")
+_KIND_WORDS = {"int value": "a whole number", "float value": "a number"}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose refusal of a flag's value is one line, the line ``DNSSIDE_<FLAG>``
+    gets for it (``dnsside: --ttl 'abc': expected a whole number of seconds``), the same for
+    serve, explain and install: argparse prints the whole usage first (30 lines and more),
+    which hides the one that matters. Other mistakes (an unknown flag, a missing argument)
+    keep argparse's usage, which lists the flags there are."""
+
+    def error(self, message: str) -> NoReturn:
+        m = _BAD_VALUE.fullmatch(message)
+        if m is None:
+            super().error(message)
+        f = next((f for f in FLAGS if f.name == m["flag"]), None)
+        if f is not None and (f.choices or f.type in (int, float)):
+            what = expected(f)
+        elif m["choices"]:
+            what = "one of " + m["choices"].replace("'", "")
+        else:
+            what = _KIND_WORDS.get(m["kind"], "another value")
+        self.exit(2, f"dnsside: {m['flag']} {m['value']}: expected {what}\n")
 
 
 def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
@@ -61,7 +91,7 @@ def add_flag(parser: argparse.ArgumentParser, flag: Flag) -> None:
 def _parsers(
     admin: bool,
 ) -> tuple[argparse.ArgumentParser, Mapping[str, argparse.ArgumentParser]]:
-    parser = argparse.ArgumentParser(prog="dnsside", description=DESCRIPTION,
+    parser = OneLineParser(prog="dnsside", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"dnsside {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -102,7 +102,7 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("--source", str, "kube", "`kube` to watch the API server, or a YAML/JSON file "
-         "of Services and EndpointSlices (reloaded when it changes)", _NOT_BAKED,
+         "of Services, EndpointSlices and Links (reloaded when it changes)", _NOT_BAKED,
          metavar="kube|FILE"),
     Flag("--kubeconfig", str, None, "kubeconfig for --source kube", _NOT_BAKED,
          metavar="FILE", default_text="$KUBECONFIG, ~/.kube/config, else in-cluster"),
@@ -207,8 +207,8 @@ FLAGS: tuple[Flag, ...] = (
          "-384 or -512): every transfer must then be signed with it (TSIG), and the NOTIFYs "
          "are", _SERVING, metavar="FILE", default_text="none: transfers are not signed"),
     Flag("--notify", str, (), "secondary to send a NOTIFY to after each new zone version, "
-         "retried until it answers; repeatable", _SERVING, repeatable=True,
-         metavar="HOST:PORT", default_text="nobody"),
+         "retried until it answers (10 tries a version at most); repeatable", _SERVING,
+         repeatable=True, metavar="HOST:PORT", default_text="nobody"),
     Flag("--ixfr-history", int, 64, "zone versions kept to answer IXFR with differences "
          "(fewer when their differences add up to more records than the zone has); a "
          "secondary older than that gets the whole zone; 0: always the whole zone",

@@ -8,8 +8,13 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = "--quick" ]; then
   shift
-  [ -x .venv/bin/pytest ] || { python3 -m venv .venv && .venv/bin/pip install -q --upgrade pip \
-    && .venv/bin/pip install -q -e '.[test,fast]'; }
+  # (an `if`, not `[ ] || { a && b; }`: there a failing step let the script go on to a
+  # confusing "pytest: No such file or directory")
+  if [ ! -x .venv/bin/pytest ]; then
+    python3 -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[test,fast]'
+  fi
   exec .venv/bin/pytest -q -m quick -n 2 "$@"
 fi
 

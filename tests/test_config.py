@@ -199,3 +199,15 @@ def test_usage_lists_every_command_and_what_each_is_for() -> None:
     for argv in (("install", "--bogus"), ("check", "--bogus")):
         code, _, err = run_main(*argv)
         assert code == 2 and f"dnsside {argv[0]}: error: unrecognized" in err, err
+
+
+def test_help_says_what_the_code_does() -> None:
+    """Help that was not true: --notify said "retried until it answers" after NOTIFYs
+    stopped at TRIES a version; --source FILE left out the Links its file is read for."""
+    from dnsside.config import flag
+    from dnsside.serving.notify import TRIES
+
+    assert f"({TRIES} tries a version at most)" in (flag("--notify").help or "")
+    assert "Links" in (flag("--source").help or "")
+    allow = flag("--allow-transfer")  # issue 37: it said "(default nobody)" alone
+    assert "with --tsig-key-file alone, any address with the key" in (allow.default_text or "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shlex
 import sys
@@ -17,7 +18,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dnsside.config import CHECK, COMMANDS, DEFAULT_ZONE, INSTALL, SERVE, Flag, flag, flags_for
+from dnsside.config import (
+    CHECK,
+    COMMANDS,
+    DEFAULT_ZONE,
+    FLAGS,
+    INSTALL,
+    SERVE,
+    Flag,
+    flag,
+    flags_for,
+)
 from dnsside.dns.tsig import KeyFileError, load_key_file
 from dnsside.flagvalues import checked_config
 from dnsside.netvalues import format_hostport
@@ -102,6 +113,7 @@ def baked_settings(args: argparse.Namespace, flags: Iterable[BakeableFlag]) -> d
 
 
 _BAKEABLE = "dnsside_bakeable"  # where the install parser keeps its BakeableFlag list
+_INSTALL_OWN = "dnsside_install_own"  # and its every option: (spelling, dest, default)
 
 
 def add_admin_commands(sub: Any) -> None:
@@ -145,6 +157,11 @@ def add_admin_commands(sub: Any) -> None:
     for name in NOT_BAKED:
         unbaked.add_argument(name, dest=_unbaked(name), metavar=flag(name).metavar,
                              help=NOT_BAKED[name])
+    # What `install` itself takes, and its defaults: given before `coredns` or `monitoring`,
+    # which read none of it, it would be dropped without a word (see _refuse_install_flags).
+    install.set_defaults(**{_INSTALL_OWN: [(a.option_strings[0], a.dest, a.default)
+                                           for a in install._actions if a.option_strings
+                                           and a.dest not in ("help", _BAKEABLE)]})
     targets = install.add_subparsers(dest="target", metavar="{coredns,monitoring}")
 
     coredns = targets.add_parser(
@@ -241,6 +258,9 @@ def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.command == "check":
             return _check(args)
+        _warn_of_the_shells_variables()
+        if args.target is not None:
+            _refuse_install_flags(args)
         if args.target == "coredns":
             sys.stdout.write(_coredns(args))
         elif args.target == "monitoring":
@@ -251,6 +271,30 @@ def run_admin_command(args: argparse.Namespace, argv: list[str]) -> int:
     except (inst.InstallError, CorefileError) as exc:
         print(f"dnsside: {exc}", file=sys.stderr)
         return 2
+
+
+def _warn_of_the_shells_variables() -> None:
+    """One line when ``DNSSIDE_*`` flag variables are set in the operator's shell: install
+    bakes only the flags on its own command line (a value left over from running ``serve``
+    by hand must not slip into a cluster unseen), so the variables are not read; said
+    rather than ignored silently, since `serve` would have read them."""
+    names = sorted(n for n in os.environ if n in {f.env for f in FLAGS})
+    if names:
+        print(f"dnsside: warning: install bakes only the flags on its command line; "
+              f"{', '.join(names)} in this environment {'is' if len(names) == 1 else 'are'} "
+              "not read (give the flag instead)", file=sys.stderr)
+
+
+def _refuse_install_flags(args: argparse.Namespace) -> None:
+    """Raise InstallError for an option of ``install`` itself given before ``coredns`` or
+    ``monitoring``, which read none of them: ``install --ttl -5 monitoring`` or
+    ``install --mode sidecar coredns`` would print something else than was meant."""
+    for option, dest, default in getattr(args, _INSTALL_OWN, ()):
+        if getattr(args, dest, default) != default:
+            raise inst.InstallError(
+                f"{option} is a flag of `dnsside install`, which `install {args.target}` "
+                f"does not read; `dnsside install {args.target} --help` lists its own, given "
+                f"after `{args.target}`")
 
 
 def _unbaked(name: str) -> str:

@@ -120,6 +120,13 @@ ROWS: tuple[Row, ...] = (
               "is the failover (alert DnssideLocalitySpilled).",
               (Query(f"max by (reason) (dnsside_locality_spilled_services{{{SEL}}})",
                      "{{reason}}"),), "short"),
+        Panel("List retries and relists",
+              "Lists of the API server that failed and are tried again, by resource and "
+              "reason (the log tells each reason once), and full relists after 410 Expired.",
+              (Query(_rate("dnsside_list_retries_total", "resource, reason"),
+                     "retry {{resource}} {{reason}}"),
+               Query(_rate("dnsside_relists_total", "resource"), "relist {{resource}}")),
+              "ops"),
     )),
     Row("Links and gateways", (
         Panel("Link watch",
@@ -144,6 +151,11 @@ ROWS: tuple[Row, ...] = (
                      "orphaned {{cluster}}"),
                Query(f"max by (cluster) (dnsside_name_clashes{{{SEL}}})",
                      "clash {{cluster}}")), "short"),
+        Panel("Links refused",
+              "Links that do not count, by reason: outside-namespace (not in "
+              "--links-namespace), duplicate (a second Link for a cluster).",
+              (Query(f"max by (reason) (dnsside_links_refused{{{SEL}}})", "{{reason}}"),),
+              "short"),
     )),
     Row("Linked clusters' APIs (--flat-network)", (
         Panel("Remote API synced",
@@ -194,6 +206,16 @@ ROWS: tuple[Row, ...] = (
         Panel("Transfer bytes",
               "Bytes of zone transfers sent per second.",
               (Query(_rate("dnsside_transfer_bytes_total", "pod"), "{{pod}}"),), "Bps"),
+        Panel("Transfers under way",
+              "Zone transfers being sent now, per pod (at most --transfer-max; while any is, "
+              "UDP answers share the interpreter more often).",
+              (Query(f"max by (pod) (dnsside_transfers_sending{{{SEL}}})", "{{pod}}"),),
+              "short"),
+        Panel("NOTIFY given up",
+              "1 while dnsside has stopped sending NOTIFYs to a --notify secondary (every try "
+              "of a version unanswered) until it answers one.",
+              (Query(f"max by (target) (dnsside_notify_given_up{{{SEL}}})", "{{target}}"),),
+              "short"),
     )),
     Row("Process", (
         Panel("Memory",
@@ -204,6 +226,12 @@ ROWS: tuple[Row, ...] = (
               "CPU time used per second, per pod (1 = one core).",
               (Query(f"rate(process_cpu_seconds_total{{{SEL}}}[{RATE}])", "{{pod}}"),),
               "short"),
+        Panel("Heap trims",
+              "Times per second freed heap memory was handed back to the system after "
+              "changes (malloc_trim, --heap-trim-period); none where the mode is off.",
+              (Query(_rate("dnsside_heap_trims_total", "pod"), "{{pod}}"),
+               Query(f"max by (mode) (dnsside_heap_trim_mode{{{SEL}}}) == 1",
+                     "mode {{mode}}")), "ops"),
     )),
 )
 

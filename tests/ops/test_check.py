@@ -292,6 +292,20 @@ async def test_api_unreachable_and_no_kubeconfig(fake_kube: FakeKube, tmp_path: 
     assert not only.ok and only.text == "can initialize the client" and only.hint
 
 
+@pytest.mark.quick
+async def test_without_any_kubeconfig_the_hint_says_each_way_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 37 item 8: the hint once repeated the error's own list ("...or run in a pod:
+    # pass --kubeconfig, set $KUBECONFIG or create ~/.kube/config").
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    (only,) = await run_checks(CheckOptions())
+    assert not only.ok and only.text == "can initialize the client"
+    assert only.hint.count("--kubeconfig") == 1 and only.hint.count("$KUBECONFIG") == 1, \
+        only.hint
+
+
 @pytest.fixture
 def served_demo(tmp_path: Path) -> Any:
     kube = ThreadedKube(tmp_path)

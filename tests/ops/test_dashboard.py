@@ -436,3 +436,21 @@ def test_deploy_ships_the_dashboard() -> None:
     assert json.loads(text) == dash.dashboard()
     objs = docs((ROOT / "deploy" / "monitoring" / "monitoring.yaml").read_text())
     assert json.loads(one(objs, "ConfigMap")["data"][dash.FILE_NAME]) == dash.dashboard()
+
+
+@pytest.mark.quick
+def test_the_dashboard_shows_what_issue_37_lists_and_the_metrics_added_since() -> None:
+    """Answers by rcode, latency, members by cluster, gateway health, link and remote state,
+    transfers and NOTIFYs, memory over time; and what came after the dashboard: transfers
+    being sent, NOTIFYs given up, heap trims, list retries, relists, Links refused."""
+    used = {n for _, t in targets(dash.dashboard()) for n in metric_names(t["expr"])}
+    assert {"dnsside_queries_total", "dnsside_answer_duration_seconds_bucket",
+            "dnsside_members", "dnsside_gateway_probe_state", "dnsside_links_watch_up",
+            "dnsside_remote_synced", "dnsside_transfers_total", "dnsside_notifies_total",
+            "process_resident_memory_bytes",
+            "dnsside_transfers_sending", "dnsside_notify_given_up",
+            "dnsside_heap_trims_total", "dnsside_heap_trim_mode",
+            "dnsside_list_retries_total", "dnsside_relists_total",
+            "dnsside_links_refused"} <= used, used
+    for panel in dash.panels():  # each with its one line
+        assert panel.description and "\n" not in panel.description, panel.title
