@@ -33,7 +33,7 @@ COMMANDS = {
                "cluster DNS forward the zones to it",
     CHECK: "check an installed dnsside, its RBAC, the Links and the answers",
 }
-TRUE = frozenset({"1", "true", "yes", "on"})  # what a boolean DNSSIDE_<FLAG> accepts as on
+TRUE = frozenset({"1", "true", "yes"})  # what a boolean DNSSIDE_<FLAG> accepts as on
 DEFAULT_ZONE = "svc-global."
 
 

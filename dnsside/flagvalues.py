@@ -25,8 +25,7 @@ from typing import Any
 
 from dnsside.config import FLAGS, Config, Flag, flags_for, is_host_label
 
-BOOLEANS = {"1": True, "true": True, "yes": True, "on": True,
-            "0": False, "false": False, "no": False, "off": False}
+BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 # The least value of a number flag, and whether the least itself is allowed; a number
 # flag not named here must be >= 0. Every number must be finite: float() reads "nan".
 LEAST: dict[str, tuple[float, bool]] = {
@@ -43,7 +42,7 @@ MAX_TTL = 2**31 - 1  # RFC 2181 §8: a resolver reads a TTL above it as 0
 def expected(f: Flag) -> str:
     """What ``f`` accepts, in the words of an error message."""
     if f.switch:
-        return "true or false (also 1/0, yes/no, on/off)"
+        return "true or false (also 1/0, yes/no)"
     if f.choices:
         return "one of " + ", ".join(f.choices)
     if f.type is int:

@@ -44,7 +44,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     ("DNSSIDE_SRV_PRIORITY", "bogus", "expected one of equal, local-first"),
     ("DNSSIDE_LOG_FORMAT", "xml", "expected one of text, json"),
     ("DNSSIDE_GATEWAY_PROBE", "maybe", "expected one of auto, on, off"),
-    ("DNSSIDE_QUERY_LOG", "ture", "expected true or false (also 1/0, yes/no, on/off)"),
+    ("DNSSIDE_QUERY_LOG", "ture", "expected true or false (also 1/0, yes/no)"),
 ])
 def test_a_bad_variable_is_one_line_and_help_still_works(variable: str, value: str,
                                                         line: str) -> None:
