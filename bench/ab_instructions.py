@@ -122,16 +122,17 @@ def child(args: argparse.Namespace) -> int:
         return 1
     if args.child == "callgrind":
         # Valgrind ran the setup uninstrumented (4x faster); from here on it counts, and
-        # collects only inside starmap's next: each respond(query, True), nothing else.
+        # collects only inside starmap's next (a C function nothing else here calls,
+        # hence not map): each respond(query, True), nothing else.
         subprocess.run(["callgrind_control", "--instr=on", str(os.getpid())], check=True,
                        capture_output=True)
-        deque(starmap(respond, zip(queries, repeat(True))), maxlen=0)
+        deque(starmap(respond, zip(queries, repeat(True))), maxlen=0)  # noqa: RUF058
         print(f"queries {len(queries)}")
         return 0
     best = float("inf")
     for _ in range(args.passes):
         t = time.process_time_ns()
-        deque(starmap(respond, zip(queries, repeat(True))), maxlen=0)
+        deque(starmap(respond, zip(queries, repeat(True))), maxlen=0)  # noqa: RUF058
         best = min(best, time.process_time_ns() - t)
     print(f"queries {len(queries)} ns {best / len(queries):.1f}")
     return 0
@@ -186,6 +187,8 @@ def main() -> int:
                    "archive), optionally with Config fields set (round_robin=off)")
     p.add_argument("--size", type=int, default=10000, help="topology members (0: the demo)")
     p.add_argument("--limit", type=int, default=50000, help="queries of the file used")
+    p.add_argument("--query-file", type=Path, help="another query file (NAME TYPE a line) "
+                   "for the topology: one kind of answer alone, say")
     p.add_argument("--base", help="a variant's NAME: the others as ratios to it")
     p.add_argument("--time", type=int, default=0, metavar="ROUNDS",
                    help="also ns per query without valgrind: ROUNDS rounds, variants in turn")
@@ -206,6 +209,7 @@ def main() -> int:
 
     run.OUT.mkdir(exist_ok=True)
     topology, queries = run.topology_files(args.size)
+    queries = args.query_file or queries
     variants = []
     for v in args.variant or ["now=."]:
         name, spec = v.split("=", 1)
