@@ -97,7 +97,9 @@ def child(args: argparse.Namespace) -> int:
     config = Config(source=args.topology, cluster_name="east")
     for setting in args.set:
         key, value = setting.split("=", 1)
-        setattr(config, key, value)
+        current = getattr(config, key)  # a number flag's value as a number
+        number = isinstance(current, (int, float)) and not isinstance(current, bool)
+        setattr(config, key, type(current)(value) if number else value)
     options = index_options(config)
     index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
     records, _ = load_records(Path(args.topology))

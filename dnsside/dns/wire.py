@@ -196,7 +196,10 @@ class Ring(Answer):
     slices of the body: ``bounds[k]`` is where record ``k`` starts in the body
     (``bounds[n]``: where the records end; ``step`` the records' size when they all have
     one: every A and AAAA RRset), nothing encoded per query. One of at most
-    :data:`TWICE_UP_TO` bytes keeps its records ``twice``, end to end: one slice then.
+    :data:`TWICE_UP_TO` bytes keeps its records ``twice``, end to end, and what follows
+    them (``glue``, b"" for A and AAAA) apart: one slice then. (The responder finds a
+    record's offset as ``k * step`` when it can: an item of a ``range`` costs six times
+    that product, bench/ROUND_ROBIN.md round 3.)
     The UDP thread and the event loop's TCP may both move ``turn`` at once: the worst
     that does is one start given twice.
 
