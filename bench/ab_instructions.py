@@ -173,6 +173,62 @@ def instructions(tree: str, topology: Path, queries: Path, limit: int, sets: lis
     return total / n, n
 
 
+def served(tree: str, topology: Path, queries: Path, rate: int, seconds: float,
+           sets: list[str]) -> tuple[float, int]:
+    """(instructions per answered query, answers) of a whole ``dnsside serve`` process under
+    callgrind, counted from a zeroing to a dump around one dnsperf run at ``rate`` (what
+    valgrind's slowness allows: a few hundred a second): the socket loop, the event loop's
+    turns and all, for the queries of that window."""
+    sys.path.insert(0, str(ROOT))
+    from bench import run
+
+    port = run.free_port()
+    flags = [f"--{s.split('=', 1)[0].replace('_', '-')}={s.split('=', 1)[1]}" for s in sets]
+    env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONHASHSEED="0",
+               PYTHONPATH=str(Path(tree).resolve()))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={out}", sys.executable, "-m", "dnsside", "serve",
+             "--source", str(topology), "--cluster-name", "east", "--listen",
+             f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0", "--gateway-probe", "off",
+             *flags], env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+        try:
+            assert proc.stderr is not None
+            said = []
+            for line in proc.stderr:
+                said.append(line)
+                if "initial sync done" in line:
+                    break
+            else:
+                raise SystemExit(f"{tree}: dnsside serve ended before its first sync:\n"
+                                 + "".join(said[-10:]))
+            import threading
+
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+
+            def control(*words: str) -> None:
+                subprocess.run(["callgrind_control", *words, str(proc.pid)], check=True,
+                               capture_output=True, timeout=120)
+
+            control("--instr=on")
+            server = run.Server()
+            server.port, server.proc = port, proc
+            run.dnsperf(server, queries, rate, 2, latency=False)  # warm
+            control("--zero")
+            done = run.dnsperf(server, queries, rate, seconds, latency=False)
+            control("--dump")
+            dumps = sorted(Path(tmp).glob("callgrind.out*"))
+            text = max(dumps, key=lambda p: p.stat().st_mtime).read_text()
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    total = sum(int(m) for m in re.findall(r"^(?:summary|totals): (\d+)", text, re.M)[:1])
+    return total / max(done.completed, 1), done.completed
+
+
 def timed(tree: str, topology: Path, queries: Path, limit: int, sets: list[str],
           passes: int) -> float:
     cmd, env = child_command(tree, "time", topology, queries, limit, sets, passes)
@@ -195,6 +251,10 @@ def main() -> int:
     p.add_argument("--time", type=int, default=0, metavar="ROUNDS",
                    help="also ns per query without valgrind: ROUNDS rounds, variants in turn")
     p.add_argument("--passes", type=int, default=5, help="passes per --time round (best)")
+    p.add_argument("--serve", type=int, default=0, metavar="RATE",
+                   help="instead: a whole `dnsside serve` under callgrind, dnsperf at RATE "
+                   "q/s (a few hundred) for --seconds: instructions per answered query")
+    p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--keep", type=Path, help="write each variant's callgrind.out here")
     p.add_argument("--digest", action="store_true",
                    help="only the SHA-256 of every reply to the query file's queries in four "
@@ -222,6 +282,16 @@ def main() -> int:
             cmd, env = child_command(tree, "digest", topology, queries, args.limit, sets)
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             print(f"{name}: {done.stdout.strip() or done.stderr[-2000:]}", flush=True)
+        return 0
+    if args.serve:
+        print(f"whole process, {args.size or 'demo'} members, dnsperf at {args.serve} q/s for "
+              f"{args.seconds:g} s under callgrind:")
+        first = 0.0
+        for name, tree, sets in variants:
+            ir, n = served(tree, topology, queries, args.serve, args.seconds, sets)
+            first = first or ir
+            print(f"{name:>12}: {ir:9,.0f} Ir per answer ({n} answers)  {ir / first:.3f} x "
+                  f"{variants[0][0]}", flush=True)
         return 0
     irs: dict[str, float] = {}
     for name, tree, sets in variants:

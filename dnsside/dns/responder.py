@@ -217,8 +217,7 @@ class Responder:
                 at = k * step if step else answer.bounds[k]
                 return b"".join((data[:2], flags, counts, question,
                                  twice[at : at + answer.length], answer.glue, opt))
-            return b"".join((data[:2], flags, counts, question, _records_from(answer, k),
-                             opt))
+            return _sliced(data, flags, counts, question, answer, k, opt)
         (self.udp_counts if udp else self.tcp_counts)[answer.stat] += 1
         if answer.size <= room:
             return b"".join((data[:2], _FLAG_WORDS[answer.flags][head][data[3]],
@@ -421,26 +420,34 @@ def _shortened(data: bytes, head: int, question: bytes, answer: Answer, opt: byt
 def _turn(data: bytes, head: int, question: bytes, ring: Ring, opt: bytes, room: int
           ) -> bytes:
     """A ring's reply: its next start whole, else that start without the glue, else a page
-    of its records with TC=1 (see :class:`~dnsside.dns.wire.Ring`)."""
+    of its records with TC=1 (see :class:`~dnsside.dns.wire.Ring`). The slow path's;
+    :meth:`Responder.respond` has the first half inlined."""
     if ring.size > room:
         return _cut_turn(data, head, question, ring, opt, room)
     k = ring.turn
     ring.turn = k + 1 if k + 1 < ring.n else 0
+    flags = _FLAG_WORDS[ring.flags][head][data[3]]
+    counts = ring.counts_edns if opt else ring.counts
     spin = ring.spin
-    return b"".join((data[:2], _FLAG_WORDS[ring.flags][head][data[3]],
-                     ring.counts_edns if opt else ring.counts, question,
-                     spin[k] if spin is not None else _records_from(ring, k), opt))
-
-
-def _records_from(ring: Ring, k: int) -> bytes:
-    """The body of a ring without every start pre-encoded, from record ``k`` on: one slice
-    of its records kept twice and the glue, or slices of its body."""
-    twice, step, end = ring.twice, ring.step, ring.length
-    at = k * step if step else ring.bounds[k]  # (a range's item costs six times a product)
+    if spin is not None:
+        return b"".join((data[:2], flags, counts, question, spin[k], opt))
+    twice = ring.twice
     if twice is not None:
-        return twice[at : at + end] + ring.glue  # (+ b"", the A and AAAA: no copy)
-    body = ring.body
-    return b"".join((body[at:end], body[:at], body[end:]))
+        step = ring.step
+        at = k * step if step else ring.bounds[k]
+        return b"".join((data[:2], flags, counts, question, twice[at : at + ring.length],
+                         ring.glue, opt))
+    return _sliced(data, flags, counts, question, ring, k, opt)
+
+
+def _sliced(data: bytes, flags: bytes, counts: bytes, question: bytes, ring: Ring, k: int,
+            opt: bytes) -> bytes:
+    """The whole reply of a ring kept as its body alone (the big ones), from record ``k``
+    on: three slices of the body, joined once with the rest."""
+    step, body, end = ring.step, ring.body, ring.length
+    at = k * step if step else ring.bounds[k]  # (a range's item costs six times a product)
+    return b"".join((data[:2], flags, counts, question, body[at:end], body[:at], body[end:],
+                     opt))
 
 
 def _cut_turn(data: bytes, head: int, question: bytes, ring: Ring, opt: bytes, room: int
