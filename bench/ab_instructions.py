@@ -253,7 +253,8 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=5, help="passes per --time round (best)")
     p.add_argument("--serve", type=int, default=0, metavar="RATE",
                    help="instead: a whole `dnsside serve` under callgrind, dnsperf at RATE "
-                   "q/s (a few hundred) for --seconds: instructions per answered query")
+                   "q/s (a few hundred) for --seconds: instructions per answered query, the "
+                   "socket loop included; moves ±5 %% between runs (batching depends on timing)")
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--keep", type=Path, help="write each variant's callgrind.out here")
     p.add_argument("--digest", action="store_true",
