@@ -354,9 +354,10 @@ class Responder:
 # slots of one class only (see Responder.respond).
 
 # The reply's flags word (bytes 2-3) by the answer's flags (QR, AA, RCODE, maybe TC), then
-# the query's byte 2 (RD; the fast path takes only 0-7 there) and byte 3 (CD): RD and CD
-# copied, pre-encoded. Two tuple lookups a reply; the arithmetic and int.to_bytes they
-# replace cost more than the rest of the header (bench/ROUND_ROBIN.md, round 3). 128 KB.
+# the query's byte 2 (RD; 0-7 in every query answered: QR clear, opcode QUERY) and byte 3
+# (CD): RD and CD copied, pre-encoded. Two tuple lookups a reply; the arithmetic and
+# int.to_bytes they replace cost more than the rest of the header (bench/ROUND_ROBIN.md,
+# round 3). 128 KB.
 def _flag_words(flags: int) -> tuple[tuple[bytes, ...], ...]:
     words = {w: w.to_bytes(2, "big") for w in (flags, flags | 0x0100, flags | 0x0010,
                                                flags | 0x0110)}
