@@ -10,6 +10,13 @@ Prints, per rate, the median CPU µs per answered query of each variant, the
 median of its per-repeat ratios to NSD, answered q/s and the worst loss; with
 ``--base NAME``, also each variant's per-repeat ratios to that one (a change
 against the code before it, ``@PYTHONPATH`` pointing at the old checkout).
+
+``--instructions`` adds, beside those, a figure the machine's load does not move:
+instructions per answered query of each variant's query path in process under callgrind
+(``bench/ab_instructions.py``: the same topology and query file, the variant's tree from its
+``@PYTHONPATH`` or this checkout, its ``--flag value`` words as Config fields). On a shared
+machine one repeat of dnsperf's figure swings ±15-30 %, and "saturation" is dnsperf's own
+ceiling as much as the server's; the instruction count repeats within 1 %.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ def main() -> int:
     p.add_argument("--no-nsd", action="store_true")
     p.add_argument("--base", help="a variant's NAME: print the others' CPU per answer as "
                    "ratios to it, per repeat and their median")
+    p.add_argument("--instructions", action="store_true",
+                   help="also instructions per query of each variant in process, under "
+                   "callgrind (bench/ab_instructions.py): load-independent")
     args = p.parse_args()
     run.OUT.mkdir(exist_ok=True)
     variants = [v.split("=", 1) for v in args.variant] or [["dnsside", ""]]
@@ -114,7 +124,46 @@ def main() -> int:
                           for a, b in zip(raw[(name, rate)], base, strict=True)]
                 print(f"{rate or 'max':>7} {name}: median {statistics.median(ratios):.3f} "
                       f"({' '.join(f'{r:.3f}' for r in ratios)})")
+    if args.instructions:
+        print_instructions(variants, topology, queries, args.base)
     return 0
+
+
+def config_settings(words: list[str]) -> list[str]:
+    """A variant's ``--flag value`` / ``--flag=value`` words as Config fields (flag=value)."""
+    out, i = [], 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("--"):
+            if "=" in word:
+                name, value = word[2:].split("=", 1)
+            else:
+                name, value = word[2:], words[i + 1] if i + 1 < len(words) else ""
+                i += 1
+            out.append(f"{name.replace('-', '_')}={value}")
+        i += 1
+    return out
+
+
+def print_instructions(variants: list[list[str]], topology: Path, queries: Path,
+                       base: str | None) -> None:
+    """Instructions per query of each variant's query path, in process, under callgrind."""
+    from bench import ab_instructions
+
+    root = Path(__file__).resolve().parent.parent
+    counts: dict[str, float] = {}
+    print("\nInstructions per query, Responder.respond in process under callgrind "
+          f"({queries.name}, every query; load-independent):")
+    for name, flags in variants:
+        words = shlex.split(flags)
+        env = dict(w[1:].split("=", 1) for w in words if w.startswith("@"))
+        tree = env.get("PYTHONPATH", str(root))
+        settings = config_settings([w for w in words if not w.startswith("@")])
+        counts[name], _ = ab_instructions.instructions(tree, topology, queries, 50000,
+                                                       settings)
+        ratio = (f"  {counts[name] / counts[base]:.3f} x {base}"
+                 if base and base in counts and name != base else "")
+        print(f"  {name:>12}: {counts[name]:9,.0f}{ratio}", flush=True)
 
 
 if __name__ == "__main__":

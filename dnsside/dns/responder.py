@@ -46,6 +46,7 @@ from dnsside.dns.wire import (
     PLAIN_UDP_LIMIT,
     PTR,
     REFUSED,
+    REPLY_FLAGS,
     SERVFAIL,
     SOA,
     SRV,
@@ -165,7 +166,8 @@ class Responder:
     def respond(self, data: bytes, udp: bool = True) -> bytes | None:
         """The reply to one query, or None to drop it. ``udp`` applies size limits."""
         # Fast path: one question, nothing else but maybe an OPT record, opcode QUERY.
-        if len(data) < 17 or data[2] & 0xF8 or data[4:11] != b"\x00\x01\x00\x00\x00\x00\x00":
+        if (len(data) < 17 or (head := data[2]) & 0xF8
+                or data[4:11] != b"\x00\x01\x00\x00\x00\x00\x00"):
             return self._respond_slow(data, udp)
         # The question name ends at the first zero byte *if* the key that gives is one
         # of ours: our keys are well-formed names, and a well-formed name read from
@@ -173,13 +175,15 @@ class Responder:
         # length byte). Any other zero (inside a label, after a pointer) misses the
         # table and takes the slow path, which walks the labels properly.
         qend = data.find(0, 12) + 5
-        answer = self.answers.get(data[12:qend].lower())
+        question = data[12:qend]
+        answer = self.answers.get(question.lower())
         if answer is None:
             return self._respond_slow(data, udp)
-        if data[11] == 0:
+        arcount = data[11]
+        if arcount == 0:
             opt = b""
-            space = PLAIN_UDP_LIMIT if udp else TCP_LIMIT
-        elif data[11] == 1:
+            room = (PLAIN_UDP_LIMIT if udp else TCP_LIMIT) - qend + 12
+        elif arcount == 1:
             # One lookup for the OPT records clients keep sending (the full check once):
             # the UDP limit less our OPT record, and that record, DO bit copied.
             edns = _EDNS_LIMITS.get(data[qend:])
@@ -188,73 +192,38 @@ class Responder:
                 if edns is None:
                     return self._respond_slow(data, udp)
             space, opt = edns
-            if not udp:
-                space = TCP_LIMIT - OPT_LEN
+            room = (space if udp else TCP_LIMIT - OPT_LEN) - qend + 12
         else:
             return self._respond_slow(data, udp)
-        if udp:
-            self.udp_counts[answer.stat] += 1
-        else:
-            self.tcp_counts[answer.stat] += 1
-        return self._assemble(data, qend, answer, opt, space)
-
-    @staticmethod
-    def _assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
-        """The reply: ``answer`` as a whole, else without its additional section, else
-        TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
-        ``space`` is the size limit less ``opt``. An answer with a ring starts at its
-        next record (its next pre-encoded start, or slices of its body: see
-        :class:`~dnsside.dns.wire.Ring`); the others are sent as they are."""
-        room = space - qend + 12  # for the header and the body
-        flags = answer.flags | ((data[2] << 8 | data[3]) & COPIED_FLAGS)
-        body: bytes | memoryview
-        if not answer.rotates:
-            if answer.size <= room:
-                counts, body = (answer.counts_edns if opt else answer.counts), answer.body
-            else:
-                tail = answer.tail  # an answer that can miss a limit has one (see Answer)
-                assert tail is not None
-                if tail.size_part <= room:
-                    counts = tail.counts_part_edns if opt else tail.counts_part
-                    body = memoryview(answer.body)[: tail.size_part - 12]
-                else:
-                    flags |= TC
-                    fit = bisect_right(tail.ends, room - 12)
-                    counts = section_counts(fit, 0, 1 if opt else 0)
-                    body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
-            return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], body,
-                             opt))
-        ring: Ring = answer  # type: ignore[assignment]  # (rotates: a Ring; no cast call)
-        k = ring.turn
-        if answer.size <= room:
-            ring.turn = k + 1 if k + 1 < ring.n else 0
-            spin = ring.spin
+        # `room`: bytes left for the header and the body. One test of the answer's class,
+        # then reads of that class's slots only: a read that meets both classes is one
+        # CPython 3.11 stops specialising, and it takes the generic way on every query.
+        if type(answer) is Ring:
+            (self.udp_counts if udp else self.tcp_counts)[answer.stat] += 1
+            if answer.size > room:
+                return _cut_turn(data, head, question, answer, opt, room)
+            # _turn, inlined for the starts kept whole (most rotating answers asked): a
+            # call costs as much as a sixth of the rest.
+            k = answer.turn
+            answer.turn = k + 1 if k + 1 < answer.n else 0
+            flags, counts = (_FLAG_WORDS[answer.flags][head][data[3]],
+                             answer.counts_edns if opt else answer.counts)
+            spin = answer.spin
             if spin is not None:  # every start pre-encoded
-                return b"".join((data[:2], flags.to_bytes(2, "big"),
-                                 answer.counts_edns if opt else answer.counts, data[12:qend],
-                                 spin[k], opt))
-            twice, step, body, end = ring.twice, ring.step, answer.body, ring.length
-            at = k * step if step else ring.bounds[k]
-            if twice is not None:
-                return b"".join((data[:2], flags.to_bytes(2, "big"),
-                                 answer.counts_edns if opt else answer.counts, data[12:qend],
-                                 twice[at : at + end], body[end:], opt))
-            return b"".join((data[:2], flags.to_bytes(2, "big"),
-                             answer.counts_edns if opt else answer.counts, data[12:qend],
-                             body[at:end], body[:at], body[end:], opt))
-        tail = answer.tail
-        assert tail is not None
-        if tail.size_part <= room:
-            ring.turn = k + 1 if k + 1 < ring.n else 0
-            counts = tail.counts_part_edns if opt else tail.counts_part
-            at, body = ring.bounds[k], answer.body
-            first, second = body[at : ring.length], body[:at]
-        else:
-            flags |= TC  # a page is no turn: the next whole answer starts where it would
-            fit, first, second = ring.page(answer.body, room - 12)
-            counts = section_counts(fit, 0, 1 if opt else 0)
-        return b"".join((data[:2], flags.to_bytes(2, "big"), counts, data[12:qend], first,
-                         second, opt))
+                return b"".join((data[:2], flags, counts, question, spin[k], opt))
+            twice = answer.twice
+            if twice is not None:  # the records twice over: one slice, then the glue
+                step = answer.step  # (a range's item costs six times a product)
+                at = k * step if step else answer.bounds[k]
+                return b"".join((data[:2], flags, counts, question,
+                                 twice[at : at + answer.length], answer.glue, opt))
+            return _sliced(data, flags, counts, question, answer, k, opt)
+        (self.udp_counts if udp else self.tcp_counts)[answer.stat] += 1
+        if answer.size <= room:
+            return b"".join((data[:2], _FLAG_WORDS[answer.flags][head][data[3]],
+                             answer.counts_edns if opt else answer.counts, question,
+                             answer.body, opt))
+        return _shortened(data, head, question, answer, opt, room)
 
     def _respond_slow(self, data: bytes, udp: bool) -> bytes | None:
         # A TSIG record's TYPE, CLASS (ANY) and TTL (0), found by bytes.find at C speed:
@@ -321,7 +290,8 @@ class Responder:
                 answer = self._any(qname, zone) if qtype == ANY else zone.nodata
             else:
                 answer = zone.nxdomain
-        return self._assemble(data, qend, answer, opt, limit - len(opt)), (qtype, answer.rcode)
+        return (assemble(data, qend, answer, opt, limit - len(opt)),
+                (qtype, answer.rcode))
 
     def _transfer(self, data: bytes, qend: int, qtype: int, qname: bytes, qclass: int,
                   udp: bool, edns: bool, limit: int, do: int
@@ -349,7 +319,7 @@ class Responder:
         if authority_serial(data, qend) is None:
             return _error(data, FORMERR, question, opt), (qtype, FORMERR)
         soa = self.answers[qname + _SOA_IN]
-        return self._assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
+        return assemble(data, qend, soa, opt, limit - len(opt)), (qtype, NOERROR)
 
     def count(self, stat: tuple[int, int], udp: bool = False) -> None:
         """One reply counted under ``stat`` (qtype, rcode): every reply dnsside sends is
@@ -375,6 +345,129 @@ class Responder:
 
     def zone_of(self, qname: bytes) -> Zone | None:
         return find_zone(qname, self.zone_by_wire)
+
+
+# --------------------------------------------------------------------------- replies
+#
+# Module functions, not methods: the fast path calls them by a global name (a staticmethod
+# reached through ``self`` is looked up the generic way on every call). Each reads the
+# slots of one class only (see Responder.respond).
+
+# The reply's flags word (bytes 2-3) by the answer's flags (QR, AA, RCODE, maybe TC), then
+# the query's byte 2 (RD; 0-7 in every query answered: QR clear, opcode QUERY) and byte 3
+# (CD): RD and CD copied, pre-encoded. Two tuple lookups a reply; the arithmetic and
+# int.to_bytes they replace cost more than the rest of the header (bench/ROUND_ROBIN.md,
+# round 3). 128 KB.
+def _flag_words(flags: int) -> tuple[tuple[bytes, ...], ...]:
+    words = {w: w.to_bytes(2, "big") for w in (flags, flags | 0x0100, flags | 0x0010,
+                                               flags | 0x0110)}
+    by_rd = [tuple(words[flags | rd | byte3 & 0x10] for byte3 in range(256))
+             for rd in (0, 0x0100)]
+    return tuple(by_rd[byte2 & 1] for byte2 in range(8))
+
+
+assert COPIED_FLAGS == 0x0110  # RD (byte 2's low bit) and CD (byte 3's 0x10), as above
+_FLAG_WORDS = {f | tc: _flag_words(f | tc) for f in REPLY_FLAGS.values() for tc in (0, TC)}
+
+# The counts of a truncated reply of `fit` answer records, without and with OPT: an index,
+# not the lru_cache call. A UDP reply holds at most 1232 / 16 records (the smallest record
+# the fast path sends: an A with its owner a pointer); more (never seen) take the call.
+_TC_COUNTS = tuple(section_counts(fit, 0, 0) for fit in range(80))
+_TC_COUNTS_EDNS = tuple(section_counts(fit, 0, 1) for fit in range(80))
+
+
+def _tc_counts(fit: int, opt: bytes) -> bytes:
+    if fit < 80:
+        return _TC_COUNTS_EDNS[fit] if opt else _TC_COUNTS[fit]
+    return section_counts(fit, 0, 1 if opt else 0)
+
+
+def assemble(data: bytes, qend: int, answer: Answer, opt: bytes, space: int) -> bytes:
+    """The reply: ``answer`` as a whole, else without its additional section, else
+    TC=1 with the whole answer records that fit. ``opt`` is our OPT record or b"";
+    ``space`` is the size limit less ``opt``. A :class:`~dnsside.dns.wire.Ring` starts at its
+    next record (:func:`_turn`); the others are sent as they are. The slow path's way in;
+    the fast path's is :meth:`Responder.respond`, which does the same."""
+    room = space - qend + 12  # for the header and the body
+    if type(answer) is Ring:
+        return _turn(data, data[2], data[12:qend], answer, opt, room)
+    if answer.size <= room:
+        return b"".join((data[:2], _FLAG_WORDS[answer.flags][data[2]][data[3]],
+                         answer.counts_edns if opt else answer.counts, data[12:qend],
+                         answer.body, opt))
+    return _shortened(data, data[2], data[12:qend], answer, opt, room)
+
+
+def _shortened(data: bytes, head: int, question: bytes, answer: Answer, opt: bytes,
+               room: int) -> bytes:
+    """An answer of one order that misses ``room``: without its additional section, else
+    TC=1 with the whole answer records that fit."""
+    tail = answer.tail  # an answer that can miss a limit has one (see Answer)
+    assert tail is not None
+    body: bytes | memoryview
+    if tail.size_part <= room:
+        flags = answer.flags
+        counts = tail.counts_part_edns if opt else tail.counts_part
+        body = memoryview(answer.body)[: tail.size_part - 12]
+    else:
+        flags = answer.flags | TC
+        fit = bisect_right(tail.ends, room - 12)
+        counts = _tc_counts(fit, opt)
+        body = memoryview(answer.body)[: tail.ends[fit - 1]] if fit else b""
+    return b"".join((data[:2], _FLAG_WORDS[flags][head][data[3]], counts, question, body,
+                     opt))
+
+
+def _turn(data: bytes, head: int, question: bytes, ring: Ring, opt: bytes, room: int
+          ) -> bytes:
+    """A ring's reply: its next start whole, else that start without the glue, else a page
+    of its records with TC=1 (see :class:`~dnsside.dns.wire.Ring`). The slow path's;
+    :meth:`Responder.respond` has the first half inlined."""
+    if ring.size > room:
+        return _cut_turn(data, head, question, ring, opt, room)
+    k = ring.turn
+    ring.turn = k + 1 if k + 1 < ring.n else 0
+    flags = _FLAG_WORDS[ring.flags][head][data[3]]
+    counts = ring.counts_edns if opt else ring.counts
+    spin = ring.spin
+    if spin is not None:
+        return b"".join((data[:2], flags, counts, question, spin[k], opt))
+    twice = ring.twice
+    if twice is not None:
+        step = ring.step
+        at = k * step if step else ring.bounds[k]
+        return b"".join((data[:2], flags, counts, question, twice[at : at + ring.length],
+                         ring.glue, opt))
+    return _sliced(data, flags, counts, question, ring, k, opt)
+
+
+def _sliced(data: bytes, flags: bytes, counts: bytes, question: bytes, ring: Ring, k: int,
+            opt: bytes) -> bytes:
+    """The whole reply of a ring kept as its body alone (the big ones), from record ``k``
+    on: three slices of the body, joined once with the rest."""
+    step, body, end = ring.step, ring.body, ring.length
+    at = k * step if step else ring.bounds[k]  # (a range's item costs six times a product)
+    return b"".join((data[:2], flags, counts, question, body[at:end], body[:at], body[end:],
+                     opt))
+
+
+def _cut_turn(data: bytes, head: int, question: bytes, ring: Ring, opt: bytes, room: int
+              ) -> bytes:
+    """A ring that misses ``room``: its next start without the glue, else a page of its
+    records with TC=1 (a page is no turn: the next whole answer starts where it would)."""
+    tail = ring.tail
+    assert tail is not None
+    if tail.size_part <= room:
+        k = ring.turn
+        ring.turn = k + 1 if k + 1 < ring.n else 0
+        step, body = ring.step, ring.body
+        at = k * step if step else ring.bounds[k]
+        return b"".join((data[:2], _FLAG_WORDS[ring.flags][head][data[3]],
+                         tail.counts_part_edns if opt else tail.counts_part, question,
+                         body[at : ring.length], body[:at], opt))
+    fit, first, second = ring.page(ring.body, room - 12)
+    return b"".join((data[:2], _FLAG_WORDS[ring.flags | TC][head][data[3]],
+                     _tc_counts(fit, opt), question, first, second, opt))
 
 
 # OPT records (no options) seen on the fast path → (UDP limit less our OPT record, that

@@ -121,7 +121,8 @@ class Answer:
     bench/MEMORY_CHURN.md). Nothing in an answer refers back to it.
     """
 
-    __slots__ = ("body", "counts", "counts_edns", "flags", "rotates", "size", "stat", "tail")
+    __slots__ = ("body", "counts", "counts_edns", "flags", "size", "stat", "tail")
+    rotates = False  # of the class, not a slot: 8 bytes less an answer
 
     def __init__(
         self, rcode: int, qtype: int, answer: Sequence[bytes], authority: Sequence[bytes] = (),
@@ -134,7 +135,6 @@ class Answer:
         self.body = part + b"".join(additional) if ar else part
         self.counts, self.counts_edns = section_counts(an, ns, ar), section_counts(an, ns, ar + 1)
         self.size = 12 + len(self.body)  # reply size minus the question and OPT
-        self.rotates = False
         self.tail: _Tail | None = None
         if self.size + MAX_QUESTION + MAX_ANSWER_OPT > PLAIN_UDP_LIMIT:
             self.tail = _Tail(an, ns, 12 + len(part), answer if self.keeps_ends else ())
@@ -196,7 +196,10 @@ class Ring(Answer):
     slices of the body: ``bounds[k]`` is where record ``k`` starts in the body
     (``bounds[n]``: where the records end; ``step`` the records' size when they all have
     one: every A and AAAA RRset), nothing encoded per query. One of at most
-    :data:`TWICE_UP_TO` bytes keeps its records ``twice``, end to end: one slice then.
+    :data:`TWICE_UP_TO` bytes keeps its records ``twice``, end to end, and what follows
+    them (``glue``, b"" for A and AAAA) apart: one slice then. (The responder finds a
+    record's offset as ``k * step`` when it can: an item of a ``range`` costs six times
+    that product, bench/ROUND_ROBIN.md round 3.)
     The UDP thread and the event loop's TCP may both move ``turn`` at once: the worst
     that does is one start given twice.
 
@@ -205,14 +208,14 @@ class Ring(Answer):
     tile the records, see :meth:`page`.
     """
 
-    __slots__ = ("bounds", "laps", "length", "n", "pages", "per", "room", "spin",
+    __slots__ = ("bounds", "glue", "laps", "length", "n", "pages", "per", "room", "spin",
                  "step", "stops", "turn", "twice")
     keeps_ends = False
+    rotates = True
 
     def __init__(self, rcode: int, qtype: int, answer: Sequence[bytes],
                  additional: Sequence[bytes] = ()) -> None:
         super().__init__(rcode, qtype, answer, (), additional)
-        self.rotates = True
         self.n = n = len(answer)
         part_end = sum(map(len, answer))
         self.length = part_end
@@ -231,6 +234,7 @@ class Ring(Answer):
         body = self.body
         self.spin: tuple[bytes, ...] | None = None
         self.twice: bytes | None = None
+        self.glue = b""  # what follows the records twice (no turn moves it)
         if n * len(body) <= SPIN_UP_TO:
             records, rest = body[:part_end], body[part_end:]
             # The first start is the body itself: one copy fewer.
@@ -238,6 +242,7 @@ class Ring(Answer):
                                  for at in (self.bounds[k] for k in range(1, n))))
         elif len(body) <= TWICE_UP_TO:
             self.twice = body[:part_end] * 2
+            self.glue = body[part_end:]
         self.turn = 0  # the next reply's start, 0 .. n-1 (answers without a spin)
         self.pages = 0  # truncated replies so far
         # The last room a page was cut for, how many records fit it from the first, and the
@@ -264,11 +269,16 @@ class Ring(Answer):
         turn, laps, n = self.pages, self.laps, self.n
         self.pages = turn + 1
         start = (turn // laps + turn % laps * self.per) % n
-        bounds, stop = self.bounds, stops[start]
-        at = bounds[start]
+        step, stop = self.step, stops[start]
+        last = stop if stop <= n else stop - n  # the record after the page's last
+        if step:  # (a range's item costs six times this product)
+            at, to = start * step, last * step
+        else:
+            bounds = self.bounds
+            at, to = bounds[start], bounds[last]
         if stop <= n:
-            return stop - start, body[at : bounds[stop]], b""
-        return stop - start, body[at : self.length], body[: bounds[stop - n]]
+            return stop - start, body[at:to], b""
+        return stop - start, body[at : self.length], body[:to]
 
     def _cut(self, room: int) -> None:
         """The pages of ``room``: ``per`` records fit from the first, a lap is ``laps``
