@@ -88,10 +88,7 @@ def child(args: argparse.Namespace) -> int:
     from itertools import repeat, starmap
 
     from dnsside.config import Config
-    from dnsside.core.index import Index
-    from dnsside.core.publishing import make_responder
     from dnsside.model.events import Kind, Replace, Synced
-    from dnsside.serving.app import index_options
     from dnsside.sources.file import load_records
 
     config = Config(source=args.topology, cluster_name="east")
@@ -100,8 +97,16 @@ def child(args: argparse.Namespace) -> int:
         current = getattr(config, key)  # a number flag's value as a number
         number = isinstance(current, (int, float)) and not isinstance(current, bool)
         setattr(config, key, type(current)(value) if number else value)
-    options = index_options(config)
-    index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
+    try:
+        from dnsside.core.build import make_index
+    except ImportError:  # a tree from before the one builder (the A/B's "before", dcb6efb)
+        from dnsside.core.index import Index
+        from dnsside.core.publishing import make_responder
+        from dnsside.serving.app import index_options  # type: ignore[attr-defined]
+        options = index_options(config)
+        index = Index(make_responder(config.zones, options.zone, config.mcs_zones), options)
+    else:
+        index = make_index(config)
     records, _ = load_records(Path(args.topology))
     index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
     responder = index.responder

@@ -441,13 +441,20 @@ def builders(tree: ast.AST) -> list[str]:
     return found
 
 
+# Files that also build the index of an older tree, one without make_index, for an A/B
+# against it: each builds through make_index where it exists, by hand only in the
+# ImportError branch, and names the calls it may make.
+OLDER_TREES = {"bench/ab_instructions.py": ["Index(...)", "make_responder(...)"]}
+
+
 def test_an_index_is_built_in_one_place() -> None:
     """The app, explain, check, testkit, bench and the tests all build an index with
     dnsside.core.build.make_index (from a Config or from IndexOptions): the zone options
     given once, no second make_index anywhere."""
-    bad = {p.relative_to(ROOT).as_posix(): found for p in CHECKOUT
-           if p.relative_to(ROOT).as_posix() != BUILDER
-           and (found := builders(ast.parse(p.read_text(encoding="utf-8"))))}
+    bad = {path: found for p in CHECKOUT
+           if (path := p.relative_to(ROOT).as_posix()) != BUILDER
+           and (found := builders(ast.parse(p.read_text(encoding="utf-8"))))
+           and [f.partition(" ")[0] for f in found] != OLDER_TREES.get(path)}
     assert not bad, bad
     made = [f for f in builders(ast.parse((ROOT / BUILDER).read_text())) if f.startswith("def")]
     assert len(made) == 1, made
