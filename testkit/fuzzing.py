@@ -15,11 +15,11 @@ import struct
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
+from dnsside.core.index import IndexOptions
 from dnsside.dns.responder import Responder
 from dnsside.model.events import Synced, Upsert
 from dnsside.sources.file import load_records
+from testkit.inprocess import empty_index
 from testkit.serve import DEMO
 
 settings.register_profile(
@@ -40,8 +40,9 @@ def responder() -> Responder:
     records, warnings = load_records(DEMO)
     assert not warnings
     options = IndexOptions(cluster_name="east")
-    r = make_responder(["svc-global."], options.zone)
-    Index(r, options).apply([*(Upsert(rec) for rec in records), Synced()])
+    index = empty_index(options)
+    index.apply([*(Upsert(rec) for rec in records), Synced()])
+    r = index.responder
     assert r.ready
     return r
 

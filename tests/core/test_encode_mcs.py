@@ -8,6 +8,8 @@ the service it touches, in both zones.
 
 from __future__ import annotations
 
+import functools
+
 import dns.message
 import dns.rcode
 import dns.rdatatype
@@ -17,18 +19,16 @@ from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import encode_service
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.members import Member
-from dnsside.core.publishing import make_responder
 from dnsside.dns.responder import Responder
 from dnsside.dns.wire import to_wire
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 from dnsside.model.events import (
     Delete,
     Kind,
-    Replace,
-    Synced,
     Upsert,
 )
 from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
+from testkit.inprocess import ask_name, synced_index
 from tests.core.test_index import BOTH, demo_records, obj, rec
 
 pytestmark = pytest.mark.quick
@@ -61,10 +61,8 @@ def serve(gs: GlobalService, options: ZoneOptions | None = None) -> Responder:
     return r
 
 
-def ask(r: Responder, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = r.respond(dns.message.make_query(name, rdtype, use_edns=0).to_wire(), udp=False)
-    assert reply is not None
-    return dns.message.from_wire(reply)
+# Every question with EDNS, over TCP: the whole answer, never truncated.
+ask = functools.partial(ask_name, transport="tcp", edns=0)
 
 
 def rdata(msg: dns.message.Message, rdtype: str = "A") -> list[str]:
@@ -197,10 +195,8 @@ def test_dns_version_is_fixed_and_any_sees_it() -> None:
 
 @pytest.fixture
 def index() -> Index:
-    options = IndexOptions(cluster_name="east")
-    idx = Index(make_responder(["svc-global."], options.zone, [M]), options)
-    idx.apply([Replace(BOTH, demo_records()), Synced()])
-    return idx
+    return synced_index(demo_records(), IndexOptions(cluster_name="east"), kinds=BOTH,
+                        mcs_zones=[M])
 
 
 def owned_by(key: bytes, *services: str) -> bool:

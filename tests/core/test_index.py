@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.model.events import (
     Delete,
     Kind,
@@ -27,6 +26,7 @@ from dnsside.model.linkerd import (
     parse_object,
 )
 from dnsside.serving.reporting import IndexReporter
+from testkit.inprocess import ask_name, empty_index, synced_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -57,29 +57,21 @@ def rec(o: dict[str, Any]) -> Record:
 
 @pytest.fixture
 def index() -> Index:
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone),
-                IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
-    idx.apply([Replace(ALL, demo_records()), Synced()])
-    return idx
-
-
-def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire())
-    assert reply is not None
-    return dns.message.from_wire(reply)
+    return synced_index(demo_records(), IndexOptions(cluster_name="east"), kinds=ALL,
+                        observer=IndexReporter())  # the server's log lines
 
 
 def addrs(idx: Index, name: str) -> list[str]:
-    return sorted(rd.to_text() for rrset in ask(idx, name).answer for rd in rrset)
+    return sorted(rd.to_text() for rrset in ask_name(idx, name).answer for rd in rrset)
 
 
 def test_servfail_until_synced() -> None:
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone), IndexOptions())
+    idx = empty_index()
     idx.apply([Replace(BOTH, demo_records())])
-    assert ask(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.SERVFAIL
-    assert ask(idx, "example.com").rcode() == dns.rcode.REFUSED
+    assert ask_name(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.SERVFAIL
+    assert ask_name(idx, "example.com").rcode() == dns.rcode.REFUSED
     idx.apply([Synced()])
-    assert ask(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.NOERROR
+    assert ask_name(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.NOERROR
 
 
 def test_gateway_recovers_and_serial_moves(index: Index) -> None:
@@ -96,7 +88,7 @@ def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     assert addrs(index, "north.nginx-svc.default.svc-global") == ["10.43.61.5"]
     assert index.version_pending and index.serial == serial + 1
     index.cut_version(serial + 2)
-    soa = ask(index, "svc-global", "SOA").answer[0][0]
+    soa = ask_name(index, "svc-global", "SOA").answer[0][0]
     assert soa.serial == index.serial == serial + 2 and not index.version_pending
 
 
@@ -111,7 +103,8 @@ def test_unrelated_change_touches_nothing(index: Index) -> None:
 def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
     index.apply([Delete(Kind.SERVICE, "default", "nginx-set-2-west")])
     assert "10.43.245.244" not in addrs(index, "nginx-svc.default.svc-global")
-    assert ask(index, "nginx-set-2.west.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "nginx-set-2.west.nginx-svc.default.svc-global").rcode() == \
+        dns.rcode.NXDOMAIN
     index.apply([Upsert(rec(obj("nginx-set-2-west")))])
     assert addrs(index, "nginx-set-2.west.nginx-svc.default.svc-global") == ["10.43.245.244"]
 
@@ -122,7 +115,7 @@ def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture)
             if isinstance(r, ServiceRecord) and r.cluster == "west" and r.namespace == "default"]
     index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in west])
     assert addrs(index, "nginx-svc.default.svc-global") == ["10.42.1.10", "10.42.1.11"]
-    assert ask(index, "west.web.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "west.web.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     index.apply([Upsert(r) for r in west])
     assert len(addrs(index, "nginx-svc.default.svc-global")) == 5
     west_db = [r for r in demo_records() if isinstance(r, ServiceRecord) and r.cluster == "west"]
@@ -137,9 +130,10 @@ def test_last_member_gone_makes_names_and_namespace_vanish(index: Index) -> None
                  *(f"cockroachdb-{i}-{c}" for i in range(3) for c in ("west", "north"))):
         index.apply([Delete(Kind.SERVICE, "db", name)])
     assert ("db", "cockroachdb") not in index.global_services
-    assert ask(index, "db.svc-global").rcode() == dns.rcode.NXDOMAIN
-    assert ask(index, "_grpc._tcp.cockroachdb.db.svc-global", "SRV").rcode() == dns.rcode.NXDOMAIN
-    assert ask(index, "default.svc-global").rcode() == dns.rcode.NOERROR  # others remain
+    assert ask_name(index, "db.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "_grpc._tcp.cockroachdb.db.svc-global", "SRV").rcode() == \
+        dns.rcode.NXDOMAIN
+    assert ask_name(index, "default.svc-global").rcode() == dns.rcode.NOERROR  # others remain
 
 
 def test_slice_before_its_service(index: Index) -> None:
@@ -169,7 +163,7 @@ def test_replace_diffs_and_drops_what_is_missing(index: Index) -> None:
     assert index.services and not index.slices
     # No slice, nothing ready... except remote-discovery and federated mirrors, which have no
     # endpoints at all.
-    assert ask(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     assert addrs(index, "web.default.svc-global") == ["10.43.100.8", "10.43.100.9"]
 
 
@@ -201,7 +195,7 @@ def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
     objs.append(rec({"kind": "EndpointSlice", "metadata": {
         "name": "big-1", "namespace": "x", "labels": {"kubernetes.io/service-name": "big"}},
         "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "p", "port": 1}]}))
-    idx = Index(make_responder(["svc-global."], IndexOptions().zone), IndexOptions())
+    idx = empty_index()
     idx.apply([Replace(BOTH, tuple(objs)), Synced()])
     for rdtype in ("A", "SRV"):
         reply = idx.responder.respond(dns.message.make_query("big.x.svc-global", rdtype).to_wire(),

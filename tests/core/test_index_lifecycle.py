@@ -3,6 +3,7 @@ federated members, name clashes and the configuration warnings."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 from typing import Any, get_args
@@ -13,7 +14,6 @@ import pytest
 import yaml
 
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import (
     Delete,
@@ -43,6 +43,7 @@ from dnsside.model.linkerd import (
 )
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
+from testkit.inprocess import ask_name, empty_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -69,23 +70,21 @@ def link(name: str) -> LinkRecord:
     return found
 
 
-def make_index(cluster_name: str = "east", **options: Any) -> Index:
-    opts = IndexOptions(cluster_name=cluster_name, **options)
+def reported_index(cluster_name: str = "east", **options: Any) -> Index:
     # With the server's reporter: these tests read its log lines and metrics too.
-    return Index(make_responder(["svc-global."], opts.zone), opts, IndexReporter())
+    return empty_index(IndexOptions(cluster_name=cluster_name, **options),
+                       observer=IndexReporter())
+
+
+# Every question over TCP: the whole answer, never truncated.
+ask = functools.partial(ask_name, transport="tcp")
 
 
 @pytest.fixture
 def index() -> Index:
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, records()), Synced()])
     return idx
-
-
-def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire(), udp=False)
-    assert reply is not None
-    return dns.message.from_wire(reply)
 
 
 def addrs(idx: Index, name: str) -> set[str]:
@@ -116,7 +115,7 @@ def test_orphaned_cluster_is_in_no_answer_and_counted(index: Index) -> None:
 def test_orphans_stay_out_even_with_publish_not_ready() -> None:
     """An orphan keeps Linkerd's readiness (ready: its mirror still says so), and neither
     that nor --publish-not-ready puts it back in an answer."""
-    idx = make_index(zone=ZoneOptions(publish_not_ready=True))
+    idx = reported_index(zone=ZoneOptions(publish_not_ready=True))
     idx.apply([Replace(ALL, records()), Synced()])
     assert "10.45.0.10" not in addrs(idx, NGINX)
     assert ask(idx, "nginx-set-0.old.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
@@ -157,7 +156,7 @@ def test_links_never_listed_filter_nothing_and_never_empty_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("cannot list Links (v1alpha3): forbidden"), Synced()])
     assert "10.45.0.10" in addrs(idx, NGINX)  # the orphan is served: nothing is filtered
@@ -216,7 +215,7 @@ def test_a_listed_link_set_stands_through_every_fault(
 
 
 def test_a_dump_without_links_filters_nothing() -> None:
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                LinksUnavailable("the file has no Link objects"), Synced()])
     assert "10.45.0.10" in addrs(idx, NGINX)
@@ -224,7 +223,7 @@ def test_a_dump_without_links_filters_nothing() -> None:
 
 
 def test_no_link_at_all_leaves_only_the_local_cluster() -> None:
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, records(links=False)), Synced()])
     assert addrs(idx, NGINX) == {"10.42.1.10", "10.42.1.11"}
     assert ask(idx, "payments.default.svc-global").rcode() == dns.rcode.NOERROR  # federated
@@ -278,7 +277,7 @@ def test_probe_targets_follow_links_and_probe_services(index: Index) -> None:
     assert set(index.probe_targets()) == {"south"}
     index.apply([LinksUnavailable("forbidden")])  # listed before: the list stands
     assert set(index.probe_targets()) == {"south"}
-    never = make_index()  # never listed: every probe Service (answers only get shorter)
+    never = reported_index()  # never listed: every probe Service (answers only get shorter)
     never.apply([Replace(ALL - {Kind.LINK}, records(links=False)),
                  LinksUnavailable("forbidden"), Synced()])
     assert set(never.probe_targets()) == {"west", "north", "south"}
@@ -288,11 +287,11 @@ def test_probe_targets_follow_links_and_probe_services(index: Index) -> None:
 
 
 def test_federated_members_and_no_federated() -> None:
-    with_fed = make_index()
+    with_fed = reported_index()
     with_fed.apply([Replace(ALL, records()), Synced()])
     assert addrs(with_fed, "payments.default.svc-global") == {"10.43.100.20"}
     assert addrs(with_fed, "federated.web.default.svc-global") == {"10.43.100.9"}
-    without = make_index(include_federated=False)
+    without = reported_index(include_federated=False)
     without.apply([Replace(ALL, records()), Synced()])
     assert ask(without, "payments.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     assert "10.43.100.9" not in addrs(without, "web.default.svc-global")
@@ -303,7 +302,7 @@ def test_federated_members_and_no_federated() -> None:
 
 def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    idx = make_index(cluster_name="west")
+    idx = reported_index(cluster_name="west")
     idx.apply([Replace(ALL, records()), Synced()])
     targets = srv_targets(idx, "_http._tcp." + NGINX)
     assert len(targets) == len(set(targets)) == 3  # west's nginx-set-0/1 are the local pods
@@ -324,12 +323,12 @@ def test_cluster_name_clash_one_record_per_name(caplog: pytest.LogCaptureFixture
 
 def test_default_cluster_name_warns(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="dnsside.index")
-    idx = make_index(cluster_name="local")
+    idx = reported_index(cluster_name="local")
     idx.apply([Replace(ALL, records()), Synced()])
     assert "default-cluster-name" in idx.warnings
     assert gauge("dnsside_config_warning", warning="default-cluster-name") == 1
     assert "--cluster-name is still the default 'local'" in caplog.text
-    fine = make_index()
+    fine = reported_index()
     fine.apply([Replace(ALL, records()), Synced()])
     assert fine.warnings == {}
     assert gauge("dnsside_config_warning", warning="default-cluster-name") == 0
@@ -341,7 +340,7 @@ def test_mirrors_without_any_slice_warn() -> None:
         for s in records())}
     without = tuple(r for r in records() if not (isinstance(r, SliceRecord)
                                                   and r.name in mirror_slices))
-    idx = make_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, without), Synced()])
     assert "no-mirror-slices" in idx.warnings
     assert "EndpointSliceMirroring controller off" in idx.warnings["no-mirror-slices"]
@@ -459,7 +458,7 @@ def test_a_second_link_for_a_cluster_is_refused_and_the_first_keeps_it(
     told = refusals(caplog, "Link linkerd-multicluster/west is refused: cluster west is "
                     "linked by Link linkerd-multicluster/aaa-west")
     assert len(told) == 1, told
-    again = make_index()
+    again = reported_index()
     again.apply([Replace(ALL, (*records(), newer, older_by_name)), Synced()])
     assert again.probe_targets() == index.probe_targets()
     assert WEST_NGINX <= addrs(index, NGINX)

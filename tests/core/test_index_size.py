@@ -16,14 +16,12 @@ import pytest
 import yaml
 
 from dnsside.core.index import Index, IndexOptions
-from dnsside.core.publishing import make_responder
 from dnsside.core.tables import Table
 from dnsside.dns.wire import Answer
 from dnsside.kubeapi.client import continue_token
 from dnsside.model.events import (
     Kind,
     Replace,
-    Synced,
     Upsert,
 )
 from dnsside.model.linkerd import (
@@ -36,6 +34,7 @@ from dnsside.model.linkerd import (
 from dnsside.sources.kube import KubeSource
 from dnsside.sources.pacing import Pacing
 from testkit.fakekube import FakeKube
+from testkit.inprocess import synced_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -51,10 +50,7 @@ def records() -> tuple[Record, ...]:
 
 
 def demo_index(*mcs: str) -> Index:
-    options = IndexOptions(cluster_name="east")
-    idx = Index(make_responder(["svc-global."], options.zone, mcs), options)
-    idx.apply([Replace(ALL, records()), Synced()])
-    return idx
+    return synced_index(records(), IndexOptions(cluster_name="east"), kinds=ALL, mcs_zones=mcs)
 
 
 # --------------------------------------------------------------------------- records
