@@ -27,6 +27,7 @@ import yaml
 from dnsside.netvalues import ns_addresses
 from testkit import topology as t
 from testkit.dig import dig
+from testkit.inprocess import ask
 from testkit.rawdns import (
     AAAA,
     EDE,
@@ -35,7 +36,6 @@ from testkit.rawdns import (
     TRANSPORTS,
     A,
     bulk_objects,
-    exchange,
     parse,
     query,
 )
@@ -51,12 +51,6 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
     path.write_text(json.dumps(demo))
     with Dnsside("--source", str(path), "--cluster-name", "east") as s:
         yield s
-
-
-def ask(srv: Dnsside, wire: bytes, transport: str = "udp") -> bytes:
-    reply = exchange(srv.host, srv.port, wire, transport, timeout=3.0)
-    assert reply is not None, "no reply"
-    return reply
 
 
 def ede(msg: dns.message.Message) -> list[tuple[int, str]]:
