@@ -159,7 +159,7 @@ def test_outages_through_every_resolver(kube: ThreadedKube, tmp_path: Path) -> N
         # 1-2: not synced, then synced.
         for kind, o in each(resolvers, lambda r: ask(r, NGINX, ASK_TIMEOUT)).items():
             report[kind]["not synced"] = o
-        kube.call(kube.kube._failures.clear)
+        kube.call(kube.kube.clear_failures)
         srv.wait_log("initial sync done")
         back = time.monotonic()
         warm = [r for r in resolvers if r.kind != "bind-stub"]
