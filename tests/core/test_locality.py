@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 import dns.message
 import dns.rdatatype
 import pytest
-import yaml
 
 from dnsside.core.diagnosis import Notice, Told
 from dnsside.core.explain import Explainer, render
@@ -19,16 +17,15 @@ from dnsside.core.locality import Spill
 from dnsside.core.view import ReportView
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.events import Delete, Kind, Upsert
-from dnsside.model.linkerd import LOCALITY, Record, parse_object
+from dnsside.model.linkerd import LOCALITY, parse_object
 from dnsside.model.locality import Locality
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
 from testkit.inprocess import ask_name, synced_index
-from testkit.serve import DEMO
+from tests.core.test_index import ITEMS, obj, rec
 
 pytestmark = pytest.mark.quick
 
-ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
 MCS = "clusterset.local."
 EAST = ["10.42.1.10", "10.42.1.11"]  # nginx-svc's local pods (cluster east)
@@ -41,16 +38,6 @@ ZONES = {
             "_http._tcp.nginx-svc.default.svc.clusterset.local",
             "nginx-svc.default.svc.clusterset.local."),
 }
-
-
-def obj(name: str) -> dict[str, Any]:
-    return copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == name))
-
-
-def rec(o: dict[str, Any]) -> Record:
-    r = parse_object(o)
-    assert r is not None
-    return r
 
 
 class Heard:
