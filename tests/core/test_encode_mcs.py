@@ -28,6 +28,7 @@ from dnsside.model.events import (
     Upsert,
 )
 from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
+from testkit import objects
 from testkit.inprocess import ask_name, synced_index
 from tests.core.test_index import BOTH, demo_records, obj, rec
 
@@ -260,16 +261,12 @@ def test_hostless_dual_stack_pods_are_one_srv_record_per_address() -> None:
     from dnsside.core.assembly import ClusterView, assemble
     from dnsside.model.linkerd import parse_service, parse_slice
 
-    svc = parse_service({"kind": "Service", "metadata": {
-        "name": "db", "namespace": "ns", "labels": {"mirror.linkerd.io/exported": "true"}},
-        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}})
-    slices = [parse_slice({"kind": "EndpointSlice", "addressType": family, "metadata": {
-        "name": f"db-{family}", "namespace": "ns",
-        "labels": {"kubernetes.io/service-name": "db"}},
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [a], "conditions": {"ready": True},
-                       "targetRef": {"kind": "Pod", "name": pod_name, "namespace": "ns"}}
-                      for a, pod_name in pairs]})
+    svc = parse_service(objects.service("ns", "db", None, [{"name": "http", "port": 80}],
+                                        {objects.EXPORTED: "true"}))
+    slices = [parse_slice(objects.endpoint_slice(
+        "ns", f"db-{family}", "db",
+        [objects.endpoint(a, True, pod=pod_name, namespace="ns") for a, pod_name in pairs],
+        [("http", 80)], family))
         for family, pairs in (("IPv4", (("10.42.20.5", "db-a"), ("10.42.20.6", "db-b"))),
                               ("IPv6", (("fd00:42::20:5", "db-a"), ("fd00:42::20:6", "db-b"))))]
     gs = assemble("ns", "db", svc, slices, [], ClusterView("east"))

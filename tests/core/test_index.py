@@ -26,6 +26,7 @@ from dnsside.model.linkerd import (
     parse_object,
 )
 from dnsside.serving.reporting import IndexReporter
+from testkit import objects
 from testkit.inprocess import ask_name, empty_index, synced_index
 from testkit.serve import DEMO
 
@@ -187,14 +188,11 @@ def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
     from dnsside.dns.wire import TCP_LIMIT
 
     objs: list[ServiceRecord | SliceRecord] = []
-    objs.append(rec({"kind": "Service", "metadata": {
-        "name": "big", "namespace": "x", "labels": {"mirror.linkerd.io/exported": "true"}},
-        "spec": {"clusterIP": "None", "ports": [{"name": "p", "port": 1}]}}))
-    eps = [{"addresses": [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"], "hostname": f"h{i}"}
+    port = {"name": "p", "port": 1}
+    objs.append(rec(objects.service("x", "big", None, [port], {objects.EXPORTED: "true"})))
+    eps = [objects.endpoint(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", None, f"h{i}")
            for i in range(6000)]
-    objs.append(rec({"kind": "EndpointSlice", "metadata": {
-        "name": "big-1", "namespace": "x", "labels": {"kubernetes.io/service-name": "big"}},
-        "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "p", "port": 1}]}))
+    objs.append(rec(objects.endpoint_slice("x", "big-1", "big", eps, [port])))
     idx = empty_index()
     idx.apply([Replace(BOTH, tuple(objs)), Synced()])
     for rdtype in ("A", "SRV"):

@@ -33,6 +33,7 @@ from dnsside.model.linkerd import (
 )
 from dnsside.sources.kube import KubeSource
 from dnsside.sources.pacing import Pacing
+from testkit import objects
 from testkit.fakekube import FakeKube
 from testkit.inprocess import synced_index
 from testkit.serve import DEMO
@@ -193,11 +194,8 @@ async def test_a_wrong_guess_of_the_next_page_costs_a_request_not_an_object(
 ) -> None:
     """An item whose annotation is called "continue" makes the guess wrong on the last
     page (no real token there): the list still ends with every object, once."""
-    objs = [{"kind": "Service", "apiVersion": "v1",
-             "metadata": {"name": f"svc-{i}", "namespace": "default",
-                          "annotations": {"continue": "not-a-token"}},
-             "spec": {"clusterIP": f"10.0.0.{i + 1}", "ports": [{"port": 80}]}}
-            for i in range(5)]
+    objs = [objects.service("default", f"svc-{i}", [f"10.0.0.{i + 1}"], [{"port": 80}],
+                            annotations={"continue": "not-a-token"}) for i in range(5)]
     fake_kube.load(objs)
     source = KubeSource(fake_kube.kubeconfig,
                         pacing=Pacing(page_size=2, backoff_base=0.01, backoff_cap=0.1))
