@@ -15,11 +15,11 @@ import struct
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from dnsside.core.build import make_index
 from dnsside.core.index import IndexOptions
 from dnsside.dns.responder import Responder
 from dnsside.model.events import Synced, Upsert
 from dnsside.sources.file import load_records
+from testkit.inprocess import empty_index
 from testkit.serve import DEMO
 
 settings.register_profile(
@@ -39,7 +39,8 @@ if os.environ.get("DNSSIDE_FUZZ_EXAMPLES"):  # bench/fuzz.py --examples N
 def responder() -> Responder:
     records, warnings = load_records(DEMO)
     assert not warnings
-    index = make_index(IndexOptions(cluster_name="east"))
+    options = IndexOptions(cluster_name="east")
+    index = empty_index(options)
     index.apply([*(Upsert(rec) for rec in records), Synced()])
     r = index.responder
     assert r.ready

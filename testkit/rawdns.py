@@ -13,6 +13,8 @@ import time
 
 import dns.message
 
+from testkit import objects
+
 A, NS, SOA, HINFO, TXT, AAAA, SRV, OPT, IXFR, AXFR, ANY = 1, 2, 6, 13, 16, 28, 33, 41, 251, 252, 255
 RD, CD, DO = 0x0100, 0x0010, 0x8000
 EDE = 15  # the Extended DNS Error EDNS option (RFC 8914)
@@ -198,23 +200,7 @@ def exchange(host: str, port: int, wire: bytes, transport: str, timeout: float =
 
 def bulk_objects(name: str, namespace: str, count: int, net: int) -> list[dict[str, object]]:
     """A local exported headless Service with ``count`` ready endpoints (10.<net>.x.y)."""
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"mirror.linkerd.io/exported": "true"}},
-        "spec": {"clusterIP": "None", "clusterIPs": ["None"],
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
-    }
-    endpoints = [
-        {"addresses": [f"10.{net}.{i // 250}.{i % 250 + 1}"], "hostname": f"{name}-{i}",
-         "conditions": {"ready": True}}
-        for i in range(count)
-    ]
-    endpoint_slice = {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": f"{name}-x1", "namespace": namespace,
-                     "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4", "endpoints": endpoints,
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-    }
-    return [service, endpoint_slice]
+    endpoints = [objects.endpoint(f"10.{net}.{i // 250}.{i % 250 + 1}", True, f"{name}-{i}")
+                 for i in range(count)]
+    return [objects.service(namespace, name, None, [("http", 80)], {objects.EXPORTED: "true"}),
+            objects.endpoint_slice(namespace, f"{name}-x1", name, endpoints, [("http", 80)])]

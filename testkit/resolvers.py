@@ -78,7 +78,7 @@ def serve_on_port_53(*args: str, wait_synced: bool = True) -> Dnsside:
     raise AssertionError(f"no free loopback address for port 53: {last}")
 
 
-def ask(port: int, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
+def stub_query(port: int, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
     """A stub resolver's query (RD set, EDNS 1232) to 127.0.0.1:``port``; TCP after TC."""
     q = dns.message.make_query(name, rdtype, use_edns=0, payload=1232)
     msg, _tcp = dns.query.udp_with_fallback(q, "127.0.0.1", port=port, timeout=timeout)
@@ -177,7 +177,7 @@ class Resolver(PeerProcess):
             return False
 
     def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:
-        return ask(self.port, name, rdtype, timeout)
+        return stub_query(self.port, name, rdtype, timeout)
 
     def check(self, argv: list[str]) -> None:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=30)

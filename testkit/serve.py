@@ -7,6 +7,7 @@ test can wait for one ("poll with a deadline", never a bare sleep).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -186,6 +187,13 @@ def answers(msg: dns.message.Message, rdtype: str = "A") -> list[str]:
 
 def demo_server(*extra: str, **kw: Any) -> Dnsside:
     return Dnsside("--source", str(DEMO), "--cluster-name", "east", *extra, **kw)
+
+
+def parser_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option string ``parser`` takes (``--ttl``, ``-h``...), with its action.
+    argparse has no public list of them: this is the one place the tests read its
+    private ``_actions``."""
+    return {s: a for a in parser._actions for s in a.option_strings}
 
 
 def run_cli(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:

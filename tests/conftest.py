@@ -52,23 +52,52 @@ def udp_io(request: pytest.FixtureRequest) -> Iterator[str]:
     mp.undo()
 
 # --------------------------------------------------------------------------- parallel runs
-# The full suite runs in parallel with pytest-xdist (`scripts/test.sh`: `-n 4 --dist
-# loadgroup`). Each file is one group, so its module-scoped servers start once, on one
-# worker; a file that must share a worker names its group with
-# `pytest.mark.xdist_group(name)`. Nothing here needs a private port: every test binds port 0
-# or a fresh loopback address, and network namespaces are named by pid.
-# The longest files are handed out first, so that no worker starts one at the end.
-LONGEST_FIRST = ("tests/soak/", "tests/interop/", "tests/security/", "tests/ops/")
+# The full suite runs in parallel with pytest-xdist (`scripts/test.sh`: `-n 4`; pyproject's
+# addopts: `--dist loadgroup --no-loadscope-reorder`). Each file is one group, so its
+# module-scoped servers start once, on one worker; a file that must share a worker names its
+# group with `pytest.mark.xdist_group(name)`. Nothing here needs a private port: every test
+# binds port 0 or a fresh loopback address, and network namespaces are named by pid.
+# Groups are handed out in the order below (xdist's own reorder, by number of tests, would
+# start the one-test files of a minute or two, the soak and the port-53 glue, last): the
+# longest files first, as measured (`--durations` and the per-file sums of a `--junitxml`
+# run, 2026-11-28), then the directories whose files start programs, then the rest.
+LONGEST_FIRST = (
+    "tests/interop/test_zone_transfer.py",  # 300 s under -n 2 on a loaded machine
+    "tests/interop/test_ns_glue_port53.py",  # 2 tests, 150 s
+    "tests/soak/test_soak.py",  # 1 test, 130 s
+    "tests/dns/test_round_robin.py",
+    "tests/dns/test_ring_storage.py",  # 1 test, 100 s
+    "tests/serving/test_transfer_caps.py",
+    "tests/soak/test_rss_churn.py",  # 1 test, 66 s
+    "tests/interop/test_zone_notify.py",
+    "tests/interop/test_secondary_locality.py",
+    "tests/interop/test_resolver_outages.py",  # 1 test, 58 s
+    "tests/core/test_explain_text.py",
+    "tests/soak/", "tests/interop/", "tests/security/", "tests/ops/",
+)
+# Long files whose tests share no module-scoped fixture or state: handed out test by test,
+# last, so that they fill the workers' last minutes instead of holding one for minutes.
+SPLIT = (
+    "tests/core/test_index_incremental.py",  # 68 in-process tests, the longest file (690 s)
+    "tests/ops/test_install.py",  # 57 tests, 265 s
+    "tests/security/test_hostile_api.py",  # 22 tests, 200 s
+    "tests/serving/test_operator_messages.py",  # 16 tests, 127 s
+    "tests/sources/test_flat_serve.py",  # 19 tests, 96 s
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = config.rootpath
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(root).as_posix()))
+            path = item.path.relative_to(root).as_posix()
+            group = item.nodeid if path in SPLIT else path
+            item.add_marker(pytest.mark.xdist_group(group))
 
     def rank(item: pytest.Item) -> int:
         path = item.path.relative_to(root).as_posix()
+        if path in SPLIT:
+            return len(LONGEST_FIRST) + 1
         return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)),
                     len(LONGEST_FIRST))
 

@@ -24,6 +24,7 @@ from dnsside.config import (
 )
 from dnsside.flagvalues import checked_config
 from dnsside.netvalues import split_hostport
+from testkit.serve import parser_options
 
 pytestmark = pytest.mark.quick
 
@@ -44,7 +45,7 @@ def test_every_flag_has_one_env_name_and_a_config_home() -> None:
 
 
 def test_the_parsers_offer_exactly_the_table() -> None:
-    options = {s for a in serve_parser()._actions for s in a.option_strings}
+    options = set(parser_options(serve_parser()))
     assert options - {"-h", "--help"} == {f.name for f in flags_for(SERVE)}
 
 

@@ -8,13 +8,14 @@ the service it touches, in both zones.
 
 from __future__ import annotations
 
+import functools
+
 import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
 
 from dnsside.core.assembly import GlobalService
-from dnsside.core.build import make_index
 from dnsside.core.encode import encode_service
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.members import Member
@@ -24,11 +25,11 @@ from dnsside.dns.zone import McsZone, Zone, ZoneOptions
 from dnsside.model.events import (
     Delete,
     Kind,
-    Replace,
-    Synced,
     Upsert,
 )
 from dnsside.model.linkerd import FEDERATED_CLUSTER, Port, Via
+from testkit import objects
+from testkit.inprocess import ask_name, synced_index
 from tests.core.test_index import BOTH, demo_records, obj, rec
 
 pytestmark = pytest.mark.quick
@@ -61,10 +62,8 @@ def serve(gs: GlobalService, options: ZoneOptions | None = None) -> Responder:
     return r
 
 
-def ask(r: Responder, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = r.respond(dns.message.make_query(name, rdtype, use_edns=0).to_wire(), udp=False)
-    assert reply is not None
-    return dns.message.from_wire(reply)
+# Every question with EDNS, over TCP: the whole answer, never truncated.
+ask = functools.partial(ask_name, transport="tcp", edns=0)
 
 
 def rdata(msg: dns.message.Message, rdtype: str = "A") -> list[str]:
@@ -200,9 +199,8 @@ def test_dns_version_is_fixed_and_any_sees_it() -> None:
 
 @pytest.fixture
 def index() -> Index:
-    idx = make_index(IndexOptions(cluster_name="east", mcs_zones=(M,)))
-    idx.apply([Replace(BOTH, demo_records()), Synced()])
-    return idx
+    return synced_index(demo_records(), IndexOptions(cluster_name="east"), kinds=BOTH,
+                        mcs_zones=[M])
 
 
 def owned_by(key: bytes, *services: str) -> bool:
@@ -266,16 +264,12 @@ def test_hostless_dual_stack_pods_are_one_srv_record_per_address() -> None:
     from dnsside.core.assembly import ClusterView, assemble
     from dnsside.model.linkerd import parse_service, parse_slice
 
-    svc = parse_service({"kind": "Service", "metadata": {
-        "name": "db", "namespace": "ns", "labels": {"mirror.linkerd.io/exported": "true"}},
-        "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}})
-    slices = [parse_slice({"kind": "EndpointSlice", "addressType": family, "metadata": {
-        "name": f"db-{family}", "namespace": "ns",
-        "labels": {"kubernetes.io/service-name": "db"}},
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [a], "conditions": {"ready": True},
-                       "targetRef": {"kind": "Pod", "name": pod_name, "namespace": "ns"}}
-                      for a, pod_name in pairs]})
+    svc = parse_service(objects.service("ns", "db", None, [{"name": "http", "port": 80}],
+                                        {objects.EXPORTED: "true"}))
+    slices = [parse_slice(objects.endpoint_slice(
+        "ns", f"db-{family}", "db",
+        [objects.endpoint(a, True, pod=pod_name, namespace="ns") for a, pod_name in pairs],
+        [("http", 80)], family))
         for family, pairs in (("IPv4", (("10.42.20.5", "db-a"), ("10.42.20.6", "db-b"))),
                               ("IPv6", (("fd00:42::20:5", "db-a"), ("fd00:42::20:6", "db-b"))))]
     gs = assemble("ns", "db", svc, slices, [], ClusterView("east"))

@@ -7,21 +7,19 @@ from typing import Any
 
 import yaml
 
-from dnsside.core.build import make_index
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import IndexOptions
-from dnsside.model.events import Kind, Replace, Synced, Upsert
+from dnsside.model.events import Upsert
 from dnsside.model.linkerd import parse_object
 from dnsside.sources.file import load_records
-from testkit.inprocess import file_index
+from testkit.inprocess import file_index, synced_index
 from testkit.serve import DEMO
 
 
 def explainer() -> Explainer:
-    index = make_index(IndexOptions(cluster_name="east"))
     records = [parse_object(o) for o in yaml.safe_load(DEMO.read_text())["items"]]
-    index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
-    return Explainer(index)
+    return Explainer(synced_index((r for r in records if r is not None),
+                                  IndexOptions(cluster_name="east")))
 
 
 def test_a_service_reads_as_question_answer_and_one_line_per_member() -> None:
@@ -105,9 +103,9 @@ def test_an_unexported_local_service_is_explained_out_of_the_clusterset_only() -
     for o in items:
         if o["kind"] == "Service" and o["metadata"]["name"] == "nginx-svc":
             del o["metadata"]["labels"]["mirror.linkerd.io/exported"]
-    index = make_index(IndexOptions(cluster_name="east", mcs_zones=("clusterset.local.",)))
     records = [parse_object(o) for o in items]
-    index.apply([Replace(frozenset(Kind), tuple(r for r in records if r is not None)), Synced()])
+    index = synced_index((r for r in records if r is not None), IndexOptions(cluster_name="east"),
+                         mcs_zones=["clusterset.local."])
     explain = Explainer(index).explain
 
     def local_status(name: str) -> set[str]:
@@ -142,9 +140,9 @@ def test_each_name_says_its_zone_serial_and_what_transfers_keep() -> None:
 def test_a_namespace_left_out_by_the_filter_says_so() -> None:
     """It used to read "no mirror of it exists", which sends the operator to the linked
     clusters when the cause is --namespace."""
-    index = make_index(IndexOptions(cluster_name="east", namespaces=("db",)))
-    records, _ = load_records(DEMO, frozenset(index.options.namespaces))  # as the source reads
-    index.apply([Replace(frozenset(Kind), tuple(records)), Synced()])
+    options = IndexOptions(cluster_name="east", namespaces=("db",))
+    records, _ = load_records(DEMO, frozenset(options.namespaces))  # as the source reads
+    index = synced_index(records, options)
     e = Explainer(index)
     missing = e.explain("nginx-svc.default.svc-global")
     assert missing["explanation"] == ("no global service default/nginx-svc: namespace default "

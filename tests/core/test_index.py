@@ -27,6 +27,8 @@ from dnsside.model.linkerd import (
     parse_object,
 )
 from dnsside.serving.reporting import IndexReporter
+from testkit import objects
+from testkit.inprocess import ask_name, empty_index, synced_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -57,19 +59,12 @@ def rec(o: dict[str, Any]) -> Record:
 
 @pytest.fixture
 def index() -> Index:
-    idx = make_index(IndexOptions(cluster_name="east"), IndexReporter())  # the server's log lines
-    idx.apply([Replace(ALL, demo_records()), Synced()])
-    return idx
-
-
-def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire())
-    assert reply is not None
-    return dns.message.from_wire(reply)
+    return synced_index(demo_records(), IndexOptions(cluster_name="east"), kinds=ALL,
+                        observer=IndexReporter())  # the server's log lines
 
 
 def addrs(idx: Index, name: str) -> list[str]:
-    return sorted(rd.to_text() for rrset in ask(idx, name).answer for rd in rrset)
+    return sorted(rd.to_text() for rrset in ask_name(idx, name).answer for rd in rrset)
 
 
 def test_the_index_reads_only_the_clock_it_is_given() -> None:
@@ -77,21 +72,21 @@ def test_the_index_reads_only_the_clock_it_is_given() -> None:
     the first version (zones transferred) the given clock's second at the sync."""
     now = [1_900_000_000.25]
     idx = make_index(IndexOptions(transfer_history=4), clock=lambda: now[0])
-    soa = ask(idx, "svc-global", "SOA")  # SERVFAIL before the sync: the serial is the zone's
+    soa = ask_name(idx, "svc-global", "SOA")  # SERVFAIL before the sync: the serial is the zone's
     assert idx.publisher.serial == 1_900_000_000 and soa.rcode() == dns.rcode.SERVFAIL
     now[0] += 7
     idx.apply([Replace(BOTH, demo_records()), Synced()])
-    assert ask(idx, "svc-global", "SOA").answer[0][0].serial == 1_900_000_007
+    assert ask_name(idx, "svc-global", "SOA").answer[0][0].serial == 1_900_000_007
     assert idx.publisher.cut_serial == 1_900_000_007
 
 
 def test_servfail_until_synced() -> None:
-    idx = make_index()
+    idx = empty_index()
     idx.apply([Replace(BOTH, demo_records())])
-    assert ask(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.SERVFAIL
-    assert ask(idx, "example.com").rcode() == dns.rcode.REFUSED
+    assert ask_name(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.SERVFAIL
+    assert ask_name(idx, "example.com").rcode() == dns.rcode.REFUSED
     idx.apply([Synced()])
-    assert ask(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.NOERROR
+    assert ask_name(idx, "nginx-svc.default.svc-global").rcode() == dns.rcode.NOERROR
 
 
 def test_gateway_recovers_and_serial_moves(index: Index) -> None:
@@ -108,7 +103,7 @@ def test_gateway_recovers_and_serial_moves(index: Index) -> None:
     assert addrs(index, "north.nginx-svc.default.svc-global") == ["10.43.61.5"]
     assert index.publisher.pending and index.publisher.serial == serial + 1
     index.publisher.cut(serial + 2)
-    soa = ask(index, "svc-global", "SOA").answer[0][0]
+    soa = ask_name(index, "svc-global", "SOA").answer[0][0]
     assert soa.serial == index.publisher.serial == serial + 2 and not index.publisher.pending
 
 
@@ -123,7 +118,8 @@ def test_unrelated_change_touches_nothing(index: Index) -> None:
 def test_per_pod_mirror_goes_and_comes_back(index: Index) -> None:
     index.apply([Delete(Kind.SERVICE, "default", "nginx-set-2-west")])
     assert "10.43.245.244" not in addrs(index, "nginx-svc.default.svc-global")
-    assert ask(index, "nginx-set-2.west.nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "nginx-set-2.west.nginx-svc.default.svc-global").rcode() == \
+        dns.rcode.NXDOMAIN
     index.apply([Upsert(rec(obj("nginx-set-2-west")))])
     assert addrs(index, "nginx-set-2.west.nginx-svc.default.svc-global") == ["10.43.245.244"]
 
@@ -134,7 +130,7 @@ def test_link_removed_then_added(index: Index, caplog: pytest.LogCaptureFixture)
             if isinstance(r, ServiceRecord) and r.cluster == "west" and r.namespace == "default"]
     index.apply([Delete(Kind.SERVICE, r.namespace, r.name) for r in west])
     assert addrs(index, "nginx-svc.default.svc-global") == ["10.42.1.10", "10.42.1.11"]
-    assert ask(index, "west.web.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "west.web.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     index.apply([Upsert(r) for r in west])
     assert len(addrs(index, "nginx-svc.default.svc-global")) == 5
     west_db = [r for r in demo_records() if isinstance(r, ServiceRecord) and r.cluster == "west"]
@@ -149,9 +145,10 @@ def test_last_member_gone_makes_names_and_namespace_vanish(index: Index) -> None
                  *(f"cockroachdb-{i}-{c}" for i in range(3) for c in ("west", "north"))):
         index.apply([Delete(Kind.SERVICE, "db", name)])
     assert ("db", "cockroachdb") not in index.global_services
-    assert ask(index, "db.svc-global").rcode() == dns.rcode.NXDOMAIN
-    assert ask(index, "_grpc._tcp.cockroachdb.db.svc-global", "SRV").rcode() == dns.rcode.NXDOMAIN
-    assert ask(index, "default.svc-global").rcode() == dns.rcode.NOERROR  # others remain
+    assert ask_name(index, "db.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "_grpc._tcp.cockroachdb.db.svc-global", "SRV").rcode() == \
+        dns.rcode.NXDOMAIN
+    assert ask_name(index, "default.svc-global").rcode() == dns.rcode.NOERROR  # others remain
 
 
 def test_slice_before_its_service(index: Index) -> None:
@@ -181,7 +178,7 @@ def test_replace_diffs_and_drops_what_is_missing(index: Index) -> None:
     assert index.local.services and not index.local.slices
     # No slice, nothing ready... except remote-discovery and federated mirrors, which have no
     # endpoints at all.
-    assert ask(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
+    assert ask_name(index, "nginx-svc.default.svc-global").rcode() == dns.rcode.NXDOMAIN
     assert addrs(index, "web.default.svc-global") == ["10.43.100.8", "10.43.100.9"]
 
 
@@ -205,15 +202,12 @@ def test_huge_rrset_is_capped_to_fit_a_tcp_message() -> None:
     from dnsside.dns.wire import TCP_LIMIT
 
     objs: list[ServiceRecord | SliceRecord] = []
-    objs.append(rec({"kind": "Service", "metadata": {
-        "name": "big", "namespace": "x", "labels": {"mirror.linkerd.io/exported": "true"}},
-        "spec": {"clusterIP": "None", "ports": [{"name": "p", "port": 1}]}}))
-    eps = [{"addresses": [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}"], "hostname": f"h{i}"}
+    port = {"name": "p", "port": 1}
+    objs.append(rec(objects.service("x", "big", None, [port], {objects.EXPORTED: "true"})))
+    eps = [objects.endpoint(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}", None, f"h{i}")
            for i in range(6000)]
-    objs.append(rec({"kind": "EndpointSlice", "metadata": {
-        "name": "big-1", "namespace": "x", "labels": {"kubernetes.io/service-name": "big"}},
-        "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "p", "port": 1}]}))
-    idx = make_index()
+    objs.append(rec(objects.endpoint_slice("x", "big-1", "big", eps, [port])))
+    idx = empty_index()
     idx.apply([Replace(BOTH, tuple(objs)), Synced()])
     for rdtype in ("A", "SRV"):
         reply = idx.responder.respond(dns.message.make_query("big.x.svc-global", rdtype).to_wire(),

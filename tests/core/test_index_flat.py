@@ -4,6 +4,7 @@ mirrors; its watch's states and a deleted Link behave as the issue says."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -11,7 +12,6 @@ import dns.message
 import dns.rcode
 import pytest
 
-from dnsside.core.build import make_index
 from dnsside.core.diagnosis import Exclusion
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import Index, IndexOptions
@@ -50,6 +50,7 @@ from testkit.flatnet import (
     v1_endpoints,
     west_objects,
 )
+from testkit.inprocess import ask_name, empty_index
 
 pytestmark = pytest.mark.quick
 
@@ -82,8 +83,13 @@ def remote_records(objects: list[dict[str, Any]], cluster: str = "west") -> tupl
     return tuple(out)
 
 
-def flat_index(**options: Any) -> Index:
-    return make_index(IndexOptions(cluster_name="east", **options), IndexReporter())
+def reported_index(*, mcs: tuple[str, ...] = (), **options: Any) -> Index:
+    return empty_index(IndexOptions(cluster_name="east", **options), mcs_zones=mcs,
+                       observer=IndexReporter())
+
+
+# Every question over TCP: the whole answer, never truncated.
+ask = functools.partial(ask_name, transport="tcp")
 
 
 def west_synced(idx: Index, objects: list[dict[str, Any]] | None = None) -> None:
@@ -94,15 +100,9 @@ def west_synced(idx: Index, objects: list[dict[str, Any]] | None = None) -> None
 
 @pytest.fixture
 def index() -> Index:
-    idx = flat_index()
+    idx = reported_index()
     idx.apply([Replace(ALL, local_records()), Synced()])
     return idx
-
-
-def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire(), udp=False)
-    assert reply is not None
-    return dns.message.from_wire(reply)
 
 
 def addrs(idx: Index, name: str, rdtype: str = "A") -> set[str]:
@@ -193,7 +193,7 @@ def test_a_hostname_less_endpoint_is_named_by_its_dashed_address(index: Index) -
 
 
 def test_publish_not_ready_and_local_first_priorities_apply_to_remote_pods() -> None:
-    idx = flat_index(zone=ZoneOptions(publish_not_ready=True, srv_priority="local-first"))
+    idx = reported_index(zone=ZoneOptions(publish_not_ready=True, srv_priority="local-first"))
     idx.apply([Replace(ALL, local_records()), Synced()])
     west_synced(idx)
     assert addrs(idx, "db-1.west.db.data.svc-global") == {"10.244.1.6"}
@@ -204,7 +204,7 @@ def test_publish_not_ready_and_local_first_priorities_apply_to_remote_pods() -> 
 
 
 def test_mcs_names_include_remote_pods() -> None:
-    idx = flat_index(mcs_zones=("clusterset.local.",))
+    idx = reported_index(mcs=("clusterset.local.",))
     idx.apply([Replace(ALL, local_records()), Synced()])
     west_synced(idx)
     assert addrs(idx, "db-0.west.db.data.svc.clusterset.local") == {"10.244.1.5"}
@@ -302,7 +302,7 @@ def test_link_record_defaults_keep_the_file_source_working() -> None:
 def test_per_pod_mirrors_of_a_cluster_served_directly_are_left_out_too() -> None:
     from testkit import topology as t
 
-    idx = flat_index()
+    idx = reported_index()
     gateway_mode = [parse_object(o) for o in t.headless_link(
         "data", "db", "west", {"db-0": ["10.96.88.12"], "db-1": ["10.96.88.13"]},
         [("grpc", 26257), ("http", 8080)])]

@@ -9,13 +9,13 @@ every kind of change; and one endpoint's change must cost one member, not the se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import dns.name
 import pytest
 
-from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
 from dnsside.dns.zone import ZoneOptions
 from dnsside.model.endpoints import Endpoint
@@ -50,6 +50,7 @@ from testkit.flatnet import (
     local_objects,
     service,
 )
+from testkit.inprocess import empty_index, synced_index
 
 # Quick tier: the tests marked below; the exhaustive ones run in the full suite (the
 # quick tier must stay under a minute).
@@ -104,8 +105,8 @@ class World:
         return (big, *map(parse_slice, self.north.values()))
 
 
-def synced_index(zone: ZoneOptions, world: World) -> Index:
-    index = make_index(IndexOptions(cluster_name="east", zone=zone, mcs_zones=(MCS,)))
+def world_index(zone: ZoneOptions, world: World) -> Index:
+    index = empty_index(IndexOptions(cluster_name="east", zone=zone), mcs_zones=(MCS,))
     index.apply([Replace(frozenset(Kind), world.local_records()), Synced()])
     index.apply([Remote("north", Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
                                          world.north_records())),
@@ -122,10 +123,11 @@ def answers(index: Index) -> dict[bytes, tuple[bytes, bytes, object]]:
             if not k.endswith(SOA_IN)}
 
 
-def same_as_afresh(index: Index, world: World, zone: ZoneOptions) -> None:
+def same_as_afresh(index: Index, world: World, zone: ZoneOptions,
+                   fresh: Index | None = None) -> None:
     """What ``index`` answers (and assembles) is what an index made from ``world`` at once
-    answers: every question, every byte."""
-    fresh = synced_index(zone, world)
+    (``fresh``, if given) answers: every question, every byte."""
+    fresh = world_index(zone, world) if fresh is None else fresh
     got, want = answers(index), answers(fresh)
     assert got.keys() == want.keys(), sorted(got.keys() ^ want.keys())[:5]
     differ = [k for k in want if got[k] != want[k]]
@@ -133,6 +135,13 @@ def same_as_afresh(index: Index, world: World, zone: ZoneOptions) -> None:
     assert dict(index.responder.names).keys() == dict(fresh.responder.names).keys()
     key = ("data", "big")
     assert index.global_services[key] == fresh.global_services[key]
+
+
+@functools.cache
+def afresh(zone: ZoneOptions) -> Index:
+    """The index made from an unchanged `World` at once, under ``zone``: made once per zone
+    and only read (the tests compare against it)."""
+    return world_index(zone, World())
 
 
 def north_slice(world: World, state: Pods, **kw: Any) -> Event:
@@ -191,7 +200,7 @@ def apply(index: Index, event: Event, ahead: bool) -> None:
 def test_a_big_service_changed_answers_what_an_index_made_afresh_answers(
         change: str, zone: ZoneOptions, ahead: bool) -> None:
     world = World()
-    index = synced_index(zone, world)
+    index = world_index(zone, world)
     assert len(index.global_services[("data", "big")].members) == 2 * PODS
     apply(index, CHANGES[change](world), ahead)
     same_as_afresh(index, world, zone)
@@ -200,7 +209,7 @@ def test_a_big_service_changed_answers_what_an_index_made_afresh_answers(
     index.apply([Replace(frozenset(Kind), world2.local_records()),
                  Remote("north", Replace(frozenset({Kind.SERVICE, Kind.SLICE}),
                                          world2.north_records()))])
-    same_as_afresh(index, world2, zone)
+    same_as_afresh(index, world2, zone, afresh(zone))
 
 
 @pytest.mark.parametrize("ahead", [False, True], ids=["applied", "prepared"])
@@ -208,7 +217,7 @@ def test_changes_one_after_another_answer_what_an_index_made_afresh_answers(
         ahead: bool) -> None:
     zone = ZoneOptions()
     world = World()
-    index = synced_index(zone, world)
+    index = world_index(zone, world)
     for change in CHANGES.values():
         apply(index, change(world), ahead)
         same_as_afresh(index, world, zone)
@@ -219,7 +228,7 @@ def test_the_pods_a_change_leaves_alone_keep_their_very_answers() -> None:
     """One pod of north's changed: every other pod's answer stays the very object the
     responder held (nothing re-encoded or rewritten for it); the changed pod's is new."""
     world = World()
-    index = synced_index(ZoneOptions(), world)
+    index = world_index(ZoneOptions(), world)
     table = index.responder.answers
     name = "{}.north.big.data.svc-global."
     key = {n: dns.name.from_text(name.format(f"nb-{n}")).to_wire() + A_IN for n in (8, 9)}
@@ -235,7 +244,7 @@ def test_one_endpoint_changed_encodes_one_member_not_the_service() -> None:
     one endpoint's change re-encodes that one; a slice re-sent identical none; every
     address changed, every member of that slice."""
     world = World()
-    index = synced_index(ZoneOptions(), world)
+    index = world_index(ZoneOptions(), world)
     before = index.publisher.encoded_members
     index.apply([CHANGES["one moved"](world)])
     assert index.publisher.encoded_members - before == 2  # one member, in two zones
@@ -276,10 +285,8 @@ def gateway_slice(n: int, ready: bool = True) -> SliceRecord:
 
 
 def mirrors_index(records: list[Record]) -> Index:
-    zone = ZoneOptions()
-    index = make_index(IndexOptions(cluster_name="east", zone=zone, mcs_zones=(MCS,)))
-    index.apply([Replace(MIRROR_KINDS, tuple(records)), Synced()])
-    return index
+    return synced_index(records, IndexOptions(cluster_name="east"), kinds=MIRROR_KINDS,
+                        mcs_zones=(MCS,))
 
 
 @pytest.mark.quick
@@ -313,7 +320,7 @@ def test_a_service_past_one_answers_size_answers_as_afresh_after_one_pod_moved(
     world = World()
     world.north["big-1"] = a_slice("big-1", pods(1500, shift=1000), prefix="nb")
     zone = ZoneOptions()
-    index = synced_index(zone, world)
+    index = world_index(zone, world)
     srv = dns.name.from_text("big.data.svc-global.").to_wire() + b"\x00\x21\x00\x01"
     before = index.responder.answers[srv]
     assert len(before.body) > 60_000  # full: the records that fit, not all 1,500 + 80

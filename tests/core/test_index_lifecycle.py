@@ -3,6 +3,7 @@ federated members, name clashes and the configuration warnings."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 from typing import Any, get_args, get_type_hints
@@ -12,7 +13,6 @@ import dns.rcode
 import pytest
 import yaml
 
-from dnsside.core.build import make_index
 from dnsside.core.diagnosis import Exclusion, Notice
 from dnsside.core.index import HANDLERS, Index, IndexOptions
 from dnsside.core.links import TRANSITIONS, LinkInput, LinkPhase, Links
@@ -41,6 +41,7 @@ from dnsside.model.linkerd import (
 from dnsside.model.probes import probe_targets
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
+from testkit.inprocess import ask_name, empty_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -69,7 +70,12 @@ def link(name: str) -> LinkRecord:
 
 def reported_index(cluster_name: str = "east", **options: Any) -> Index:
     # With the server's reporter: these tests read its log lines and metrics too.
-    return make_index(IndexOptions(cluster_name=cluster_name, **options), IndexReporter())
+    return empty_index(IndexOptions(cluster_name=cluster_name, **options),
+                       observer=IndexReporter())
+
+
+# Every question over TCP: the whole answer, never truncated.
+ask = functools.partial(ask_name, transport="tcp")
 
 
 @pytest.fixture
@@ -77,12 +83,6 @@ def index() -> Index:
     idx = reported_index()
     idx.apply([Replace(ALL, records()), Synced()])
     return idx
-
-
-def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire(), udp=False)
-    assert reply is not None
-    return dns.message.from_wire(reply)
 
 
 def addrs(idx: Index, name: str) -> set[str]:

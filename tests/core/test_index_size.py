@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import yaml
 
-from dnsside.core.build import make_index
 from dnsside.core.index import Index, IndexOptions
 from dnsside.core.tables import Table
 from dnsside.dns.wire import Answer
@@ -23,7 +22,6 @@ from dnsside.kubeapi.client import continue_token
 from dnsside.model.events import (
     Kind,
     Replace,
-    Synced,
     Upsert,
 )
 from dnsside.model.linkerd import (
@@ -35,7 +33,9 @@ from dnsside.model.linkerd import (
 )
 from dnsside.sources.kube import KubeSource
 from dnsside.sources.pacing import Pacing
+from testkit import objects
 from testkit.fakekube import FakeKube
+from testkit.inprocess import synced_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -51,9 +51,7 @@ def records() -> tuple[Record, ...]:
 
 
 def demo_index(*mcs: str) -> Index:
-    idx = make_index(IndexOptions(cluster_name="east", mcs_zones=tuple(mcs)))
-    idx.apply([Replace(ALL, records()), Synced()])
-    return idx
+    return synced_index(records(), IndexOptions(cluster_name="east"), kinds=ALL, mcs_zones=mcs)
 
 
 # --------------------------------------------------------------------------- records
@@ -196,11 +194,8 @@ async def test_a_wrong_guess_of_the_next_page_costs_a_request_not_an_object(
 ) -> None:
     """An item whose annotation is called "continue" makes the guess wrong on the last
     page (no real token there): the list still ends with every object, once."""
-    objs = [{"kind": "Service", "apiVersion": "v1",
-             "metadata": {"name": f"svc-{i}", "namespace": "default",
-                          "annotations": {"continue": "not-a-token"}},
-             "spec": {"clusterIP": f"10.0.0.{i + 1}", "ports": [{"port": 80}]}}
-            for i in range(5)]
+    objs = [objects.service("default", f"svc-{i}", [f"10.0.0.{i + 1}"], [{"port": 80}],
+                            annotations={"continue": "not-a-token"}) for i in range(5)]
     fake_kube.load(objs)
     source = KubeSource(fake_kube.kubeconfig,
                         pacing=Pacing(page_size=2, backoff_base=0.01, backoff_cap=0.1))

@@ -5,30 +5,27 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 import dns.message
 import dns.rdatatype
 import pytest
-import yaml
 
-from dnsside.core.build import make_index
 from dnsside.core.diagnosis import Notice, Told
 from dnsside.core.explain import Explainer, render
 from dnsside.core.index import Index, IndexOptions, IndexReport
 from dnsside.core.locality import Spill
 from dnsside.core.view import ReportView
 from dnsside.dns.zone import ZoneOptions
-from dnsside.model.events import Delete, Kind, Replace, Synced, Upsert
-from dnsside.model.linkerd import LOCALITY, Record, parse_object
+from dnsside.model.events import Delete, Kind, Upsert
+from dnsside.model.linkerd import LOCALITY, parse_object
 from dnsside.model.locality import Locality
 from dnsside.serving.reporting import IndexReporter
 from dnsside.telemetry import metrics
-from testkit.serve import DEMO
+from testkit.inprocess import ask_name, synced_index
+from tests.core.test_index import ITEMS, obj, rec
 
 pytestmark = pytest.mark.quick
 
-ITEMS: list[dict[str, Any]] = yaml.safe_load(DEMO.read_text())["items"]
 ALL = frozenset({Kind.SERVICE, Kind.SLICE, Kind.LINK})
 MCS = "clusterset.local."
 EAST = ["10.42.1.10", "10.42.1.11"]  # nginx-svc's local pods (cluster east)
@@ -41,16 +38,6 @@ ZONES = {
             "_http._tcp.nginx-svc.default.svc.clusterset.local",
             "nginx-svc.default.svc.clusterset.local."),
 }
-
-
-def obj(name: str) -> dict[str, Any]:
-    return copy.deepcopy(next(o for o in ITEMS if o["metadata"]["name"] == name))
-
-
-def rec(o: dict[str, Any]) -> Record:
-    r = parse_object(o)
-    assert r is not None
-    return r
 
 
 class Heard:
@@ -68,27 +55,23 @@ class Heard:
         return [t.text for t in self.told if t.notice is notice]
 
 
-def locality_index(locality: Locality = Locality.LOCAL_FIRST, srv_priority: str = "equal",
-                   heard: Heard | None = None) -> Index:
-    idx = make_index(IndexOptions(cluster_name="east", locality=locality, mcs_zones=(MCS,),
-                                  zone=ZoneOptions(srv_priority=srv_priority)), heard)
-    idx.apply([Replace(ALL, tuple(rec(o) for o in ITEMS)), Synced()])
-    return idx
-
-
-def ask(idx: Index, name: str, rdtype: str = "A") -> dns.message.Message:
-    reply = idx.responder.respond(dns.message.make_query(name, rdtype).to_wire())
-    assert reply is not None
-    return dns.message.from_wire(reply)
+def demo_index(locality: Locality = Locality.LOCAL_FIRST, srv_priority: str = "equal",
+               heard: Heard | None = None) -> Index:
+    """The demo under ``locality`` and ``srv_priority``, in both zones."""
+    options = IndexOptions(cluster_name="east", locality=locality,
+                           zone=ZoneOptions(srv_priority=srv_priority))
+    return synced_index((rec(o) for o in ITEMS), options, kinds=ALL, mcs_zones=[MCS],
+                        observer=heard)
 
 
 def addrs(idx: Index, name: str) -> list[str]:
-    return sorted(rd.to_text() for rrset in ask(idx, name).answer for rd in rrset)
+    return sorted(rd.to_text() for rrset in ask_name(idx, name).answer for rd in rrset)
 
 
 def srv(idx: Index, name: str) -> list[tuple[int, str]]:
     """(priority, target) of every SRV record, sorted (rotation may change the order)."""
-    return sorted((rd.priority, rd.target.to_text()) for rrset in ask(idx, name, "SRV").answer
+    return sorted((rd.priority, rd.target.to_text())
+                  for rrset in ask_name(idx, name, "SRV").answer
                   for rd in rrset if rd.rdtype == dns.rdatatype.SRV)
 
 
@@ -119,7 +102,7 @@ def hosts(zone_suffix: str, cluster: str, *pods: int) -> list[tuple[int, str]]:
 def test_local_first_moves_with_the_local_members(zone: str) -> None:
     """Local only while one is ready; every cluster once none is; local again when one is."""
     name, srv_name, suffix = ZONES[zone]
-    idx = locality_index()
+    idx = demo_index()
     assert addrs(idx, name) == EAST
     assert srv(idx, srv_name) == hosts(suffix, "east", 0, 1)
 
@@ -135,7 +118,7 @@ def test_local_first_moves_with_the_local_members(zone: str) -> None:
 @pytest.mark.parametrize("zone", sorted(ZONES))
 def test_local_service_deleted_and_back(zone: str) -> None:
     name, srv_name, suffix = ZONES[zone]
-    idx = locality_index()
+    idx = demo_index()
     idx.apply([Delete(Kind.SERVICE, "default", "nginx-svc")])
     assert addrs(idx, name) == WEST
     assert srv(idx, srv_name) == sorted(hosts(suffix, "west", 0, 1, 2))
@@ -146,7 +129,7 @@ def test_local_service_deleted_and_back(zone: str) -> None:
 @pytest.mark.parametrize("zone", sorted(ZONES))
 def test_per_cluster_and_per_pod_names_are_never_filtered(zone: str) -> None:
     name, _, suffix = ZONES[zone]
-    idx = locality_index()
+    idx = demo_index()
     assert addrs(idx, name) == EAST
     assert addrs(idx, f"nginx-set-0.west.{suffix}") == ["10.43.179.60"]
     if zone == "svc-global":  # KEP-1645 has no per-cluster names
@@ -154,7 +137,7 @@ def test_per_cluster_and_per_pod_names_are_never_filtered(zone: str) -> None:
 
 
 def test_all_answers_every_cluster_whatever_the_local_members() -> None:
-    idx = locality_index(Locality.ALL)
+    idx = demo_index(Locality.ALL)
     for zone in ZONES.values():
         assert addrs(idx, zone[0]) == sorted(EAST + WEST)
     local_ready(idx, False, False)
@@ -164,7 +147,7 @@ def test_all_answers_every_cluster_whatever_the_local_members() -> None:
 @pytest.mark.parametrize("zone", sorted(ZONES))
 def test_annotation_added_changed_removed(zone: str) -> None:
     name, srv_name, suffix = ZONES[zone]
-    idx = locality_index(Locality.ALL)
+    idx = demo_index(Locality.ALL)
     annotate(idx, "local-first")  # added: overrides the flag for this service only
     assert addrs(idx, name) == EAST
     assert srv(idx, srv_name) == hosts(suffix, "east", 0, 1)
@@ -179,7 +162,7 @@ def test_annotation_added_changed_removed(zone: str) -> None:
 
 
 def test_annotation_all_overrides_flag_local_first() -> None:
-    idx = locality_index(Locality.LOCAL_FIRST)
+    idx = demo_index(Locality.LOCAL_FIRST)
     annotate(idx, " All ")  # case and blanks aside
     assert addrs(idx, ZONES["svc-global"][0]) == sorted(EAST + WEST)
 
@@ -191,7 +174,7 @@ def test_annotation_on_a_mirror_is_not_read() -> None:
     o["metadata"].setdefault("annotations", {})[LOCALITY] = "local-first"
     record = parse_object(o)
     assert record is not None and getattr(record, "locality") is None
-    idx = locality_index(Locality.ALL)
+    idx = demo_index(Locality.ALL)
     idx.apply([Upsert(record)])
     assert addrs(idx, ZONES["svc-global"][0]) == sorted(EAST + WEST)
 
@@ -212,7 +195,7 @@ def test_annotation_on_a_linked_clusters_own_service_is_not_kept() -> None:
 
 def test_unknown_value_warns_once_and_the_flag_applies() -> None:
     heard = Heard()
-    idx = locality_index(Locality.LOCAL_FIRST, heard=heard)
+    idx = demo_index(Locality.LOCAL_FIRST, heard=heard)
     annotate(idx, "nearby")
     assert addrs(idx, ZONES["svc-global"][0]) == EAST  # the flag: local-first
     local_ready(idx, True, False)  # more events of the service: no second warning
@@ -236,7 +219,7 @@ def spilled_gauge(reason: Spill) -> float | None:
 
 def test_spill_is_counted_told_and_undone() -> None:
     heard = Heard()
-    idx = locality_index(Locality.LOCAL_FIRST, heard=heard)
+    idx = demo_index(Locality.LOCAL_FIRST, heard=heard)
     # kafka, cockroachdb, web, nginx-svc have a local Service with a ready member;
     # payments runs only in linked clusters (a federated Service).
     assert idx.counts.spilled_counts() == {Spill.NO_LOCAL_SERVICE: 1}
@@ -256,7 +239,7 @@ def test_spill_is_counted_told_and_undone() -> None:
 
 
 def test_flag_all_counts_nothing_spilled() -> None:
-    idx = locality_index(Locality.ALL)
+    idx = demo_index(Locality.ALL)
     local_ready(idx, False, False)
     assert not +idx.counts.spilled_counts()
 
@@ -264,7 +247,7 @@ def test_flag_all_counts_nothing_spilled() -> None:
 def test_with_srv_priority_local_first() -> None:
     """Under locality local-first the SRV set is the local members while one is ready (all
     priority 0: they are local); once none is, every cluster's, remote ones priority 10."""
-    idx = locality_index(Locality.LOCAL_FIRST, srv_priority="local-first")
+    idx = demo_index(Locality.LOCAL_FIRST, srv_priority="local-first")
     _, srv_name, suffix = ZONES["svc-global"]
     assert srv(idx, srv_name) == hosts(suffix, "east", 0, 1)
     local_ready(idx, False, False)
@@ -274,7 +257,7 @@ def test_with_srv_priority_local_first() -> None:
 def test_clusterip_service_and_its_clusterset_ip() -> None:
     """web: a local ClusterIP Service, mirrors and a federated Service. Local-first answers
     the local ClusterIP in both zones while its endpoints are ready."""
-    idx = locality_index()
+    idx = demo_index()
     assert addrs(idx, "web.default.svc-global") == ["10.43.0.50"]
     assert addrs(idx, "web.default.svc.clusterset.local") == ["10.43.0.50"]
     o = obj("web-f9b78")
@@ -286,7 +269,7 @@ def test_clusterip_service_and_its_clusterset_ip() -> None:
 
 
 def test_explain_names_the_locality_its_source_and_who_answers() -> None:
-    idx = locality_index()
+    idx = demo_index()
     explainer = Explainer(idx)
     report = explainer.explain("nginx-svc.default.svc-global")
     assert report["locality"] == {
@@ -330,8 +313,8 @@ def test_a_service_spilled_at_the_initial_sync_is_told() -> None:
         if o["metadata"]["name"] == "nginx-svc-b060a":
             for endpoint in o["endpoints"]:
                 endpoint["conditions"]["ready"] = False
-    idx = make_index(IndexOptions(cluster_name="east", locality=Locality.LOCAL_FIRST), heard)
-    idx.apply([Replace(ALL, tuple(rec(o) for o in items)), Synced()])
+    options = IndexOptions(cluster_name="east", locality=Locality.LOCAL_FIRST)
+    idx = synced_index((rec(o) for o in items), options, kinds=ALL, observer=heard)
     assert heard.of(Notice.LOCALITY_SPILLED) == [
         "global service default/nginx-svc: no local member ready: every cluster answers its "
         "name until one is (locality local-first)"]

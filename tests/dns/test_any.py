@@ -25,6 +25,7 @@ from dnsside.dns.responder import Responder
 from dnsside.dns.wire import Answer, to_wire
 from dnsside.dns.zone import Zone, ZoneOptions
 from testkit import topology as t
+from testkit.inprocess import ask
 from testkit.rawdns import (
     AAAA,
     ANY,
@@ -32,7 +33,6 @@ from testkit.rawdns import (
     NS,
     SRV,
     A,
-    exchange,
     opt_rr,
     parse,
     query,
@@ -70,12 +70,6 @@ NAMES = [
     # the apex: SOA and NS (HINFO unless it owns addresses)
     "svc-global",
 ]
-
-
-def ask(srv: Dnsside, wire: bytes, transport: str) -> bytes:
-    reply = exchange(srv.host, srv.port, wire, transport, timeout=3.0)
-    assert reply is not None and reply[:2] == wire[:2]
-    return reply
 
 
 def expected_type(srv: Dnsside, name: str) -> int | None:

@@ -212,7 +212,7 @@ def test_before_the_first_sync_everything_in_the_zone_is_servfail_with_ede(
         d = dig(srv, "svc-global", "SOA")
         assert d.status == "SERVFAIL"
         assert "; EDE: 14 (Not Ready): (dnsside has not synced its source yet)" in d.opt_lines
-        kube.call(kube.kube._failures.clear)
+        kube.call(kube.kube.clear_failures)
         srv.wait_log("initial sync done")
         assert srv.query("svc-global", "SOA").rcode() == dns.rcode.NOERROR
         assert answers(srv.query("svc-global", "NS"), "NS") == ["svc-global."]

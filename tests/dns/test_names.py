@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from dnsside.core.build import make_index
 from dnsside.core.explain import Explainer
 from dnsside.core.index import IndexOptions
 from dnsside.dns.names import MCS, SVC_GLOBAL, Request, Shape, owner, parse
 from dnsside.dns.wire import to_wire
 from dnsside.dns.zone import McsZone, Zone, ZoneOptions
-from dnsside.model.events import Replace, Synced
+from testkit.inprocess import synced_index
 from tests.core.test_index import BOTH, demo_records
 
 pytestmark = pytest.mark.quick
@@ -95,8 +94,8 @@ def test_a_name_outside_the_zone_is_refused() -> None:
 def test_every_published_name_parses_to_the_name_written() -> None:
     """Every owner name of the demo, in both schemes, is a name of the grammar (no NONE)
     whose request writes the very same bytes: encoders and parser agree."""
-    index = make_index(IndexOptions(cluster_name="east", mcs_zones=("clusterset.local.",)))
-    index.apply([Replace(BOTH, demo_records()), Synced()])
+    index = synced_index(demo_records(), IndexOptions(cluster_name="east"), kinds=BOTH,
+                         mcs_zones=["clusterset.local."])
     responder = index.responder
     names = {key[:-4] for key in responder.answers} | set(responder.names)
     kinds: dict[str, set[Shape]] = {SVC_GLOBAL: set(), MCS: set()}

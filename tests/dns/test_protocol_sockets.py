@@ -19,17 +19,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit.inprocess import ask, no_reply_udp
 from testkit.rawdns import (
     SRV,
     A,
     Tcp,
     bulk_objects,
-    exchange,
     parse,
     query,
     question_of,
     same_but_turn,
-    udp,
 )
 from testkit.serve import DEMO, NGINX, NGINX_A, ROACH, Dnsside, answers, expect_udp_io
 
@@ -53,17 +52,6 @@ def short_idle() -> Iterator[Dnsside]:
     with Dnsside("--source", str(DEMO), "--cluster-name", "east",
                  "--tcp-max-connections", "20", "--tcp-idle-timeout", "1") as s:
         yield s
-
-
-def ask(srv: Dnsside, wire: bytes, transport: str = "udp") -> bytes:
-    reply = exchange(srv.host, srv.port, wire, transport, timeout=3.0)
-    assert reply is not None, "no reply"
-    assert reply[:2] == wire[:2], "reply carries another ID"
-    return reply
-
-
-def no_reply_udp(srv: Dnsside, wire: bytes) -> bool:
-    return udp(srv.host, srv.port, wire, timeout=0.5) is None
 
 
 def test_responses_are_dropped_tcp_connection_kept(srv: Dnsside) -> None:

@@ -9,6 +9,7 @@ batches and one by one."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -70,6 +71,7 @@ def server(request: pytest.FixtureRequest,
         yield expect_udp_io(s, request.param)
 
 
+@functools.cache  # 1,200 replies a case, but only N of them differ: each parsed once
 def records(reply: bytes) -> list[str]:
     """The answer section's records in the order sent: (type, rdata) as text."""
     msg = dns.message.from_wire(reply, one_rr_per_rrset=True)

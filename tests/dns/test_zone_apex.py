@@ -10,10 +10,8 @@ test_edns.py, truncation in test_truncation.py.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import dns.edns
@@ -22,11 +20,11 @@ import dns.message
 import dns.rcode
 import dns.rdatatype
 import pytest
-import yaml
 
 from dnsside.netvalues import ns_addresses
 from testkit import topology as t
 from testkit.dig import dig
+from testkit.inprocess import ask
 from testkit.rawdns import (
     AAAA,
     EDE,
@@ -34,8 +32,6 @@ from testkit.rawdns import (
     SOA,
     TRANSPORTS,
     A,
-    bulk_objects,
-    exchange,
     parse,
     query,
 )
@@ -43,20 +39,9 @@ from testkit.serve import DEMO, Dnsside, answers, demo_server, run_cli
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dnsside]:
-    """The demo plus `big.bulk` (120 addresses, too big for any UDP reply)."""
-    demo = yaml.safe_load(DEMO.read_text())
-    demo["items"] += bulk_objects("big", "bulk", 120, 99)
-    path = tmp_path_factory.mktemp("zone") / "zone.json"
-    path.write_text(json.dumps(demo))
-    with Dnsside("--source", str(path), "--cluster-name", "east") as s:
-        yield s
-
-
-def ask(srv: Dnsside, wire: bytes, transport: str = "udp") -> bytes:
-    reply = exchange(srv.host, srv.port, wire, transport, timeout=3.0)
-    assert reply is not None, "no reply"
-    return reply
+def srv(sockets: Dnsside) -> Dnsside:
+    """The demo plus `big.bulk` (120 addresses, too big for any UDP reply): conftest's."""
+    return sockets
 
 
 def ede(msg: dns.message.Message) -> list[tuple[int, str]]:

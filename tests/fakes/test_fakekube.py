@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from testkit import objects
 from testkit.fakekube import FakeKube, parse_selector
 from testkit.serve import DEMO as DEMO_EAST
 
@@ -21,12 +22,7 @@ SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 
 
 def svc(name: str, ns: str = "default", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": ns, "labels": labels or {}},
-        "spec": {"clusterIP": "10.0.0.1", "ports": [{"port": 80}]},
-    }
+    return objects.service(ns, name, ["10.0.0.1"], [{"port": 80}], labels)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.clusters import linked_cluster, local_cluster
 from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
@@ -47,8 +47,6 @@ from tests.interop.test_etcd import (
     target,
 )
 
-REMOTE_TOKEN = "remote-access-token-west"
-REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
 ETCD_PORTS = [{"name": name, "port": port, "protocol": "TCP"} for name, port in PORTS]
 # The remote-discovery mirror's ClusterIP: no pod has it; an answer with it is wrong.
 MIRROR_IP = "10.96.50.1"
@@ -65,13 +63,6 @@ def etcd_objects(cluster: str) -> list[dict[str, Any]]:
     ]
 
 
-def kube(stack: contextlib.ExitStack, tmp: Path, ns: Netns) -> ThreadedKube:
-    tmp.mkdir()
-    k = ThreadedKube(tmp, netns=ns.name)
-    stack.callback(k.close)
-    return k
-
-
 @pytest.fixture
 def flat_etcd(tmp_path: Path) -> Iterator[tuple[Netns, Dnsside, ThreadedKube]]:
     """The namespace, dnsside serving east with --flat-network inside it, and west."""
@@ -80,16 +71,13 @@ def flat_etcd(tmp_path: Path) -> Iterator[tuple[Netns, Dnsside, ThreadedKube]]:
         ns = stack.enter_context(Netns("etcdflat", "nameserver 127.0.0.1\n"
                                                    "options timeout:1 attempts:3\n"))
         ns.add_addresses(list(ADDRESS.values()))
-        west = kube(stack, tmp_path / "west", ns)
-        west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
-        west.call(west.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
-        west.call(west.kube.load, {"kind": "List", "items": etcd_objects("west")})
-        east = kube(stack, tmp_path / "east", ns)
-        east.call(east.kube.load, {"kind": "List", "items": [
+        west = linked_cluster(tmp_path / "west", etcd_objects("west"), netns=ns.name)
+        stack.callback(west.close)
+        east = local_cluster(tmp_path / "east", [
             *etcd_objects("east"), link("west"),
-            remote_discovery_mirror("etcd", "west", MIRROR_IP, "db", ETCD_PORTS)]})
-        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
-                                             token=REMOTE_TOKEN))
+            remote_discovery_mirror("etcd", "west", MIRROR_IP, "db", ETCD_PORTS)],
+            {"west": west}, netns=ns.name)
+        stack.callback(east.close)
         dnsside = stack.enter_context(Dnsside(
             "--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
             "--flat-network", "--kube-backoff-cap", "0.5",

@@ -76,7 +76,7 @@ class Outcome:
         return f"{self.rcode}{ede} after {self.seconds:.1f} s"
 
 
-def ask(r: Resolver, name: str, timeout: float) -> Outcome:
+def outcome(r: Resolver, name: str, timeout: float) -> Outcome:
     started = time.monotonic()
     try:
         msg: dns.message.Message | None = r.query(name, "A", timeout=timeout)
@@ -110,7 +110,7 @@ def recovery(resolvers: list[Resolver], name: str, since: float,
 
     def one(r: Resolver) -> float:
         try:
-            wait_for(lambda: ask(r, name, 2.0).count == WANT[name], timeout,
+            wait_for(lambda: outcome(r, name, 2.0).count == WANT[name], timeout,
                      f"{r.kind} to answer {name}")
         except AssertionError:
             return float("inf")
@@ -157,9 +157,9 @@ def test_outages_through_every_resolver(kube: ThreadedKube, tmp_path: Path) -> N
         resolvers = start(KINDS, tmp_path, host)  # bind-stub here is the cold one
 
         # 1-2: not synced, then synced.
-        for kind, o in each(resolvers, lambda r: ask(r, NGINX, ASK_TIMEOUT)).items():
+        for kind, o in each(resolvers, lambda r: outcome(r, NGINX, ASK_TIMEOUT)).items():
             report[kind]["not synced"] = o
-        kube.call(kube.kube._failures.clear)
+        kube.call(kube.kube.clear_failures)
         srv.wait_log("initial sync done")
         back = time.monotonic()
         warm = [r for r in resolvers if r.kind != "bind-stub"]
@@ -167,7 +167,7 @@ def test_outages_through_every_resolver(kube: ThreadedKube, tmp_path: Path) -> N
         for kind, s in recovery(warm, NGINX, back).items():
             report[kind]["after sync"] = s
         time.sleep(max(0.0, back + TTL + SLACK - time.monotonic()))  # past the bound
-        cold = ask(cold_stub, NGINX, ASK_TIMEOUT)
+        cold = outcome(cold_stub, NGINX, ASK_TIMEOUT)
         report["bind-stub"]["after sync"] = f"{cold!r} at {time.monotonic() - back:.0f} s"
         assert cold.rcode == "SERVFAIL", "the cold stub zone is still not loaded (see above)"
         assert "refresh: unexpected rcode (SERVFAIL)" in cold_stub.log_text()
@@ -177,7 +177,7 @@ def test_outages_through_every_resolver(kube: ThreadedKube, tmp_path: Path) -> N
         # 3-4: hung, then resumed.
         srv.freeze()
         try:
-            for kind, o in each(resolvers, lambda r: ask(r, HUNG, ASK_TIMEOUT)).items():
+            for kind, o in each(resolvers, lambda r: outcome(r, HUNG, ASK_TIMEOUT)).items():
                 report[kind]["hung"] = o
         finally:
             srv.proc.send_signal(signal.SIGCONT)
@@ -187,7 +187,7 @@ def test_outages_through_every_resolver(kube: ThreadedKube, tmp_path: Path) -> N
 
         # 5-6: stopped, then restarted on the same address.
         assert srv.stop() == 0
-        for kind, o in each(resolvers, lambda r: ask(r, STOPPED, ASK_TIMEOUT)).items():
+        for kind, o in each(resolvers, lambda r: outcome(r, STOPPED, ASK_TIMEOUT)).items():
             report[kind]["stopped"] = o
         srv = Dnsside(*dnsside_args(kube), listen=f"{host}:53")
         back = time.monotonic()

@@ -22,6 +22,7 @@ import pytest
 
 from dnsside.kubeapi.client import KubeApi
 from dnsside.ops.check import CheckOptions, Result, passed, render_results, run_checks
+from testkit import objects
 from testkit.fakekube import (
     REMOTE_ACCESS_RULES,
     REMOTE_ACCESS_RULES_PRE_214,
@@ -37,12 +38,8 @@ SA = "system:serviceaccount:dnsside:dnsside"
 
 
 def link(cluster: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
-        "metadata": {"name": cluster, "namespace": "linkerd-multicluster"},
-        "spec": {"targetClusterName": cluster, "gatewayAddress": f"gw.{cluster}.example",
-                 "probeSpec": {"path": "/ready", "port": "4191", "period": "3s"}},
-    }
+    return objects.link(cluster, f"gw.{cluster}.example",
+                        probe={"path": "/ready", "port": "4191", "period": "3s"})
 
 
 def config_map(cluster: str, namespace: str = "dnsside") -> dict[str, Any]:

@@ -30,12 +30,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from dnsside.ops import dashboard as dash
-from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.clusters import linked_cluster, local_cluster, serve_flat
 from testkit.flatnet import local_objects, west_objects
 from testkit.gateways import FakeGateway, probed_demo
 from testkit.resolvers import free_port
 from testkit.serve import NGINX, ROOT, Dnsside, demo_server, wait_for
-from testkit.threadedkube import ThreadedKube
 from tests.ops.test_install import cli, docs, one, promtool
 
 # What Grafana puts in place of its variables before the query reaches Prometheus.
@@ -228,29 +227,17 @@ def by_cluster(series: list[dict[str, Any]]) -> dict[str, float]:
     return {s["metric"]["cluster"]: float(s["value"][1]) for s in series}
 
 
-REMOTE_TOKEN = "remote-access-token-west"
-REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
 
 
 def test_flat_network_panels_show_a_linked_cluster(tmp_path: Path) -> None:
     """--flat-network against two fake API servers (east local, west linked): west's row
     shows it synced, its credentials valid, and not throttled (0, not "No data")."""
     with contextlib.ExitStack() as stack:
-        clusters = {}
-        for name in ("west", "east"):
-            (tmp_path / name).mkdir()
-            clusters[name] = k = ThreadedKube(tmp_path / name)
-            stack.callback(k.close)
-        west, east = clusters["west"], clusters["east"]
-        west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
-        west.call(west.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
-        west.call(west.kube.load, {"kind": "List", "items": west_objects()})
-        east.call(east.kube.load, {"kind": "List", "items": local_objects()})
-        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
-                                             token=REMOTE_TOKEN))
-        srv = stack.enter_context(Dnsside(
-            "--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
-            "--flat-network", "--kube-backoff-cap", "0.5"))
+        west = linked_cluster(tmp_path / "west", west_objects())
+        stack.callback(west.close)
+        east = local_cluster(tmp_path / "east", local_objects(), {"west": west})
+        stack.callback(east.close)
+        srv = stack.enter_context(serve_flat(east))
         address = stack.enter_context(scraping(srv, tmp_path))
         board = dash.dashboard()
         flat = ("Remote API synced", "Remote credentials valid", "Remote throttled")

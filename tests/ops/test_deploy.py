@@ -15,7 +15,6 @@ stanzas, and a lint of the demo scripts with shellcheck and `bash -n`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -28,6 +27,9 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+
+from dnsside.cli import serve_parser
+from testkit.serve import parser_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -63,9 +65,7 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 
 # `dnsside serve` flags; each is also DNSSIDE_<FLAG>.
 def _serve_flags() -> set[str]:
-    from dnsside.cli import serve_parser
-
-    return {s for a in serve_parser()._actions for s in a.option_strings if s.startswith("--")}
+    return {s for s in parser_options(serve_parser()) if s.startswith("--")}
 
 
 SERVE_FLAGS = _serve_flags()
@@ -481,15 +481,6 @@ def test_image_tag_is_the_package_version() -> None:
     assert c["image"] == sidecar_container()["image"] == IMAGE
 
 
-def serve_parser() -> argparse.ArgumentParser:
-    from dnsside.cli import build_parser
-
-    root = build_parser()
-    (subparsers,) = [a for a in root._actions if isinstance(a, argparse._SubParsersAction)]
-    serve: argparse.ArgumentParser = subparsers.choices["serve"]
-    return serve
-
-
 @pytest.mark.parametrize("where", ["base", "sidecar"])
 def test_args_and_configmap_parse_with_the_real_cli(
     where: str, monkeypatch: pytest.MonkeyPatch
@@ -508,7 +499,7 @@ def test_args_and_configmap_parse_with_the_real_cli(
     for key in list(os.environ):
         if key.startswith("DNSSIDE_"):
             monkeypatch.delenv(key)
-    known = set(serve_parser()._option_string_actions)
+    known = set(parser_options(serve_parser()))
     for key, value in cm["data"].items():
         flag = "--" + key.removeprefix("DNSSIDE_").lower().replace("_", "-")
         assert key.startswith("DNSSIDE_") and flag in known, f"{key}: dnsside has no {flag}"

@@ -39,7 +39,7 @@ from dnsside.ops import commands as ops_commands
 from dnsside.ops import deploy, manifests, monitoring
 from dnsside.ops.corefile import upstream
 from testkit.corefile import CorefileError, block_for, forward_to, parse
-from testkit.serve import ROOT, run_cli
+from testkit.serve import ROOT, parser_options, run_cli
 from testkit.threadedkube import ThreadedKube
 
 K8S_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33"]
@@ -327,7 +327,7 @@ def test_every_serve_flag_is_baked_and_read_back(monkeypatch: pytest.MonkeyPatch
     from dnsside.cli import build_parser, serve_parser
 
     flags = ops_commands.bakeable_flags()
-    serve_actions = {s: a for a in serve_parser()._actions for s in a.option_strings}
+    serve_actions = parser_options(serve_parser())
     assert {f.serve_flag for f in flags} >= {"--ttl", "--zone", "--namespace", "--lameduck",
                                              "--publish-not-ready", "--srv-priority"}
     key_file = tmp_path / "tsig.key"

@@ -172,7 +172,7 @@ def test_check_dns_expects_what_the_locality_answers(locality: str) -> None:
     from dnsside.model.linkerd import LinkRecord, ServiceRecord, SliceRecord, parse_object
     from dnsside.model.locality import Locality
     from dnsside.ops.dnscheck import DnsServer
-    from tests.core.test_locality import ITEMS, addrs, locality_index
+    from tests.core.test_locality import ITEMS, addrs, demo_index
 
     records = [r for o in ITEMS if (r := parse_object(o)) is not None]
     server = DnsServer("127.0.0.1:53", "dnsside", "svc-global.", "east",
@@ -182,4 +182,4 @@ def test_check_dns_expects_what_the_locality_answers(locality: str) -> None:
     assert server.pick is not None
     name, qtype, expected = server.pick
     assert qtype == "A"
-    assert expected == len(addrs(locality_index(Locality(locality)), name))
+    assert expected == len(addrs(demo_index(Locality(locality)), name))

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from dnsside.core.assembly import ClusterView, assemble
 from dnsside.model.addresses import Unsafe, describe, normal_ip, unsafe_address
 from dnsside.model.linkerd import parse_service, parse_slice
+from testkit.clusters import linked_cluster, local_cluster, serve_flat
 from testkit.fakekube import FakeKube
 from testkit.fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
 from testkit.flatnet import (
@@ -363,8 +364,6 @@ def test_the_cli_explain_names_the_trap(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- --flat-network
 
-REMOTE_TOKEN = "remote-access-token-west"
-REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
 DB = "db.data.svc-global"
 EAST_DB = {"10.42.0.10", "10.42.0.11"}
 WEST_V4 = {"bad-0": "127.0.0.1", "bad-1": "169.254.169.254", "bad-2": "0.0.0.0",
@@ -392,22 +391,14 @@ def clusters(tmp_path: Path, request: pytest.FixtureRequest
              ) -> Iterator[tuple[ThreadedKube, ThreadedKube, str]]:
     """east linked to west, whose db holds the traps: in EndpointSlices, or in v1
     Endpoints when west's remote-access role predates Linkerd 2.14."""
-    (tmp_path / "west").mkdir()
-    (tmp_path / "east").mkdir()
-    west = ThreadedKube(tmp_path / "west")
-    east = ThreadedKube(tmp_path / "east")
+    objects = west_objects()
+    if request.param is REMOTE_ACCESS_RULES_PRE_214:  # Endpoints, not slices
+        objects = [objects[0], v1_endpoints(
+            "db", [("10.244.1.5", "db-0"), *((ip, h) for h, ip in WEST_V4.items()),
+                   ("fd00:244::5", "db-0"), *((ip, h) for h, ip in WEST_V6.items())])]
+    west = linked_cluster(tmp_path / "west", objects, rules=request.param)
+    east = local_cluster(tmp_path / "east", local_objects(), {"west": west})
     try:
-        west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
-        west.call(west.kube.restrict, REMOTE_USER, request.param)
-        objects = west_objects()
-        if request.param is REMOTE_ACCESS_RULES_PRE_214:  # Endpoints, not slices
-            objects = [objects[0], v1_endpoints(
-                "db", [("10.244.1.5", "db-0"), *((ip, h) for h, ip in WEST_V4.items()),
-                       ("fd00:244::5", "db-0"), *((ip, h) for h, ip in WEST_V6.items())])]
-        west.call(west.kube.load, {"kind": "List", "items": objects})
-        east.call(east.kube.load, {"kind": "List", "items": local_objects()})
-        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
-                                             token=REMOTE_TOKEN))
         yield east, west, ("Endpoints" if request.param is REMOTE_ACCESS_RULES_PRE_214
                            else "EndpointSlice")
     finally:
@@ -420,8 +411,7 @@ def clusters(tmp_path: Path, request: pytest.FixtureRequest
 def test_no_remote_trap_is_answered(clusters: tuple[ThreadedKube, ThreadedKube, str]
                                     ) -> None:
     east, west, kind = clusters
-    with Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
-                 "--flat-network", "--kube-backoff-cap", "0.5") as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in set(answers(srv.query(DB, "A"), "A")), 15, "west db-0")
         hosts = [f"{h}.west.{DB}" for h in ("db-0", *WEST_V4, *WEST_V6)]
         served = every_address(srv, [DB, f"west.{DB}", *hosts])

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.clusters import linked_cluster, local_cluster, serve_flat
 from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
@@ -41,8 +41,6 @@ from testkit.flatnet import (
 from testkit.serve import Dnsside, answers, run_cli, wait_for
 from testkit.threadedkube import ThreadedKube
 
-TOKEN = "remote-access-token"
-USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access"
 DB = "db.data.svc-global"
 NAMES = (DB, "db-0.west.db.data.svc-global", "db-0.north.db.data.svc-global",
          "db-0.east.db.data.svc-global")
@@ -66,15 +64,6 @@ Hostile = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 # --------------------------------------------------------------------------- the clusters
 
 
-def _cluster(tmp: Path, name: str, objects: list[dict[str, Any]]) -> ThreadedKube:
-    (tmp / name).mkdir()
-    k = ThreadedKube(tmp / name)
-    k.call(k.kube.add_token, TOKEN, USER)
-    k.call(k.kube.restrict, USER, REMOTE_ACCESS_RULES)
-    k.call(k.kube.load, {"kind": "List", "items": objects})
-    return k
-
-
 def north_objects() -> list[dict[str, Any]]:
     return [service("db", labels=dict(REMOTE_DISCOVERY_LABELS)),
             endpoint_slice("db-n1", "db", [endpoint(NORTH_DB0, "db-0")])]
@@ -84,24 +73,16 @@ def north_objects() -> list[dict[str, Any]]:
 def clusters(tmp_path: Path) -> Iterator[tuple[ThreadedKube, ThreadedKube, ThreadedKube]]:
     """(east, west, north): east links both, with the Secrets `linkerd multicluster link`
     writes."""
-    west = _cluster(tmp_path, "west", west_objects())
-    north = _cluster(tmp_path, "north", north_objects())
-    (tmp_path / "east").mkdir()
-    east = ThreadedKube(tmp_path / "east")
+    west = linked_cluster(tmp_path / "west", west_objects())
+    north = linked_cluster(tmp_path / "north", north_objects())
+    east = local_cluster(tmp_path / "east", [*local_objects(), link("north")],
+                         {"west": west, "north": north})
     try:
-        east.call(east.kube.load, {"kind": "List", "items": [*local_objects(), link("north")]})
-        for k, name in ((west, "west"), (north, "north")):
-            east.call(east.kube.apply, k.call(k.kube.link_credentials, name, token=TOKEN))
         yield east, west, north
     finally:
         north.call(setattr, north.kube, "hostile", None)
         for k in (east, west, north):
             k.close()
-
-
-def serve(east: ThreadedKube, *extra: str) -> Dnsside:
-    return Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name",
-                   "east", "--flat-network", "--kube-backoff-cap", "0.5", *CAPS, *extra)
 
 
 # --------------------------------------------------------------------------- what is seen
@@ -318,7 +299,7 @@ def test_a_hostile_api_server_costs_only_its_own_cluster(
     behaviour, start, state, told = CASES[case]
     west_lists = lambda: west.call(lambda: west.kube.count("/api/v1/services"))  # noqa: E731
     hostile = North()
-    with serve(east, "--log-level", "debug") as srv, telling(srv):
+    with serve_flat(east, *CAPS, "--log-level", "debug") as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         before = everything(srv)
         assert before["db-0.north.db.data.svc-global"] == {NORTH_DB0}
@@ -384,7 +365,7 @@ def test_watches_that_always_expire_are_relisted_with_backoff(
     lists say, and nobody's answers move."""
     east, west, north = clusters
     hostile = North()
-    with serve(east, "--log-level", "debug") as srv, telling(srv):
+    with serve_flat(east, *CAPS, "--log-level", "debug") as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         before = everything(srv)
         steady = Steady(srv, before)
@@ -410,7 +391,7 @@ def test_too_many_endpoints_keep_what_the_cluster_had(
     """Endpoints past --flat-network-max-endpoints, arriving by watch (the cluster grows):
     the watch stops there, the relist is over the cap too, and north keeps what it had."""
     east, _, north = clusters
-    with serve(east) as srv:
+    with serve_flat(east, *CAPS) as srv:
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         before = everything(srv)
         steady = Steady(srv, before)
@@ -446,7 +427,7 @@ def test_a_list_of_big_objects_is_read_in_smaller_pages(
     assert all(len(json.dumps(s)) < MAX_OBJECT_BYTES for s in big)
     assert len(json.dumps(big)) > 2 * MAX_OBJECT_BYTES
     north.call(north.kube.load, [service("big", labels=dict(REMOTE_DISCOVERY_LABELS)), *big])
-    with serve(east) as srv, telling(srv):
+    with serve_flat(east, *CAPS) as srv, telling(srv):
         pod = "a-rather-long-pod-hostname-of-statefulset-big-{}-{}.north.big.data.svc-global"
         wait_for(lambda: addresses(srv, pod.format(11, 149)) == {"10.247.11.149"}, 15,
                  "the last big pod")
@@ -485,7 +466,7 @@ def test_flat_network_namespaces_limit_what_linked_clusters_serve_and_what_is_wa
                                   "items": [evil, mine]})
 
     north.call(setattr, north.kube, "hostile", other_namespace)
-    with serve(east, "--flat-network-namespaces", "data") as srv:
+    with serve_flat(east, *CAPS, "--flat-network-namespaces", "data") as srv:
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         assert srv.query("cache.other.svc-global").rcode() == 3  # NXDOMAIN: not served
         assert srv.query("kube-dns.kube-system.svc-global").rcode() == 3
@@ -518,9 +499,7 @@ def test_flat_network_namespaces_from_the_environment(
         service("cache", "other", labels=dict(REMOTE_DISCOVERY_LABELS)),
         endpoint_slice("cache-1", "cache", [endpoint("10.244.3.1", "cache-0")],
                        namespace="other")]})
-    srv = Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
-                  "--flat-network", "--kube-backoff-cap", "0.5",
-                  env={"DNSSIDE_FLAT_NETWORK_NAMESPACES": "data,other"})
+    srv = serve_flat(east, env={"DNSSIDE_FLAT_NETWORK_NAMESPACES": "data,other"})
     with srv:
         wait_for(lambda: addresses(srv, "cache.other.svc-global") == {"10.244.3.1"}, 15,
                  "west's cache in namespace other")
@@ -577,7 +556,7 @@ def test_ignored_watch_events_are_told_once_per_reason_and_counted(
             return None
         return await hostile.stream(request, iter([(weird + nameless) * 100] * 100))
 
-    with serve(east) as srv, telling(srv):
+    with serve_flat(east, *CAPS) as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         steady = Steady(srv, everything(srv))
         north.call(setattr, north.kube, "hostile", junk)
@@ -614,7 +593,7 @@ def test_watches_closed_at_once_are_reopened_with_backoff(
         return north.call(lambda: sum(1 for _, q in north.kube.request_log
                                       if "/services?" in q and "watch=" in q))
 
-    with serve(east) as srv, telling(srv):
+    with serve_flat(east, *CAPS) as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         steady = Steady(srv, everything(srv))
         north.call(setattr, north.kube, "hostile", bookmark_and_close)
@@ -666,7 +645,7 @@ def test_a_linked_clusters_text_cannot_forge_a_log_line(
                 "resourceVersion": version}, "items": [item]})
         return None
 
-    with serve(east) as srv, telling(srv):
+    with serve_flat(east, *CAPS) as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         north.call(setattr, north.kube, "hostile", status_with_newline)
         north.call(restart_watches, north.kube, True)
@@ -713,7 +692,7 @@ def test_an_event_flood_costs_only_its_own_clusters_freshness(
 
     north.call(north.kube.load, [service("big", labels=dict(REMOTE_DISCOVERY_LABELS)),
                                  tiny("10.245.8.1")])
-    with serve(east, "--flat-network-index-share", "0.001") as srv, telling(srv):
+    with serve_flat(east, *CAPS, "--flat-network-index-share", "0.001") as srv, telling(srv):
         wait_for(lambda: addresses(srv) == EAST_DB | {WEST_DB0, NORTH_DB0}, 15, "both synced")
         tiny_name = "tiny-0.north.big.data.svc-global"
         wait_for(lambda: addresses(srv, tiny_name) == {"10.245.8.1"}, 15, "north's big")

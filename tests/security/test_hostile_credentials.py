@@ -32,14 +32,13 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit.clusters import REMOTE_TOKEN, REMOTE_USER, linked_cluster, local_cluster, serve_flat
 from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
 from testkit.flatnet import link, local_objects, west_objects
 from testkit.serve import Dnsside, answers, run_cli, wait_for
 from testkit.testca import fake_ca, other_ca
 from testkit.threadedkube import ThreadedKube
 
-REMOTE_TOKEN = "remote-access-token-west"
-REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
 # What a local file holds: a token west accepts (as the pod's own service-account token
 # would be accepted by its own cluster). It must never leave the process.
 LOCAL_SECRET = "local-file-secret-5f1c0de"
@@ -168,12 +167,7 @@ def b64(text: str) -> str:
 @pytest.fixture
 def west(tmp_path: Path) -> Iterator[ThreadedKube]:
     """The good linked cluster; it accepts the remote-access token and LOCAL_SECRET."""
-    (tmp_path / "west").mkdir()
-    k = ThreadedKube(tmp_path / "west")
-    for token in (REMOTE_TOKEN, LOCAL_SECRET):
-        k.call(k.kube.add_token, token, REMOTE_USER)
-    k.call(k.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
-    k.call(k.kube.load, {"kind": "List", "items": west_objects()})
+    k = linked_cluster(tmp_path / "west", west_objects(), tokens=(REMOTE_TOKEN, LOCAL_SECRET))
     yield k
     k.close()
 
@@ -247,22 +241,13 @@ def hostile(tmp_path: Path, west: ThreadedKube, recorder: Recorder) -> Hostile:
     return Hostile(tmp_path, west, recorder)
 
 
-def local_cluster(tmp_path: Path, west: ThreadedKube,
-                  extra: dict[str, str]) -> ThreadedKube:
+def east_with(tmp_path: Path, west: ThreadedKube, extra: dict[str, str]) -> ThreadedKube:
     """east: the good Link to west, and a Link with its Secret per ``extra`` entry."""
-    (tmp_path / "east").mkdir()
-    k = ThreadedKube(tmp_path / "east")
-    k.call(k.kube.load, {"kind": "List", "items": local_objects()})
-    k.call(k.kube.apply, west.call(west.kube.link_credentials, "west", token=REMOTE_TOKEN))
+    k = local_cluster(tmp_path / "east", local_objects(), {"west": west})
     for cluster, text in extra.items():
         k.call(k.kube.apply, link(cluster))
         k.call(k.kube.apply, secret(cluster, text))
     return k
-
-
-def serve(east: ThreadedKube, *extra: str) -> Dnsside:
-    return Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name",
-                   "east", "--flat-network", "--kube-backoff-cap", "0.5", *extra)
 
 
 def metric(srv: Dnsside, name: str, cluster: str) -> float | None:
@@ -285,9 +270,9 @@ def secret_reads(east: ThreadedKube, cluster: str) -> int:
 
 def test_each_hostile_kubeconfig_is_refused_by_name_and_nothing_runs_or_leaves(
         tmp_path: Path, west: ThreadedKube, recorder: Recorder, hostile: Hostile) -> None:
-    east = local_cluster(tmp_path, west, {c: text for c, (text, _) in hostile.forms.items()})
+    east = east_with(tmp_path, west, {c: text for c, (text, _) in hostile.forms.items()})
     try:
-        with serve(east) as srv:
+        with serve_flat(east) as srv:
             wait_for(lambda: WEST_DB0 in addresses(srv), 15, "the good cluster west")
             for cluster in hostile.forms:
                 wait_for(lambda c=cluster: metric(srv, "dnsside_remote_credentials_valid",
@@ -374,10 +359,10 @@ def test_insecure_remote_tls_allows_the_three_tls_forms_and_never_exec_or_a_file
     }
     still_refused = {c: hostile.forms[c] for c in ("exec", "authprovider", "tokenfile",
                                                     "cafile")}
-    east = local_cluster(tmp_path, west, {**allowed, **{c: text for c, (text, _)
+    east = east_with(tmp_path, west, {**allowed, **{c: text for c, (text, _)
                                                         in still_refused.items()}})
     try:
-        with serve(east, "--insecure-remote-tls") as srv:
+        with serve_flat(east, "--insecure-remote-tls") as srv:
             for cluster in allowed:
                 wait_for(lambda c=cluster: addresses(srv, f"db-0.{c}.db.data.svc-global")
                          == {WEST_DB0}, 15, f"{cluster} synced")
@@ -448,9 +433,9 @@ def test_tls_is_verified_against_the_secrets_ca_and_name(
                               "certificate-authority-data": b64(fake_ca().ca_pem)}}[form]
     token = "tlswest-token"
     west.call(west.kube.add_token, token, REMOTE_USER)
-    east = local_cluster(tmp_path, west, {"tlswest": kubeconfig(cluster, {"token": token})})
+    east = east_with(tmp_path, west, {"tlswest": kubeconfig(cluster, {"token": token})})
     try:
-        with serve(east, "--log-level", "debug") as srv:
+        with serve_flat(east, "--log-level", "debug") as srv:
             wait_for(lambda: WEST_DB0 in addresses(srv), 15, "the good cluster west")
             if form == "right-name":
                 wait_for(lambda: addresses(srv, "db-0.tlswest.db.data.svc-global")
@@ -487,13 +472,11 @@ def test_a_client_certificate_from_the_secret_is_used_from_memory(
     text = kubeconfig({"server": west.kube.tls_url,
                        "certificate-authority-data": b64(fake_ca().ca_pem)},
                       {"client-certificate-data": b64(cert), "client-key-data": b64(key)})
-    east = local_cluster(tmp_path, west, {"certwest": text})
+    east = east_with(tmp_path, west, {"certwest": text})
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
     try:
-        with Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name",
-                     "east", "--flat-network", "--kube-backoff-cap", "0.5",
-                     env={"TMPDIR": str(private_tmp)}) as srv:
+        with serve_flat(east, env={"TMPDIR": str(private_tmp)}) as srv:
             wait_for(lambda: addresses(srv, "db-0.certwest.db.data.svc-global") == {WEST_DB0},
                      15, "certwest synced with its client certificate")
             assert metric(srv, "dnsside_remote_credentials_valid", "certwest") == 1
@@ -553,9 +536,9 @@ def test_a_large_or_broken_secret_costs_only_its_own_cluster_and_never_shows_the
         "huge": "#" * (16 << 20),
         "broken": broken,
     }
-    east = local_cluster(tmp_path, west, forms)
+    east = east_with(tmp_path, west, forms)
     try:
-        with serve(east) as srv:
+        with serve_flat(east) as srv:
             wait_for(lambda: WEST_DB0 in addresses(srv), 15, "the good cluster west")
             slowest = 0.0
             deadline = time.monotonic() + 40
@@ -607,7 +590,7 @@ def test_a_link_elsewhere_or_a_second_link_never_takes_a_linked_cluster(
     evil = kubeconfig({"server": f"https://127.0.0.1:{recorder.port}",
                        "certificate-authority-data": b64(fake_ca().ca_pem)},
                       {"token": REMOTE_TOKEN})
-    east = local_cluster(tmp_path, west, {})
+    east = east_with(tmp_path, west, {})
     shadow = link("west", secret="shadow-credentials")
     shadow["metadata"] = {"name": "west-shadow", "namespace": "aaa",
                           "creationTimestamp": "2020-01-01T00:00:00Z"}
@@ -622,7 +605,7 @@ def test_a_link_elsewhere_or_a_second_link_never_takes_a_linked_cluster(
     east.call(east.kube.apply, second)
     try:
         for _ in range(2):
-            with serve(east) as srv:
+            with serve_flat(east) as srv:
                 wait_for(lambda: addresses(srv, "db-0.west.db.data.svc-global") == {WEST_DB0},
                          15, "west watched with its own Link's Secret")
                 told = srv.wait_log(f"Link {NS}/aaa-west is refused: cluster west is linked by "

@@ -18,7 +18,7 @@ from typing import Any
 import dns.rcode
 import pytest
 
-from testkit.fakekube_rbac import REMOTE_ACCESS_RULES
+from testkit.clusters import linked_cluster, local_cluster, serve_flat
 from testkit.flatnet import (
     DB_PORTS,
     REMOTE_DISCOVERY_LABELS,
@@ -30,8 +30,6 @@ from testkit.flatnet import (
 from testkit.serve import Dnsside, answers, wait_for
 from testkit.threadedkube import ThreadedKube
 
-REMOTE_TOKEN = "remote-access-token-west"
-REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
 DB = "db.data.svc-global."
 EAST_DB = {"10.42.0.10", "10.42.0.11"}
 # A second zone of 184 octets in wire form: `<svc>.<ns>` of db.data and cluster west leave
@@ -72,21 +70,13 @@ def west_objects() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def clusters(tmp_path: Path) -> Iterator[tuple[ThreadedKube, ThreadedKube]]:
-    (tmp_path / "west").mkdir()
-    (tmp_path / "east").mkdir()
-    west = ThreadedKube(tmp_path / "west")
-    east = ThreadedKube(tmp_path / "east")
+    west = linked_cluster(tmp_path / "west", west_objects())
+    # east's own db has one endpoint with a hostname no label can hold: the local path
+    # refuses it the same way, visibly.
+    east = local_cluster(tmp_path / "east", [
+        *local_objects(), endpoint_slice("db-extra", "db", [endpoint("10.42.0.99", "bad.host")])],
+        {"west": west})
     try:
-        west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
-        west.call(west.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
-        west.call(west.kube.load, {"kind": "List", "items": west_objects()})
-        # east's own db has one endpoint with a hostname no label can hold: the local path
-        # refuses it the same way, visibly.
-        east.call(east.kube.load, {"kind": "List", "items": [
-            *local_objects(), endpoint_slice("db-extra", "db", [endpoint("10.42.0.99",
-                                                                         "bad.host")])]})
-        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
-                                             token=REMOTE_TOKEN))
         yield east, west
     finally:
         east.close()
@@ -113,9 +103,7 @@ def lines(srv: Dnsside, *texts: str) -> list[str]:
 def test_bad_remote_names_are_left_out_and_neighbours_served(
         clusters: tuple[ThreadedKube, ThreadedKube]) -> None:
     east, west = clusters
-    with Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name", "east",
-                 "--flat-network", "--kube-backoff-cap", "0.5", "--zone", "svc-global.",
-                 "--zone", LONG_ZONE) as srv:
+    with serve_flat(east, "--zone", "svc-global.", "--zone", LONG_ZONE) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv, DB), 15, "west's db-0")
         # The neighbours: db-0, the dashed-address pod, the hostname that just fits.
         assert addresses(srv, DB) == EAST_DB | {"10.244.1.5", "10.244.1.9", "10.244.1.10"}

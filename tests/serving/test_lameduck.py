@@ -22,7 +22,7 @@ WEB = ["10.43.0.50", "10.43.100.7", "10.43.100.8", "10.43.100.9"]
 LAMEDUCK = 4.0
 
 
-def ask(host: str, port: int, tcp: bool) -> list[str]:
+def web_answers(host: str, port: int, tcp: bool) -> list[str]:
     q = dns.message.make_query("web.default.svc-global", "A")
     if tcp:
         reply = dns.query.tcp(q, host, port=port, timeout=3)
@@ -34,7 +34,7 @@ def ask(host: str, port: int, tcp: bool) -> list[str]:
 def test_sigterm_keeps_answering_udp_and_tcp_during_the_lame_duck() -> None:
     with demo_server("--lameduck", str(LAMEDUCK)) as srv:
         assert srv.http("/readyz")[0] == 200
-        assert ask(srv.host, srv.port, tcp=False) == WEB
+        assert web_answers(srv.host, srv.port, tcp=False) == WEB
         srv.proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         # Not ready at once: the first poll after the signal is handled already sees 503.
@@ -43,8 +43,8 @@ def test_sigterm_keeps_answering_udp_and_tcp_during_the_lame_duck() -> None:
         asked = 0
         # Keep asking for most of the lame-duck period; every query is answered.
         while time.monotonic() - signalled < LAMEDUCK * 0.6:
-            assert ask(srv.host, srv.port, tcp=False) == WEB
-            assert ask(srv.host, srv.port, tcp=True) == WEB  # a new TCP connection each time
+            assert web_answers(srv.host, srv.port, tcp=False) == WEB
+            assert web_answers(srv.host, srv.port, tcp=True) == WEB  # a new connection each time
             asked += 2
             assert srv.proc.poll() is None, "exited during the lame-duck period"
         assert asked >= 4
@@ -78,8 +78,8 @@ def test_listen_on_the_ipv6_any_address_serves_both_families() -> None:
         assert srv.host == "0.0.0.0"  # the first socket logged: IPv4 ...
         srv.wait_log(f"dns listening on udp+tcp [::]:{srv.port}")  # ... and IPv6, same port
         for host in ("127.0.0.1", "::1"):
-            assert ask(host, srv.port, tcp=False) == WEB
-            assert ask(host, srv.port, tcp=True) == WEB
+            assert web_answers(host, srv.port, tcp=False) == WEB
+            assert web_answers(host, srv.port, tcp=True) == WEB
         with socket.create_connection(("::1", srv.http_port), timeout=5) as s:
             s.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert s.recv(100).startswith(b"HTTP/1.1 200")

@@ -13,6 +13,7 @@ import errno
 import logging
 import socket
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,7 +49,12 @@ def server(request: pytest.FixtureRequest) -> Iterator[UdpServer]:
     assert srv.io == request.param, "batch I/O must work on the Linux machines tests run on"
     yield srv
     srv.close()
-    assert srv._thread is None or not srv._thread.is_alive(), "close() stops the thread"
+    assert not udp_threads(), "close() stops the thread"
+
+
+def udp_threads() -> list[threading.Thread]:
+    """The UDP server threads alive in this process (a UdpServer names its thread)."""
+    return [t for t in threading.enumerate() if t.name == "dnsside-udp" and t.is_alive()]
 
 
 def client() -> socket.socket:
@@ -249,11 +255,11 @@ def test_seccomp_style_enosys_falls_back(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_close_wakes_the_thread_waiting_for_a_datagram(server: UdpServer) -> None:
     server.start()
-    assert server._thread is not None
-    task = Path(f"/proc/self/task/{server._thread.native_id}/stat")
+    (thread,) = udp_threads()
+    task = Path(f"/proc/self/task/{thread.native_id}/stat")
     wait_for(lambda: task.read_text().rsplit(") ", 1)[1][0] == "S", what="the thread to block")
     server.close()
-    assert not server._thread.is_alive()
+    assert not thread.is_alive()
 
 
 def test_batch_counters_are_exported() -> None:

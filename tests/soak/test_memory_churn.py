@@ -17,7 +17,6 @@ import random
 import tracemalloc
 from typing import Any
 
-from dnsside.core.build import make_index
 from dnsside.core.index import IndexOptions
 from dnsside.model.events import (
     Delete,
@@ -28,6 +27,7 @@ from dnsside.model.events import (
 )
 from dnsside.model.linkerd import parse_object
 from testkit import topology
+from testkit.inprocess import empty_index
 
 NS = "db"
 GATEWAYS = {"west": "172.18.0.3", "north": "172.18.0.4"}
@@ -110,7 +110,8 @@ def _traced_after_collect() -> int:
 
 def test_traced_memory_returns_after_tens_of_thousands_of_changes() -> None:
     world = World(seed=28)
-    index = make_index(IndexOptions(cluster_name="east", mcs_zones=("clusterset.local",)))
+    options = IndexOptions(cluster_name="east")
+    index = empty_index(options, zones=["svc-global"], mcs_zones=["clusterset.local"])
     links = [parse_object({"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",
                            "metadata": {"name": c, "namespace": "linkerd-multicluster"},
                            "spec": {"targetClusterName": c}}) for c in GATEWAYS]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -15,12 +16,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dnsside.model.events import Kind, LinksUnavailable, Replace
+from dnsside.model.events import Event, Kind, LinksUnavailable, Replace
 from dnsside.model.linkerd import LinkRecord, ServiceRecord
 from dnsside.sources.file import (
     FileSource,
     FileSourceError,
-    _json_items,
     load_records,
     read_objects,
 )
@@ -222,23 +222,44 @@ _values = _leaf | st.lists(_leaf, max_size=3) | st.dictionaries(
     items_first=st.booleans(),
     indent=st.sampled_from([None, 0, 2, "\t"]),
 )
-def test_streamed_json_list_equals_json_loads(items: list[Any], extra: dict[str, Any],
-                                              items_first: bool, indent: Any) -> None:
+def test_streamed_json_list_equals_json_loads(
+        tmp_path_factory: pytest.TempPathFactory, items: list[Any], extra: dict[str, Any],
+        items_first: bool, indent: Any) -> None:
     doc = {"items": items, **extra} if items_first else {**extra, "items": items}
-    text = json.dumps(doc, indent=indent)
-    assert [o for _, o in _json_items(text, "f")] == items
-    assert [w for w, _ in _json_items(text, "f")] == [f"f items[{i}]" for i in range(len(items))]
+    f = json_file(tmp_path_factory, json.dumps(doc, indent=indent))
+    assert [o for _, o in read_objects(f)] == items
+    assert [w for w, _ in read_objects(f)] == [f"{f} items[{i}]" for i in range(len(items))]
 
 
-def test_json_shapes_and_errors() -> None:
+def json_file(tmp_path_factory: pytest.TempPathFactory, text: str) -> Path:
+    """``text`` in a file of its own (hypothesis takes no function-scoped tmp_path)."""
+    f = tmp_path_factory.mktemp("json") / "dump.json"
+    f.write_text(text)
+    return f
+
+
+def test_json_shapes_and_errors(tmp_path_factory: pytest.TempPathFactory) -> None:
     single = {"kind": "Service", "metadata": {"items": [1, 2]}}
-    assert list(_json_items(json.dumps(single), "f")) == [("f", single)]
-    assert list(_json_items('[{"a": 1}, {"b": 2}]', "f")) == [("f item 1", {"a": 1}),
-                                                             ("f item 2", {"b": 2})]
+    f = json_file(tmp_path_factory, json.dumps(single))
+    assert list(read_objects(f)) == [(str(f), single)]
+    f = json_file(tmp_path_factory, '[{"a": 1}, {"b": 2}]')
+    assert list(read_objects(f)) == [(f"{f} item 1", {"a": 1}), (f"{f} item 2", {"b": 2})]
     for bad in ('{"items": [1 2]}', '{"items": [1], }', '{"items": [1,]}', '{"items": [1]} x',
                 '{"a" 1}', "{1: 2}"):
-        with pytest.raises(json.JSONDecodeError):
-            list(_json_items(bad, "f"))
+        with pytest.raises(FileSourceError, match="invalid JSON"):
+            list(read_objects(json_file(tmp_path_factory, bad)))
+
+
+def first_batch(source: FileSource) -> list[Event]:
+    """What ``source`` yields first (its load, then the sync), as `serve` takes it."""
+    async def first() -> list[Event]:
+        batches = source.events()
+        try:
+            return await anext(batches)
+        finally:
+            await batches.aclose()  # type: ignore[attr-defined]  # an async generator
+
+    return asyncio.run(first())
 
 
 def test_a_file_with_no_usable_service_says_the_zone_is_empty(
@@ -249,13 +270,13 @@ def test_a_file_with_no_usable_service_says_the_zone_is_empty(
         {"kind": "Service", "metadata": {"name": "bad", "namespace": "default"},
          "spec": {"clusterIPs": 42}}]}))
     caplog.set_level("WARNING", logger="dnsside.file")
-    FileSource(path)._load()  # noqa: SLF001 (the load step alone, without the poll loop)
+    first_batch(FileSource(path))
     assert any(r.getMessage() == f"{path}: no Service in it could be used: the zones stay "
                "empty until it holds one (`kubectl get services,endpointslices,"
                "links.multicluster.linkerd.io -A -o yaml` writes such a file)"
                for r in caplog.records), [r.getMessage() for r in caplog.records]
     caplog.clear()
-    FileSource(DEMO)._load()  # noqa: SLF001
+    first_batch(FileSource(DEMO))
     assert not [r for r in caplog.records if "no Service" in r.getMessage()]
 
 

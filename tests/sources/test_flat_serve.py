@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from testkit.fakekube_rbac import REMOTE_ACCESS_RULES, REMOTE_ACCESS_RULES_PRE_214
+from testkit.clusters import (
+    REMOTE_TOKEN,
+    REMOTE_USER,
+    linked_cluster,
+    local_cluster,
+    serve_flat,
+)
+from testkit.fakekube_rbac import REMOTE_ACCESS_RULES_PRE_214
 from testkit.flatnet import (
     REMOTE_DISCOVERY_LABELS,
     endpoint,
@@ -29,8 +36,6 @@ from testkit.flatnet import (
 from testkit.serve import Dnsside, answers, run_cli, wait_for
 from testkit.threadedkube import ThreadedKube
 
-REMOTE_TOKEN = "remote-access-token-west"
-REMOTE_USER = "system:serviceaccount:linkerd-multicluster:linkerd-service-mirror-remote-access-west"
 SECRET = "linkerd-multicluster/cluster-credentials-west"
 DB = "db.data.svc-global"
 EAST_DB = {"10.42.0.10", "10.42.0.11"}
@@ -41,11 +46,7 @@ MIRROR = "10.96.50.1"
 def west(tmp_path: Path) -> Iterator[ThreadedKube]:
     """The linked cluster: its API accepts only the remote-access token, with Linkerd's
     remote-access role (no Secrets, no Links; Services, EndpointSlices, Endpoints...)."""
-    (tmp_path / "west").mkdir()
-    k = ThreadedKube(tmp_path / "west")
-    k.call(k.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
-    k.call(k.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES)
-    k.call(k.kube.load, {"kind": "List", "items": west_objects()})
+    k = linked_cluster(tmp_path / "west", west_objects())
     yield k
     k.close()
 
@@ -54,18 +55,9 @@ def west(tmp_path: Path) -> Iterator[ThreadedKube]:
 def east(tmp_path: Path, west: ThreadedKube) -> Iterator[ThreadedKube]:
     """The local cluster, with the Link to west and the Secret `linkerd multicluster link`
     writes for it."""
-    (tmp_path / "east").mkdir()
-    k = ThreadedKube(tmp_path / "east")
-    k.call(k.kube.load, {"kind": "List", "items": local_objects()})
-    k.call(k.kube.apply, west.call(west.kube.link_credentials, "west", token=REMOTE_TOKEN))
+    k = local_cluster(tmp_path / "east", local_objects(), {"west": west})
     yield k
     k.close()
-
-
-def serve(east: ThreadedKube, *extra: str, wait_synced: bool = True) -> Dnsside:
-    return Dnsside("--source", "kube", "--kubeconfig", east.kubeconfig, "--cluster-name",
-                   "east", "--flat-network", "--kube-backoff-cap", "0.5", *extra,
-                   wait_synced=wait_synced)
 
 
 def addresses(srv: Dnsside, name: str = DB, rdtype: str = "A") -> set[str]:
@@ -82,7 +74,7 @@ def count(srv: Dnsside, text: str) -> int:
 
 def test_remote_pods_answer_by_their_own_addresses(east: ThreadedKube,
                                                    west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         assert addresses(srv) == EAST_DB | {"10.244.1.5"}  # db-1 not ready; no mirror
         assert addresses(srv, "db-0.west.db.data.svc-global") == {"10.244.1.5"}
@@ -102,7 +94,7 @@ def test_remote_pods_answer_by_their_own_addresses(east: ThreadedKube,
 
 
 def test_a_remote_change_reaches_the_answers(east: ThreadedKube, west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         west.call(west.kube.apply, endpoint_slice(
             "db-x1y2z", "db", [endpoint("10.244.1.5", "db-0"), endpoint("10.244.1.6", "db-1"),
@@ -115,7 +107,7 @@ def test_a_remote_change_reaches_the_answers(east: ThreadedKube, west: ThreadedK
 
 def test_a_lost_remote_keeps_its_members_and_says_so_once(east: ThreadedKube,
                                                           west: ThreadedKube) -> None:
-    with serve(east, "--log-level", "debug") as srv:  # the retries are debug lines
+    with serve_flat(east, "--log-level", "debug") as srv:  # the retries are debug lines
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         west.run(west.kube.set_unreachable(True))
         wait_for(lambda: metric(srv, "dnsside_remote_synced") == 0, 10, "remote_synced 0")
@@ -136,7 +128,7 @@ def test_before_its_first_sync_a_remote_adds_nothing_and_holds_up_nothing(
     # Failing rather than unreachable: a port given up before dnsside starts may become
     # one of dnsside's own ephemeral ports.
     west.call(setattr, west.kube, "failing_status", 503)
-    with serve(east) as srv:  # waits for the initial (local) sync
+    with serve_flat(east) as srv:  # waits for the initial (local) sync
         assert srv.http("/readyz")[0] == 200
         assert addresses(srv) == EAST_DB | {MIRROR}
         assert metric(srv, "dnsside_remote_synced") == 0
@@ -146,7 +138,7 @@ def test_before_its_first_sync_a_remote_adds_nothing_and_holds_up_nothing(
 
 def test_a_deleted_link_takes_its_members_at_once(east: ThreadedKube,
                                                   west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         east.call(east.kube.delete, "Link", "linkerd-multicluster", "west")
         # The mirror is an orphan now, and west's own pods went with the Link.
@@ -178,7 +170,7 @@ def test_credentials_trouble_is_one_warning_a_metric_and_nothing_else(
                                              token="revoked"))
     else:
         east.call(east.kube.forbid, "secrets")
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: metric(srv, "dnsside_remote_credentials_valid") == 0, 10,
                  "credentials_valid 0")
         line = srv.wait_log("cannot use Secret")
@@ -201,20 +193,17 @@ def test_credentials_trouble_is_one_warning_a_metric_and_nothing_else(
 
 
 def test_a_remote_older_than_2_14_is_read_from_v1_endpoints(tmp_path: Path) -> None:
-    (tmp_path / "west").mkdir()
-    (tmp_path / "east").mkdir()
-    west = ThreadedKube(tmp_path / "west")
-    east = ThreadedKube(tmp_path / "east")
+    west = linked_cluster(tmp_path / "west", [
+        service("db", labels=dict(REMOTE_DISCOVERY_LABELS)),
+        v1_endpoints("db", [("10.244.1.5", "db-0")], [("10.244.1.6", "db-1")])],
+        rules=REMOTE_ACCESS_RULES_PRE_214)
     try:
-        west.call(west.kube.add_token, REMOTE_TOKEN, REMOTE_USER)
-        west.call(west.kube.restrict, REMOTE_USER, REMOTE_ACCESS_RULES_PRE_214)
-        west.call(west.kube.load, {"kind": "List", "items": [
-            service("db", labels=dict(REMOTE_DISCOVERY_LABELS)),
-            v1_endpoints("db", [("10.244.1.5", "db-0")], [("10.244.1.6", "db-1")])]})
-        east.call(east.kube.load, {"kind": "List", "items": local_objects()})
-        east.call(east.kube.apply, west.call(west.kube.link_credentials, "west",
-                                             token=REMOTE_TOKEN))
-        with serve(east, "--publish-not-ready") as srv:
+        east = local_cluster(tmp_path / "east", local_objects(), {"west": west})
+    except BaseException:
+        west.close()
+        raise
+    try:
+        with serve_flat(east, "--publish-not-ready") as srv:
             wait_for(lambda: {"10.244.1.5", "10.244.1.6"} <= addresses(srv), 10, "west")
             srv.wait_log("reading v1 Endpoints")
             west.call(west.kube.apply, v1_endpoints("db", [("10.244.1.5", "db-0"),
@@ -229,7 +218,7 @@ def test_a_remote_older_than_2_14_is_read_from_v1_endpoints(tmp_path: Path) -> N
 def test_a_link_without_a_remote_discovery_selector_serves_nothing_directly(
         east: ThreadedKube, west: ThreadedKube) -> None:
     east.call(east.kube.apply, link("west", selector={}))
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: metric(srv, "dnsside_remote_synced") == 1, 10, "west synced")
         assert addresses(srv) == EAST_DB | {MIRROR}
 
@@ -247,7 +236,7 @@ def test_explain_lists_the_linked_clusters_too(east: ThreadedKube, west: Threade
 
 def test_revoked_credentials_after_a_sync_keep_the_members_until_a_rotated_secret(
         east: ThreadedKube, west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         west.call(west.kube.users.tokens.pop, REMOTE_TOKEN)  # the account's token revoked
         west.call(west.kube.drop_streams)
@@ -266,7 +255,7 @@ def test_revoked_credentials_after_a_sync_keep_the_members_until_a_rotated_secre
 
 def test_a_link_whose_selector_changes_is_watched_afresh(east: ThreadedKube,
                                                          west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         east.call(east.kube.apply, link("west", selector={"matchLabels": {"tier": "none"}}))
         wait_for(lambda: addresses(srv) == EAST_DB | {MIRROR}, 10, "nothing selected")
@@ -283,7 +272,7 @@ def test_namespaces_and_mcs_names_apply_to_linked_clusters(east: ThreadedKube,
         service("cache", "other", labels=dict(REMOTE_DISCOVERY_LABELS)),
         endpoint_slice("cache-1", "cache", [endpoint("10.244.3.1", "cache-0")],
                        namespace="other")]})
-    with serve(east, "--namespace", "data", "--namespace", "linkerd-multicluster",
+    with serve_flat(east, "--namespace", "data", "--namespace", "linkerd-multicluster",
                "--mcs-zone", "clusterset.local.", "--publish-not-ready") as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         assert addresses(srv) == EAST_DB | {"10.244.1.5", "10.244.1.6"}
@@ -302,7 +291,7 @@ def test_flat_network_needs_the_kube_source() -> None:
 
 def test_a_global_service_may_exist_through_a_linked_cluster_alone(
         east: ThreadedKube, west: ThreadedKube) -> None:
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         assert srv.query("queue.data.svc-global").rcode() == 3  # NXDOMAIN
         west.call(west.kube.load, {"kind": "List", "items": [
@@ -322,7 +311,7 @@ def test_a_linked_cluster_is_followed_like_the_local_one_through_resume_and_410(
     """The same reflector as the local source: a dropped stream resumes from its
     resourceVersion, history compacted away meanwhile means a relist (410) that replaces
     what it held in one swap, and no answer empties while it is away."""
-    with serve(east) as srv:
+    with serve_flat(east) as srv:
         wait_for(lambda: "10.244.1.5" in addresses(srv), 10, "west's db-0")
         # A dropped stream resumes: the change made meanwhile arrives.
         west.call(west.kube.drop_streams)

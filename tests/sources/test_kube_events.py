@@ -33,6 +33,7 @@ from dnsside.sources.kube import KubeSource
 from dnsside.sources.pacing import Pacing
 from dnsside.sources.watchline import OFF_LOOP_BYTES
 from dnsside.telemetry import metrics
+from testkit import objects
 from testkit.fakekube import FakeKube
 from testkit.serve import DEMO as DEMO_EAST
 
@@ -152,12 +153,7 @@ async def start(fake_kube: FakeKube) -> AsyncIterator[Callable[..., Collector]]:
 
 
 def svc(name: str, ns: str = "default", ip: str = "10.0.0.1", **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "http", "port": 80}]},
-    }
+    return objects.service(ns, name, [ip], [{"name": "http", "port": 80}], labels)
 
 
 def pod_mirror(host: str, cluster: str, root: str, ip: str, ns: str = "default") -> dict[str, Any]:
@@ -176,18 +172,8 @@ def pod_mirror(host: str, cluster: str, root: str, ip: str, ns: str = "default")
 
 
 def gateway_slice(name: str, ns: str, ready: bool, ip: str = "172.18.0.9") -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{name}-abcde",
-            "namespace": ns,
-            "labels": {"kubernetes.io/service-name": name},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}],
-        "ports": [{"name": "http", "port": 4143, "protocol": "TCP"}],
-    }
+    return objects.endpoint_slice(ns, f"{name}-abcde", name, [objects.endpoint(ip, ready)],
+                                  [("http", 4143)])
 
 
 def sample(name: str, **labels: str) -> float:

@@ -171,7 +171,7 @@ def test_not_ready_and_servfail_before_the_first_sync(kube: ThreadedKube) -> Non
         assert srv.http("/readyz")[0] == 503
         assert srv.http("/healthz")[0] == 200
         assert srv.metric("dnsside_source_synced", source="kube") == 0  # what alerts read
-        kube.call(kube.kube._failures.clear)
+        kube.call(kube.kube.clear_failures)
         srv.wait_log("initial sync done")
         assert len(answers(srv.query(NGINX))) == 5
         assert srv.http("/readyz")[0] == 200
