@@ -43,6 +43,19 @@ hint.root.   3600000 IN A  127.0.0.1
 """
 
 
+def port_is_free(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` can be bound for both TCP and UDP right now."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+            t.bind(("127.0.0.1", port))
+            u.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 free for both TCP and UDP right now (a resolver needs both; a
     port free for UDP only may be some TCP client's, and the resolver's TCP side then

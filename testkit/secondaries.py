@@ -31,7 +31,7 @@ import dns.rcode
 import dns.rdatatype
 import dns.tsigkeyring
 
-from testkit.resolvers import PeerProcess
+from testkit.resolvers import PeerProcess, port_is_free
 from testkit.serve import Dnsside, wait_for
 
 Tsig = tuple[str, str, str]
@@ -97,13 +97,20 @@ class Secondary(PeerProcess):
         if not self.port:
             self.start_on_a_free_port(self.configure, ready, timeout, what)
             return
-        self.launch(self.configure())
-        try:
-            wait_for(ready, timeout, what)
-        except AssertionError:
-            self.stop()
-            raise AssertionError(f"{self.kind} did not start on port {self.port}:\n"
-                                 f"{self.log_text()}") from None
+        for attempt in range(3):
+            self.launch(self.configure())
+            try:
+                wait_for(ready, timeout, what)
+                return
+            except AssertionError:
+                self.stop()
+                # A port chosen ahead (for --notify) can be some client's for a moment: its
+                # ephemeral source port. Wait until it is free again, then start once more.
+                if "in use" not in self.log_text() or attempt == 2:
+                    break
+                wait_for(lambda: port_is_free(self.port), 30, f"port {self.port} to be free")
+        raise AssertionError(f"{self.kind} did not start on port {self.port}:\n"
+                             f"{self.log_text()}")
 
     def restart(self, primary: Dnsside | None = None, until: Until = "current") -> None:
         """Stop, then start on the same files and port; from ``primary`` if given (a

@@ -608,9 +608,11 @@ def test_a_link_elsewhere_or_a_second_link_never_takes_a_linked_cluster(
             with serve_flat(east) as srv:
                 wait_for(lambda: addresses(srv, "db-0.west.db.data.svc-global") == {WEST_DB0},
                          15, "west watched with its own Link's Secret")
-                told = srv.wait_log(f"Link {NS}/aaa-west is refused: cluster west is linked by "
-                                    f"Link {NS}/west")
-                assert "WARNING" in told
+                refused = (f"Link {NS}/aaa-west is refused: cluster west is linked by "
+                           f"Link {NS}/west")
+                # told as a warning of its own (the sync line, INFO, also lists the Links)
+                wait_for(lambda: [x for x in list(srv.lines) if refused in x and " WARNING " in x],
+                         15, f"a WARNING line {refused!r}")
                 assert metric(srv, "dnsside_remote_credentials_valid", "west") == 1
                 assert srv.metric("dnsside_links_refused", reason="duplicate") == 1
                 _, body = srv.http(f"/debug/explain?name={DB}")
