@@ -131,7 +131,10 @@ def test_before_its_first_sync_a_remote_adds_nothing_and_holds_up_nothing(
     with serve_flat(east) as srv:  # waits for the initial (local) sync
         assert srv.http("/readyz")[0] == 200
         assert addresses(srv) == EAST_DB | {MIRROR}
-        assert metric(srv, "dnsside_remote_synced") == 0
+        # west's series appears once its watch has reported (after the local sync, which
+        # readiness waits for, not before), and says not synced while west fails
+        wait_for(lambda: metric(srv, "dnsside_remote_synced") == 0, 10, "west not synced")
+        assert addresses(srv) == EAST_DB | {MIRROR}
         west.call(setattr, west.kube, "failing_status", 0)
         wait_for(lambda: addresses(srv) == EAST_DB | {"10.244.1.5"}, 15, "west synced late")
 
