@@ -98,12 +98,9 @@ class Lines:
         return more, self.count
 
 
-def longest_step(pods: int) -> tuple[int, int, int]:
-    """Every address of a ``pods``-endpoint slice moved, applied as the server applies
-    it (Index.prepare's steps, then Index.apply_steps'): (the lines of the longest apply
-    step, of all apply steps together, the apply steps taken)."""
-    index = flat_index(pods)
-    event = moved(pods, 100_000)
+def step_lines(index: Index, event: Event) -> list[int]:
+    """``event`` applied as the server applies it (Index.prepare's steps, then
+    Index.apply_steps'): the lines of Python each apply step ran."""
     for _ in index.prepare([event]):
         pass
     lines, steps = Lines(), apply_steps(index, [event])
@@ -112,7 +109,15 @@ def longest_step(pods: int) -> tuple[int, int, int]:
         more, count = lines.step(steps)
         counts.append(count)
         if not more:
-            break
+            return counts
+
+
+def longest_step(pods: int) -> tuple[int, int, int]:
+    """Every address of a ``pods``-endpoint slice moved, applied as the server applies
+    it (Index.prepare's steps, then Index.apply_steps'): (the lines of the longest apply
+    step, of all apply steps together, the apply steps taken)."""
+    index = flat_index(pods)
+    counts = step_lines(index, moved(pods, 100_000))
     assert index.responder.answers[_pod_a(pods - 1)].body.endswith(
         bytes([10, 101, (pods - 1 + 100_000) // 250 % 250, (pods - 1 + 100_000) % 250 + 1]))
     return max(counts), sum(counts), len(counts)
@@ -201,16 +206,7 @@ def test_a_big_slice_for_a_service_that_had_none_is_applied_in_small_steps() -> 
     index.apply([moved(0, 0)])
     assert ("data", "big") not in index.tallies or not index.global_services[
         ("data", "big")].members
-    event = moved(pods, 70_000)
-    for _ in index.prepare([event]):
-        pass
-    lines, steps = Lines(), apply_steps(index, [event])
-    counts: list[int] = []
-    while True:
-        more, count = lines.step(steps)
-        counts.append(count)
-        if not more:
-            break
+    counts = step_lines(index, moved(pods, 70_000))
     assert len(index.global_services[("data", "big")].members) == pods
     longest, _, _ = longest_step(pods)  # every address of a kept slice moved
     assert max(counts) <= 1.1 * longest, (max(counts), longest)
