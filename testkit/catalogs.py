@@ -105,33 +105,14 @@ class BindCatalogSecondary(BindSecondary):
 
     def configure(self) -> list[str]:
         conf = self.tmp / "named.conf"
-        keys = primary_key = ""
-        if self.tsig:
-            name, algorithm, secret = self.tsig
-            keys = f'key "{name}" {{ algorithm {algorithm}; secret "{secret}"; }};'
-            primary_key = f' key "{name}"'
+        keys, primary_key = self.access()
         primaries = f"{{ 127.0.0.1 port {self.primary.port}{primary_key}; }}"
         members = self.tmp / "members"
         members.mkdir(exist_ok=True)
         conf.write_text(f"""
 {keys}
 options {{
-    directory "{self.tmp}";
-    pid-file "{self.tmp}/named.pid";
-    session-keyfile "{self.tmp}/session.key";
-    managed-keys-directory "{self.tmp}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    recursion no;
-    allow-query {{ 127.0.0.0/8; }};
-    dnssec-validation no;
-    notify no;
-    max-records-per-type 0;
-    min-refresh-time {self.refresh};
-    max-refresh-time {self.refresh};
-    min-retry-time {self.refresh};
-    max-retry-time {self.refresh};
-    catalog-zones {{
+{self.options()}    catalog-zones {{
         zone "{self.catalog}"
             default-primaries {primaries}
             zone-directory "{members}"

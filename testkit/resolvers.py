@@ -43,6 +43,18 @@ hint.root.   3600000 IN A  127.0.0.1
 """
 
 
+def named_places(tmp: Path, port: int) -> str:
+    """The lines of a BIND `options` block every named of the tests starts with: its
+    files under ``tmp``, listening on 127.0.0.1:``port`` only."""
+    return f"""    directory "{tmp}";
+    pid-file "{tmp}/named.pid";
+    session-keyfile "{tmp}/session.key";
+    managed-keys-directory "{tmp}";
+    listen-on port {port} {{ 127.0.0.1; }};
+    listen-on-v6 {{ none; }};
+"""
+
+
 def port_is_free(port: int) -> bool:
     """Whether 127.0.0.1:``port`` can be bound for both TCP and UDP right now."""
     try:
@@ -350,13 +362,7 @@ class Bind(Resolver):
         }[self.mode]
         self.conf.write_text(f"""
 options {{
-    directory "{self.tmp}";
-    pid-file "{self.tmp}/named.pid";
-    session-keyfile "{self.tmp}/session.key";
-    managed-keys-directory "{self.tmp}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    recursion yes;
+{named_places(self.tmp, self.port)}    recursion yes;
     allow-query {{ 127.0.0.0/8; }};
     allow-recursion {{ 127.0.0.0/8; }};
     dnssec-validation no;

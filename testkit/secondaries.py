@@ -31,7 +31,7 @@ import dns.rcode
 import dns.rdatatype
 import dns.tsigkeyring
 
-from testkit.resolvers import PeerProcess, port_is_free
+from testkit.resolvers import PeerProcess, named_places, port_is_free
 from testkit.serve import Dnsside, wait_for
 
 Tsig = tuple[str, str, str]
@@ -259,13 +259,34 @@ class BindSecondary(Secondary):
     def zone_file(self, zone: str) -> Path:
         return self.tmp / f"{zone.rstrip('.')}.db"
 
+    def access(self) -> tuple[str, str]:
+        """The configuration's pieces for ``tsig``: the `key` statement and a primary's
+        `key` clause ("" without)."""
+        if not self.tsig:
+            return "", ""
+        name, algorithm, secret = self.tsig
+        return (f'key "{name}" {{ algorithm {algorithm}; secret "{secret}"; }};',
+                f' key "{name}"')
+
+    def options(self) -> str:
+        """The `options` lines of a secondary: its places, no recursion, no NOTIFY of its
+        own, no cap on an RRset (one record per member can pass BIND's default of 100),
+        and every refresh and retry after ``refresh`` seconds."""
+        return f"""{named_places(self.tmp, self.port)}    recursion no;
+    allow-query {{ 127.0.0.0/8; }};
+    dnssec-validation no;
+    notify no;
+    max-records-per-type 0;
+    min-refresh-time {self.refresh};
+    max-refresh-time {self.refresh};
+    min-retry-time {self.refresh};
+    max-retry-time {self.refresh};
+"""
+
     def configure(self) -> list[str]:
         conf = self.tmp / "named.conf"
-        keys = primary_key = notify = ""
-        if self.tsig:
-            name, algorithm, secret = self.tsig
-            keys = f'key "{name}" {{ algorithm {algorithm}; secret "{secret}"; }};'
-            primary_key = f' key "{name}"'
+        keys, primary_key = self.access()
+        notify = ""
         if self.notify:
             notify = ("allow-notify { key " + f'"{self.tsig[0]}"; }};' if self.tsig
                       else "allow-notify { 127.0.0.1; };")
@@ -280,23 +301,7 @@ zone "{z}" {{
         conf.write_text(f"""
 {keys}
 options {{
-    directory "{self.tmp}";
-    pid-file "{self.tmp}/named.pid";
-    session-keyfile "{self.tmp}/session.key";
-    managed-keys-directory "{self.tmp}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    recursion no;
-    allow-query {{ 127.0.0.0/8; }};
-    dnssec-validation no;
-    notify no;
-    // an RRset of one record per member can pass BIND's default cap of 100
-    max-records-per-type 0;
-    min-refresh-time {self.refresh};
-    max-refresh-time {self.refresh};
-    min-retry-time {self.refresh};
-    max-retry-time {self.refresh};
-}};
+{self.options()}}};
 controls {{ }};
 {zones}
 """)

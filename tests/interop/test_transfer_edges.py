@@ -33,7 +33,7 @@ import dns.xfr
 import dns.zone
 import pytest
 
-from testkit.resolvers import PeerProcess
+from testkit.resolvers import PeerProcess, named_places
 from testkit.secondaries import check, serial
 from testkit.serve import DEMO, Dnsside, demo_server, wait_for
 
@@ -54,13 +54,7 @@ class BindPrimary(PeerProcess):
         conf = self.tmp / "named.conf"
         conf.write_text(f"""
 options {{
-    directory "{self.tmp}";
-    pid-file "{self.tmp}/named.pid";
-    session-keyfile "{self.tmp}/session.key";
-    managed-keys-directory "{self.tmp}";
-    listen-on port {self.port} {{ 127.0.0.1; }};
-    listen-on-v6 {{ none; }};
-    recursion no;
+{named_places(self.tmp, self.port)}    recursion no;
     dnssec-validation no;
     notify no;
     allow-transfer {{ 127.0.0.1; }};
