@@ -42,37 +42,11 @@ class KnotCatalogSecondary(KnotSecondary):
         home = self.tmp / "knot"
         home.mkdir(exist_ok=True)
         conf = home / "knot.conf"
-        keys, key, acl, zone_acl = self.access()
-        every = max(self.refresh, 2)
-        timers = "".join(f"\n    {t}: {every}" for t in (
-            "refresh-min-interval", "refresh-max-interval", "retry-min-interval",
-            "retry-max-interval"))
-        conf.write_text(f"""\
-server:
-    rundir: "{home}"
-    pidfile: "{home}/knot.pid"
-    listen: 127.0.0.1@{self.port}
-    udp-workers: 1
-    tcp-workers: 1
-    background-workers: 1
-control:
-    listen: knot.sock
-log:
-  - target: stderr
-    any: info
-database:
-    storage: "{home}"
-{keys}remote:
-  - id: primary
-    address: 127.0.0.1@{self.primary.port}{key}
-{acl}template:
-  - id: default
-    storage: "{home}"
-    file: "%s.zone"{timers}
-  - id: dnsside-member
+        zone_acl = self.access()[3]
+        conf.write_text(f"""{self.head(home)}  - id: dnsside-member
     storage: "{home}"
     file: "%s.zone"
-    master: primary{zone_acl}{timers}
+    master: primary{zone_acl}{self.timers()}
 zone:
   - domain: {self.catalog}
     master: primary{zone_acl}

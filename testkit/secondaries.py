@@ -344,16 +344,19 @@ class KnotSecondary(Secondary):
             zone_acl = "\n    acl: notify_from_primary"
         return keys, key, acl, zone_acl
 
-    def configure(self) -> list[str]:
-        home = self.tmp / "knot"
-        home.mkdir(exist_ok=True)
-        conf = home / "knot.conf"
-        keys, key, acl, zone_acl = self.access()
-        zones = "".join(f"""
-  - domain: {z}
-    master: primary{zone_acl}
-""" for z in self.zones)
-        conf.write_text(f"""\
+    def timers(self) -> str:
+        """A template's refresh and retry intervals: ``refresh`` seconds (2 at least)."""
+        every = max(self.refresh, 2)
+        return "".join(f"\n    {t}: {every}" for t in (
+            "refresh-min-interval", "refresh-max-interval", "retry-min-interval",
+            "retry-max-interval"))
+
+    def head(self, home: Path) -> str:
+        """Everything of the configuration up to its own templates: the server (files
+        under ``home``), the log, the primary and the key and NOTIFY acl of ``access``,
+        and the default template with its timers."""
+        keys, key, acl, _ = self.access()
+        return f"""\
 server:
     rundir: "{home}"
     pidfile: "{home}/knot.pid"
@@ -375,11 +378,18 @@ database:
 {acl}template:
   - id: default
     storage: "{home}"
-    file: "%s.zone"
-    refresh-min-interval: {max(self.refresh, 2)}
-    refresh-max-interval: {max(self.refresh, 2)}
-    retry-min-interval: {max(self.refresh, 2)}
-    retry-max-interval: {max(self.refresh, 2)}
-zone:{zones}""")
+    file: "%s.zone"{self.timers()}
+"""
+
+    def configure(self) -> list[str]:
+        home = self.tmp / "knot"
+        home.mkdir(exist_ok=True)
+        conf = home / "knot.conf"
+        zone_acl = self.access()[3]
+        zones = "".join(f"""
+  - domain: {z}
+    master: primary{zone_acl}
+""" for z in self.zones)
+        conf.write_text(f"{self.head(home)}zone:{zones}")
         check(["knotc", "-c", str(conf), "conf-check"])
         return ["knotd", "-c", str(conf)]
