@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +36,17 @@ import aiohttp
 from dnsside import __version__
 from dnsside.kubeapi.caps import BYTES, ERROR_BODY_BYTES, CapExceeded
 from dnsside.kubeapi.dataclient import DataClient
+from dnsside.kubeapi.errors import (
+    ApiError,
+    Expired,
+    Forbidden,
+    KubeConfigError,
+    NotFound,
+    RefusedCredentials,
+    ServerError,
+    TooManyRequests,
+    Unauthorized,
+)
 from dnsside.kubeapi.kubeconfig import load as load_client
 from dnsside.kubeapi.linkcreds import MAX_SECRET_BYTES, Refused, Unusable, parse_credentials
 from dnsside.model.printable import printable
@@ -76,89 +86,6 @@ def kubeconfig_in_secret(secret: Mapping[str, Any], key: str = SECRET_KUBECONFIG
 
 # How to give dnsside a configuration; `check` adds it to an error that does not say it.
 KUBECONFIG_FIX = "pass --kubeconfig, set $KUBECONFIG, create ~/.kube/config, or run in a pod"
-
-
-class KubeConfigError(Exception):
-    """No usable kubeconfig or in-cluster configuration."""
-
-
-class RefusedCredentials(KubeConfigError):
-    """A Link's kubeconfig holds what a Secret may not (an exec user, a file, insecure
-    TLS, ...); ``field`` names where (``users[0].user.exec``)."""
-
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class ApiError(Exception):
-    """A non-2xx answer from the API server (or an ERROR watch event), with its Status."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, retry_after: float | None = None
-    ) -> None:
-        # The server's words (a linked cluster's may be hostile): escaped once, here, for
-        # every log line, state detail and `explain` text they reach.
-        reason, message = printable(reason, 128), printable(message)
-        super().__init__(f"HTTP {status} {reason}: {message}".rstrip(": "))
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @staticmethod
-    def of(status: int, reason: str, message: str,
-           retry_after: float | None = None) -> ApiError:
-        """The error of the subclass ``status`` names."""
-        kind = _BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
-        return kind(status, reason, message, retry_after)
-
-    @staticmethod
-    def from_status(status: Any, default_code: int) -> ApiError:
-        """The error a Status object (a watch ERROR event's, a failed request's body) says."""
-        if not isinstance(status, Mapping):
-            return ApiError.of(default_code, "", str(status)[:200])
-        code = status.get("code")
-        retry = (status.get("details") or {}).get("retryAfterSeconds")
-        return ApiError.of(
-            code if isinstance(code, int) else default_code,
-            str(status.get("reason") or ""),
-            str(status.get("message") or ""),
-            float(retry) if isinstance(retry, (int, float)) else None,
-        )
-
-    @property
-    def expired(self) -> bool:
-        return self.status == 410
-
-
-class Unauthorized(ApiError):
-    """401: the credentials are missing, expired or wrong."""
-
-
-class Forbidden(ApiError):
-    """403: RBAC denies the request."""
-
-
-class NotFound(ApiError):
-    """404: no such object, or the resource (a CRD) is not served."""
-
-
-class Expired(ApiError):
-    """410: the resourceVersion or continue token is older than the server's history."""
-
-
-class TooManyRequests(ApiError):
-    """429: API priority and fairness; ``retry_after`` says when to come back."""
-
-
-class ServerError(ApiError):
-    """5xx: the API server (or an aggregated API, a webhook) failed."""
-
-
-_BY_STATUS: dict[int, type[ApiError]] = {
-    401: Unauthorized, 403: Forbidden, 404: NotFound, 410: Expired, 429: TooManyRequests,
-}
 
 
 def decode(data: bytes, path: str) -> dict[str, Any]:
@@ -376,24 +303,6 @@ class KubeApi:
             params["continue"] = str(token)
 
 
-class Backoff:
-    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
-
-    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
-        self.base = base
-        self.cap = cap
-        self.attempt = 0
-        self._rng = rng or random.Random()
-
-    def next(self) -> float:
-        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
-        self.attempt += 1
-        return self._rng.uniform(0, ceiling)
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
 # Errors a list or watch recovers from by retrying (anything else is a bug, and is
 # retried too, but logged with a traceback).
 TRANSIENT = (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError)
@@ -532,7 +441,6 @@ __all__ = [
     "SECRET_KUBECONFIG_KEY",
     "TRANSIENT",
     "ApiError",
-    "Backoff",
     "CapExceeded",
     "Expired",
     "Forbidden",

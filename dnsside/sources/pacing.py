@@ -14,11 +14,29 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from dnsside.kubeapi.client import ApiError, Backoff
+from dnsside.kubeapi.errors import ApiError
 
 # Seconds a watch stream must have lived to be reopened at once without having carried a
 # change (an API server closes them after timeoutSeconds, minutes).
 WATCH_LIVED = 5.0
+
+
+class Backoff:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**attempt))."""
+
+    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
+        self.base = base
+        self.cap = cap
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.base * 2 ** min(self.attempt, 32))
+        self.attempt += 1
+        return self._rng.uniform(0, ceiling)
+
+    def reset(self) -> None:
+        self.attempt = 0
 
 
 @dataclass(frozen=True, slots=True)

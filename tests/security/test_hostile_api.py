@@ -523,8 +523,7 @@ def test_flat_network_flags_are_checked(args: list[str], error: str) -> None:
 def test_relist_pacing_backs_off_after_short_watches_and_resets_after_a_long_one() -> None:
     import random
 
-    from dnsside.kubeapi.client import Backoff
-    from dnsside.sources.pacing import RelistPacing
+    from dnsside.sources.pacing import Backoff, RelistPacing
 
     pacing = RelistPacing(Backoff(0.5, 30.0, random.Random(7)), settled=10.0)
     assert pacing.delay(300.0) == 0.0  # a watch that ran for minutes: relist at once

@@ -9,12 +9,11 @@ import random
 
 import pytest
 
-from dnsside.kubeapi.client import Backoff
 from dnsside.model.events import Delete, Kind, Upsert
 from dnsside.model.linkerd import parse_slice
 from dnsside.model.printable import printable
 from dnsside.sources.budget import Bucket, Change, EventBudget, coalesce
-from dnsside.sources.pacing import WATCH_LIVED, Pacing
+from dnsside.sources.pacing import WATCH_LIVED, Backoff, Pacing
 from testkit.flatnet import endpoint, endpoint_slice
 
 pytestmark = pytest.mark.quick

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from dnsside.kubeapi.client import Backoff, KubeConfigError
+from dnsside.kubeapi.client import KubeConfigError
 from dnsside.model.events import (
     Delete,
     Event,
@@ -30,7 +30,7 @@ from dnsside.model.events import (
 from dnsside.model.linkerd import Record, ServiceRecord, parse_object, parse_service
 from dnsside.sources import kube as kube_source
 from dnsside.sources.kube import KubeSource
-from dnsside.sources.pacing import Pacing
+from dnsside.sources.pacing import Backoff, Pacing
 from dnsside.sources.watchline import OFF_LOOP_BYTES
 from dnsside.telemetry import metrics
 from testkit import objects
