@@ -8,29 +8,24 @@ read and checked after parsing (dnsside.flagvalues), by serve and explain only.
 `serve` and `explain` never load :mod:`dnsside.ops`: :func:`main` builds the install
 and check parsers only when one of them is the command (the others get a placeholder
 that lists them in the usage line).
+
+This module imports only the flags' table: each command loads its own wing when it runs
+(:mod:`dnsside.serving.commands` for serve and explain, :mod:`dnsside.ops.commands` for
+install and check), so `--version`, `--help` and a mistyped flag start in a fraction of
+the time a server does (the test suite starts dnsside hundreds of times; issue 38).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import logging
-import os
 import re
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from dnslib import QTYPE
-
 from dnsside import __version__
-from dnsside.config import COMMANDS, EXPLAIN, FLAGS, SERVE, Config, Flag, flags_for
-from dnsside.dns.tsig import TsigKey, load_key_file
-from dnsside.dns.wire import to_wire
-from dnsside.flagvalues import checked_config, expected, flag_values, misspelt_variables
-from dnsside.serving.app import NO_CLUSTER_HINT, App, explain_index, make_source
+from dnsside.config import COMMANDS, EXPLAIN, EXPLAIN_TYPES, FLAGS, SERVE, Flag, flags_for
+from dnsside.flagvalues import expected
 
 ADMIN_COMMANDS = ("install", "check")  # parsed and run by dnsside.ops.commands, loaded for them
 DESCRIPTION = ("dnsside answers DNS for the services of Kubernetes clusters linked by\n"
@@ -127,99 +122,13 @@ def serve_parser() -> argparse.ArgumentParser:
     return _parsers(admin=False)[1][SERVE]
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def setup_logging(fmt: str, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
-def tsig_key(config: Config) -> TsigKey | None:
-    """The key of ``--tsig-key-file``, read before anything starts: a file that does not
-    parse is one line and exit status 2, not a server that refuses every transfer."""
-    if config.tsig_key_file is None:
-        return None
-    try:
-        return load_key_file(config.tsig_key_file)
-    except ValueError as exc:
-        raise ValueError(f"--tsig-key-file: {exc}") from None
-
-
-async def _serve(config: Config, key: TsigKey | None) -> int:
-    app = App(config, make_source(config), key)
-    return await app.run()
-
-
-EXPLAIN_TYPES = "A, AAAA, SRV, TXT, SOA, NS or ANY"  # what TYPE may be, as messages list them
-EXPLAIN_SYNC_SECONDS = 30.0  # how long `explain` waits for its source's first complete list
-
-
-def explain_question(name: str, qtype: str) -> tuple[str, str]:
-    """The question `explain` asks, checked before any source is loaded (a bad one is one
-    line and exit status 2, not a report after a whole sync)."""
-    if not name.strip(". "):
-        raise ValueError(f"explain: {name!r}: give a name in a served zone, e.g. "
-                         "nginx-svc.default.svc-global")
-    try:
-        to_wire(name)
-    except ValueError as exc:
-        raise ValueError(f"explain: {exc}") from None
-    upper = qtype.upper()
-    if QTYPE.reverse.get(upper) is None:
-        raise ValueError(f"explain: {qtype!r} is not a DNS record type: {EXPLAIN_TYPES}")
-    return name, upper
-
-
-async def _explain(config: Config, name: str, qtype: str, output: str = "text") -> int:
-    from dnsside.core.explain import Explainer, render
-
-    try:
-        async with asyncio.timeout(EXPLAIN_SYNC_SECONDS):
-            index = await explain_index(config)
-    except TimeoutError:
-        raise ValueError(f"explain: the source ({config.source}) did not finish its first "
-                         f"complete list within {EXPLAIN_SYNC_SECONDS:.0f} s; "
-                         "`dnsside serve --log-level debug` shows why") from None
-    report = Explainer(index).explain(name, qtype)
-    if "error" in report:
-        print(f"dnsside: explain: {report['error']}", file=sys.stderr)
-        return 1
-    if output == "json":
-        print(json.dumps(report, indent=2))
-    elif output == "yaml":
-        import yaml
-
-        print(yaml.safe_dump(report, sort_keys=False, allow_unicode=True), end="")
-    else:
-        print(render(report), end="")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if not words:  # a newcomer's first try: the commands, not a complaint about them
         build_parser(admin=False).print_help(sys.stderr)
         return 2
     command = next((w for w in words if not w.startswith("-")), None)
-    parser, commands = _parsers(admin=command not in (SERVE, EXPLAIN))
+    parser, commands = _parsers(admin=command in ADMIN_COMMANDS)
     args, unknown = parser.parse_known_args(words)
     if unknown and args.command == EXPLAIN and any(
             u.split("=")[0] in ("--type", "-t", "--qtype") for u in unknown):
@@ -232,37 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dnsside.ops.commands import run_admin_command
 
         return run_admin_command(args, words)
-    from dnsside.kubeapi.client import KubeConfigError
-    from dnsside.sources.file import FileSourceError
+    from dnsside.serving.commands import run_serving_command
 
-    try:
-        values = flag_values(args.command, vars(args), os.environ)
-    except ValueError as exc:
-        print(f"dnsside: {exc}", file=sys.stderr)
-        return 2
-    setup_logging(values["log_format"], values["log_level"])
-    for warning in misspelt_variables(os.environ):
-        print(f"dnsside: warning: {warning}", file=sys.stderr)
-    try:
-        config = checked_config(args.command, vars(args), os.environ, os.environ.get("POD_IP"))
-        key = tsig_key(config)
-        if args.command == "explain":
-            name, qtype = explain_question(args.name, args.type)
-            return asyncio.run(_explain(config, name, qtype, args.output))
-        if not values["no_uvloop"]:
-            try:
-                import uvloop
-
-                return int(uvloop.run(_serve(config, key)))
-            except ImportError:
-                pass
-        return asyncio.run(_serve(config, key))
-    except KubeConfigError as exc:
-        print(f"dnsside: {exc}; {NO_CLUSTER_HINT}", file=sys.stderr)
-        return 2
-    except (FileSourceError, ValueError, OSError) as exc:
-        print(f"dnsside: {exc}", file=sys.stderr)
-        return 2
+    return run_serving_command(args)
 
 
 if __name__ == "__main__":

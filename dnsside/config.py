@@ -33,6 +33,7 @@ COMMANDS = {
                "cluster DNS forward the zones to it",
     CHECK: "check an installed dnsside, its RBAC, the Links and the answers",
 }
+EXPLAIN_TYPES = "A, AAAA, SRV, TXT, SOA, NS or ANY"  # what explain's TYPE may be, as said
 TRUE = frozenset({"1", "true", "yes"})  # what a boolean DNSSIDE_<FLAG> accepts as on
 DEFAULT_ZONE = "svc-global."
 

@@ -197,6 +197,60 @@ def test_serve_loads_no_operations_module() -> None:
     assert not [m for m in loaded if m.startswith("dnsside.ops")]
 
 
+
+# What a start of dnsside pays for only when its command uses it (issue 38: the suite starts
+# dnsside hundreds of times, and importing the serving wing, aiohttp and the API client
+# was a second of each start, `--version` included).
+SERVING_WING = ("dnsside.serving", "dnsside.sources", "dnsside.kubeapi", "dnsside.core",
+                "dnsside.ops", "aiohttp", "kubernetes_asyncio", "prometheus_client", "yaml",
+                "dnslib", "uvloop")
+HTTP_CLIENT = ("aiohttp", "kubernetes_asyncio", "dnsside.kubeapi.client")
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The modules a fresh interpreter holds once ``statement`` ran in the checkout (a
+    ``SystemExit`` from argparse is let be: `--version` and a bad flag end that way)."""
+    code = (f"import sys\ntry:\n    {statement}\nexcept SystemExit:\n    pass\n"
+            "sys.stderr.write('\\n' + repr(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, check=True)
+    loaded: list[str] = ast.literal_eval(out.stderr.strip().splitlines()[-1])
+    return loaded
+
+
+def under(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+@pytest.mark.parametrize("statement", [
+    "import dnsside.cli",
+    "import dnsside.cli; dnsside.cli.main(['--version'])",
+    "import dnsside.cli; dnsside.cli.main(['--help'])",
+    "import dnsside.cli; dnsside.cli.main(['serve', '--no-such-flag'])",
+    "import dnsside.cli; dnsside.cli.main(['explain', 'x.svc-global', '--ttl', 'abc'])",
+])
+def test_the_entry_and_its_refusals_load_no_wing(statement: str) -> None:
+    """`import dnsside.cli`, `--version`, `--help` and a bad flag: the flags' table only."""
+    loaded = loaded_by(statement)
+    assert "dnsside.cli" in loaded
+    assert not under(loaded, SERVING_WING), under(loaded, SERVING_WING)
+
+
+def test_explain_from_a_file_loads_no_http_client() -> None:
+    """`explain --source FILE` builds the index serve builds, but reads no API server."""
+    loaded = loaded_by("import dnsside.cli; dnsside.cli.main(['explain', "
+                       "'nginx-svc.default.svc-global', '--source', 'examples/demo-east.yaml'])")
+    assert "dnsside.serving.app" in loaded and "dnsside.sources.file" in loaded
+    assert not under(loaded, HTTP_CLIENT), under(loaded, HTTP_CLIENT)
+
+
+def test_install_loads_no_serving_wing_and_no_http_client() -> None:
+    """`install` without a cluster to look at prints manifests: no server, no API client."""
+    loaded = loaded_by("import dnsside.cli; dnsside.cli.main(['install'])")
+    assert "dnsside.ops.commands" in loaded
+    wing = under(loaded, (*HTTP_CLIENT, "dnsside.serving", "dnsside.sources", "prometheus_client"))
+    assert not wing, wing
+
 def test_sources_import_no_index_and_no_dns() -> None:
     bad = [i for i in INTERNAL if layer(i.module) == "sources" and (
         layer(i.target) == "dns"

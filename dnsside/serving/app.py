@@ -29,6 +29,7 @@ from dnsside.core.build import make_index, transfers_allowed
 from dnsside.core.index import Index
 from dnsside.dns.catalog import CatalogZone
 from dnsside.dns.tsig import TsigKey
+from dnsside.kubeapi.errors import KubeConfigError
 from dnsside.model.probes import probe_targets
 from dnsside.netvalues import networks, parse_hostport
 from dnsside.serving.caps import raise_open_files
@@ -374,8 +375,6 @@ class App:
         code = 0
         if consumer in done and consumer.exception() is not None:
             exc = consumer.exception()
-            from dnsside.kubeapi.client import KubeConfigError
-
             hint = f"; {NO_CLUSTER_HINT}" if isinstance(exc, KubeConfigError) else ""
             log.error("source %s failed: %s%s", self.source.name, exc, hint)
             code = 1
