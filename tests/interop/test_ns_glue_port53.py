@@ -215,13 +215,24 @@ def pod(manifest: dict[str, Any], zone: Path,
                 yield ns, server
 
 
-def resolvers(tmp: Path, port: int) -> list[Resolver]:
+# Nothing listens on the glue's port 53: BIND gives up at once (SERVFAIL), unbound only once
+# its retransmit timeout for the address, which doubles from 376 ms, has reached its cap
+# (2 minutes by default), dropping the client's question after 1.9 s meanwhile. So the
+# readiness probe took about 30 s and each question of the old layout timed out (the
+# test's 5 s): 52 s alone, 122 s in a loaded CI run. With the cap at 1 s the address is
+# down after a few resends and every question gets its SERVFAIL at once: the same
+# assertion, reached in about 5 s, on every question (unbound SERVFAILed the first only). An
+# address that answers still answers through it (the port-53 test passes with it too).
+DEAD_GLUE_UNBOUND = "    infra-cache-max-rtt: 1000\n"
+
+
+def resolvers(tmp: Path, port: int, unbound_extra: str = "") -> list[Resolver]:
     """BIND `type stub` and unbound `stub-prime: yes`, told to ask POD_IP:``port``
     for the zone's NS; after that they go where the NS glue says."""
     (tmp / "bind").mkdir()
     (tmp / "unbound").mkdir()
     return [Bind(tmp / "bind", POD_IP, "stub", primaries_port=port),
-            Unbound(tmp / "unbound", POD_IP, port, stub_prime=True)]
+            Unbound(tmp / "unbound", POD_IP, port, stub_prime=True, extra=unbound_extra)]
 
 
 def stub_records(bind: Bind) -> set[tuple[str, ...]]:
@@ -270,7 +281,7 @@ def test_the_old_layout_on_5353_leaves_the_glue_unanswered(zone_file: Path, pod_
     assert manifest["service_port"] == 5353
     with pod(manifest, zone_file, pod_python) as (_ns, server):
         server.port = 5353
-        for r in resolvers(tmp_path, 5353):
+        for r in resolvers(tmp_path, 5353, DEAD_GLUE_UNBOUND):
             # Ready = any answer: the probe's NXDOMAIN can never come through the glue.
             r.start(ready=lambda m: True)
             try:
