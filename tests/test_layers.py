@@ -184,20 +184,6 @@ def test_nothing_that_serves_reaches_the_operations_wing() -> None:
     assert not eager, eager
 
 
-def test_serve_loads_no_operations_module() -> None:
-    """What `dnsside explain` (the serve path without sockets) really imports."""
-    code = ("import sys\nfrom dnsside.cli import main\n"
-            "main(['explain', 'nginx-svc.default.svc-global', '--source', "
-            "'examples/demo-east.yaml'])\n"
-            "sys.stderr.write(repr(sorted(m for m in sys.modules if m.startswith('dnsside'))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60, check=True)
-    loaded = ast.literal_eval(out.stderr.strip().splitlines()[-1])
-    assert "dnsside.serving.app" in loaded
-    assert not [m for m in loaded if m.startswith("dnsside.ops")]
-
-
-
 # What a start of dnsside pays for only when its command uses it (issue 38: the suite starts
 # dnsside hundreds of times, and importing the serving wing, aiohttp and the API client
 # was a second of each start, `--version` included).
@@ -222,6 +208,17 @@ def under(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
     return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
 
 
+def test_serve_loads_no_operations_module() -> None:
+    """What `dnsside explain` (the serve path without sockets) really imports: no operations
+    module, and from a file no HTTP client (it builds the index serve builds, but reads no
+    API server)."""
+    loaded = loaded_by("import dnsside.cli; dnsside.cli.main(['explain', "
+                       "'nginx-svc.default.svc-global', '--source', 'examples/demo-east.yaml'])")
+    assert "dnsside.serving.app" in loaded and "dnsside.sources.file" in loaded
+    assert not [m for m in loaded if m.startswith("dnsside.ops")]
+    assert not under(loaded, HTTP_CLIENT), under(loaded, HTTP_CLIENT)
+
+
 @pytest.mark.parametrize("statement", [
     "import dnsside.cli",
     "import dnsside.cli; dnsside.cli.main(['--version'])",
@@ -236,20 +233,13 @@ def test_the_entry_and_its_refusals_load_no_wing(statement: str) -> None:
     assert not under(loaded, SERVING_WING), under(loaded, SERVING_WING)
 
 
-def test_explain_from_a_file_loads_no_http_client() -> None:
-    """`explain --source FILE` builds the index serve builds, but reads no API server."""
-    loaded = loaded_by("import dnsside.cli; dnsside.cli.main(['explain', "
-                       "'nginx-svc.default.svc-global', '--source', 'examples/demo-east.yaml'])")
-    assert "dnsside.serving.app" in loaded and "dnsside.sources.file" in loaded
-    assert not under(loaded, HTTP_CLIENT), under(loaded, HTTP_CLIENT)
-
-
 def test_install_loads_no_serving_wing_and_no_http_client() -> None:
     """`install` without a cluster to look at prints manifests: no server, no API client."""
     loaded = loaded_by("import dnsside.cli; dnsside.cli.main(['install'])")
     assert "dnsside.ops.commands" in loaded
     wing = under(loaded, (*HTTP_CLIENT, "dnsside.serving", "dnsside.sources", "prometheus_client"))
     assert not wing, wing
+
 
 def test_sources_import_no_index_and_no_dns() -> None:
     bad = [i for i in INTERNAL if layer(i.module) == "sources" and (
