@@ -198,7 +198,9 @@ class Resolver(PeerProcess):
         try:
             return good(dns.query.udp(q, "127.0.0.1", port=self.port, timeout=1.0)) and good(
                 dns.query.tcp(q, "127.0.0.1", port=self.port, timeout=1.0))
-        except (dns.exception.Timeout, OSError, EOFError):
+        except (dns.exception.DNSException, OSError, EOFError):
+            # (a BadResponse too: a reply to another question, from whatever held the
+            # port before, or a resolver still starting; seen once in a full run)
             return False
 
     def query(self, name: str, rdtype: str, timeout: float = 5.0) -> dns.message.Message:

@@ -56,17 +56,21 @@ from dnsside.model.linkerd import Port, Via
 # Members encoded in one step of a rebuild (those not encoded ahead): a few milliseconds.
 ENCODE_STEP = 500
 
-# One pod's own name's answers in one zone: (question, answer) pairs.
-Part = tuple[tuple[bytes, Answer], ...]
-
-
-class _MemberWire:
+class MemberWire:
     """One member's pieces in wire form, computed once per rebuild of its service and
     reused by every RRset it appears in (its own name, its cluster, the service, each SRV).
     A big service keeps them from one rebuild to the next (:class:`EncodedMembers`), with
-    ``own``: its own name's answers."""
+    its own name's answers (``own_a``, ``own_aaaa``): the part of the zone that is this
+    pod's, which the publisher adds and removes whole (:meth:`own`).
 
-    __slots__ = ("a", "aaaa", "local", "member", "name", "own", "target")
+    The answers are slots of the wire, not a tuple of (question, answer) pairs beside it:
+    a big service's pods are most of what the cyclic garbage collector has to look at
+    after a change (a full pass comes about once a 12,000-endpoint change, and stalls
+    every query for as long as it takes), and each pair and tuple would be two more
+    tracked objects a pod (bench/MEMORY_CHURN.md, issue 33 item 12)."""
+
+    __slots__ = ("a", "aaaa", "local", "member", "name", "own_a", "own_aaaa", "owned",
+                 "target")
 
     def __init__(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers) -> None:
         self.member = member
@@ -88,7 +92,24 @@ class _MemberWire:
             tails = out.tails[id(member)] = (tuple(head_a + p for p in v4),
                                              tuple(head_aaaa + p for p in v6))
         self.a, self.aaaa = tails
-        self.own: Part = ()
+        self.own_a: Answer | None = None
+        self.own_aaaa: Answer | None = None
+        self.owned = 0  # how many of the two
+
+    def own(self) -> list[tuple[bytes, Answer]]:
+        """Its own name's answers by question (none for a cluster-level member): made
+        when published, not kept."""
+        pairs = []
+        if self.own_a is not None:
+            pairs.append((cast(bytes, self.name) + _TYPE_IN[A], self.own_a))
+        if self.own_aaaa is not None:
+            pairs.append((cast(bytes, self.name) + _TYPE_IN[AAAA], self.own_aaaa))
+        return pairs
+
+
+# A big service's pods' own answers in one zone, kept from one encoding to the next (the
+# same wire object: the same answers): what the publisher adds and removes by pod.
+Part = MemberWire
 
 
 class EncodedMembers:
@@ -107,20 +128,20 @@ class EncodedMembers:
 
     def __init__(self) -> None:
         self.encoded = 0
-        self._kept: dict[bytes, dict[int, _MemberWire]] = {}  # by service name, id(member)
-        self._next: dict[bytes, dict[int, _MemberWire]] = {}
+        self._kept: dict[bytes, dict[int, MemberWire]] = {}  # by service name, id(member)
+        self._next: dict[bytes, dict[int, MemberWire]] = {}
         # What the last encoding let go of, for the caller to free (in steps, or at once).
-        self.dropped: list[dict[bytes, dict[int, _MemberWire]]] = []
+        self.dropped: list[dict[bytes, dict[int, MemberWire]]] = []
         # The SRV answers as last made, and as made now (srv.KeptSrv).
         self.srv: tuple[KeptAnswers, KeptAnswers] = ({}, {})
 
     def wires(self, members: list[Member], svc_name: bytes, ttl: int, out: ServiceAnswers
-              ) -> Steps[list[_MemberWire]]:
+              ) -> Steps[list[MemberWire]]:
         """The members' wires in this zone: those kept, and the others encoded now (with
         their own name's answers); :data:`~dnsside.core.steps.STEP` members a step."""
         kept = self._kept.get(svc_name, {})
         ids = list(map(id, members))
-        wires: list[_MemberWire | None] = []
+        wires: list[MemberWire | None] = []
         for part in chunks(ids):
             at = len(wires)
             wires.extend(map(kept.get, part))
@@ -131,7 +152,7 @@ class EncodedMembers:
                     wires[i] = self._encode(members[i], svc_name, ttl, out)
                 yield
             yield
-        found = cast(list[_MemberWire], wires)
+        found = cast(list[MemberWire], wires)
         self._next[svc_name] = dict(zip(ids, found, strict=True))
         return found
 
@@ -152,17 +173,17 @@ class EncodedMembers:
                     kept[id(m)] = self._encode(m, svc_name, options.ttl, out)
 
     def _encode(self, member: Member, svc_name: bytes, ttl: int, out: ServiceAnswers
-                ) -> _MemberWire:
+                ) -> MemberWire:
         """One member's wire, with its own name's answers."""
-        w = _MemberWire(member, svc_name, ttl, out)
+        w = MemberWire(member, svc_name, ttl, out)
         if w.name is not None:
-            own: dict[bytes, Answer] = {}
-            _address_answers(out, w.name, [w], own)
-            w.own = tuple(own.items())
+            w.own_a = _one_answer(out, A, [AT_QUESTION + t for t in w.a])
+            w.own_aaaa = _one_answer(out, AAAA, [AT_QUESTION + t for t in w.aaaa])
+            w.owned = (w.own_a is not None) + (w.own_aaaa is not None)
         self.encoded += 1
         return w
 
-    def take_dropped(self) -> list[dict[int, _MemberWire]]:
+    def take_dropped(self) -> list[dict[int, MemberWire]]:
         """What the encodings since the last call let go of (each zone's wires, by
         member), taken by the caller to free."""
         dropped = [wires for d in self.dropped for wires in d.values()]
@@ -192,32 +213,36 @@ class _ServiceTarget:
         self.aaaa = tuple(head_aaaa + p for p in v6)
 
 
-def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[Target],
-                     into: dict[bytes, Answer] | None = None) -> None:
-    """The A and AAAA answers of ``name``: every address of ``group``, into ``into`` (the
-    service's answers unless given)."""
-    answers = out.answers if into is None else into
-    if len(group) == 1:  # a pod's own name (most calls): its tails are distinct already
+def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[Target]) -> None:
+    """The A and AAAA answers of ``name``: every address of ``group``, into the service's
+    answers."""
+    if len(group) == 1:  # a pod's own name, a cluster of one: its tails are distinct
         pairs = ((A, [AT_QUESTION + t for t in group[0].a]),
                  (AAAA, [AT_QUESTION + t for t in group[0].aaaa]))
     else:
         pairs = ((A, _group_records(out, group, A)), (AAAA, _group_records(out, group, AAAA)))
     for rtype, rrs in pairs:
-        if rrs:
-            if len(rrs) > _FIT_ALWAYS:
-                rrs = fit(rrs, MAX_BODY)
-            if out.rotate and len(rrs) > 1:
-                # Each name its own turn (see dnsside.dns.wire.Ring): not shared.
-                answers[name + _TYPE_IN[rtype]] = Ring(NOERROR, rtype, rrs)
-                continue
-            # The owner is a pointer to the question, so the same addresses make the same
-            # bytes under any name: a pod's answer in both schemes, a cluster of one pod.
-            # One Answer object serves them all.
-            body = b"".join(rrs)
-            answer = out.shared.get(body)
-            if answer is None:
-                answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
-            answers[name + _TYPE_IN[rtype]] = answer
+        answer = _one_answer(out, rtype, rrs)
+        if answer is not None:
+            out.answers[name + _TYPE_IN[rtype]] = answer
+
+
+def _one_answer(out: ServiceAnswers, rtype: int, rrs: list[bytes]) -> Answer | None:
+    """The answer of a name with the A (or AAAA) records ``rrs`` (None without any)."""
+    if not rrs:
+        return None
+    if len(rrs) > _FIT_ALWAYS:
+        rrs = fit(rrs, MAX_BODY)
+    if out.rotate and len(rrs) > 1:
+        return Ring(NOERROR, rtype, rrs)  # each name its own turn (dnsside.dns.wire.Ring)
+    # The owner is a pointer to the question, so the same addresses make the same bytes
+    # under any name: a pod's answer in both schemes, a cluster of one pod. One Answer
+    # object serves them all.
+    body = b"".join(rrs)
+    answer = out.shared.get(body)
+    if answer is None:
+        answer = out.shared[body] = Answer(NOERROR, rtype, rrs)
+    return answer
 
 
 def _group_records(out: ServiceAnswers, group: Sequence[Target], rtype: int) -> list[bytes]:
@@ -274,7 +299,7 @@ class ServiceAnswers:
         """Every answer, ``parts`` included (for tests and tools; the publisher diffs parts)."""
         out = dict(self.answers)
         for part in self.parts or ():
-            out.update(part)
+            out.update(part.own())
         return out
 
 
@@ -327,28 +352,26 @@ def published_of(members: Iterable[Member], options: ZoneOptions) -> list[Member
 
 
 def _wires(out: ServiceAnswers, members: list[Member], svc_name: bytes, ttl: int
-           ) -> Steps[list[_MemberWire]]:
+           ) -> Steps[list[MemberWire]]:
     kept = out.kept
     if kept is None:
-        return [_MemberWire(m, svc_name, ttl, out) for m in members]
+        return [MemberWire(m, svc_name, ttl, out) for m in members]
     return (yield from kept.wires(members, svc_name, ttl, out))
 
 
-def _pods(out: ServiceAnswers, wires: list[_MemberWire]) -> Steps[None]:
+def _pods(out: ServiceAnswers, wires: list[MemberWire]) -> Steps[None]:
     """The pods' own names' answers: into the service's answers, or (a big service) its
     ``parts``, encoded when their wire was."""
     parts = out.parts
     if parts is not None:
         for part in chunks(wires):
-            parts.extend(filter(None, map(_OWN, part)))
+            parts.extend(w for w in part if w.owned)
             yield
         return
     for w in wires:
         if w.name is not None:
             _address_answers(out, w.name, [w])
 
-
-_OWN = attrgetter("own")
 
 
 def _encode_in_zone(
@@ -363,7 +386,7 @@ def _encode_in_zone(
     _address_answers(out, svc_name, own)
     yield
     clusters = list(map(_CLUSTER, wires))
-    by_cluster: dict[str, list[_MemberWire]] = {}
+    by_cluster: dict[str, list[MemberWire]] = {}
     if clusters.count(clusters[0]) == len(clusters):  # one cluster (a big service, often)
         by_cluster[clusters[0]] = wires
     else:
@@ -381,8 +404,8 @@ _PORTS = attrgetter("member.ports")  # a wire's member's ports
 _CLUSTER = attrgetter("member.cluster")
 
 
-def _own(gs: GlobalService, members: list[Member], wires: list[_MemberWire]
-         ) -> list[_MemberWire]:
+def _own(gs: GlobalService, members: list[Member], wires: list[MemberWire]
+         ) -> list[MemberWire]:
     """The wires of the members the service's own name answers (all but under --locality
     local-first while a local member is ready); ``wires`` are ``members``'."""
     chosen = answering(gs, members)

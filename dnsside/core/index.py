@@ -65,6 +65,10 @@ from dnsside.model.locality import Locality
 
 # Endpoints screened and encoded in one step of Index.prepare: a few milliseconds.
 AHEAD_CHUNK = 500
+# A bulk load that leaves this many answers or more is frozen out of later collections
+# (dnsside.core.gcpause): about 25,000 tracked objects, a few milliseconds a full pass.
+# Below, freezing would cost a pass over the whole process for little.
+FREEZE_FROM = 5000
 
 
 class _GlobalServices(Mapping[Key, GlobalService]):
@@ -208,11 +212,16 @@ class Index:
         try:
             if any(isinstance(e, Replace | Synced) or (isinstance(e, Remote)
                    and isinstance(e.event, Replace)) for e in batch):  # a full list: bulk
-                with bulk():
+                with bulk(self._worth_freezing):
                     return finish(self._apply(batch))
             return (yield from self._apply(batch))
         finally:
             self._applying = False
+
+    def _worth_freezing(self) -> bool:
+        """Is the index a bulk load left big enough to keep out of collections
+        (:func:`dnsside.core.gcpause.bulk`)? From :data:`FREEZE_FROM` answers."""
+        return len(self.responder.answers) >= FREEZE_FROM
 
     def prepare(self, events: Iterable[Event], chunk: int = AHEAD_CHUNK) -> Iterator[None]:
         """Do ahead, in steps of ``chunk`` endpoints, the work :meth:`apply` of ``events``

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Sequence
 from itertools import chain, repeat
+from operator import attrgetter, methodcaller
 
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import (
@@ -63,6 +64,10 @@ class _Published:
         self.names = names
         self.parts = parts
         self.count = count
+
+
+_OWN = methodcaller("own")  # a pod's part: its own name's (question, answer) pairs
+_OWNED = attrgetter("owned")  # how many
 
 
 def _same_answer(a: Answer | None, b: Answer) -> bool:
@@ -181,16 +186,19 @@ class Publisher:
         for old_chunk in chunks(list(kept_parts.items())):
             gone += [p for i, p in old_chunk if new_parts.get(i) is not p]
             yield
-        count = len(new.answers) + sum(map(len, new_parts.values()))
+        count = len(new.answers) + sum(map(_OWNED, new_parts.values()))
         if old is not None and self._unchanged(old, new, added, count):
             old.parts = new_parts  # the same answers; let go of the parts no longer kept
             yield from let_go([*dropped, gone])
             return False
         fresh: dict[bytes, Answer] = dict(new.answers)
-        fresh.update(chain.from_iterable(added))
+        for added_chunk in chunks(added):
+            fresh.update(chain.from_iterable(map(_OWN, added_chunk)))
+            yield
         gone_keys = [k for k in (old.answers if old is not None else ()) if k not in fresh]
         for gone_chunk in chunks(gone):
-            gone_keys += [k for k, _ in chain.from_iterable(gone_chunk) if k not in fresh]
+            gone_keys += [k for k, _ in chain.from_iterable(map(_OWN, gone_chunk))
+                          if k not in fresh]
             yield
         # From here to the end of the tables, one step: nothing of this service is seen
         # half written, by a query or by a version cut meanwhile.
@@ -269,7 +277,7 @@ class Publisher:
             return False
         if not all(_same_answer(answers.get(k), a) for k, a in new.answers.items()):
             return False
-        return all(_same_answer(answers.get(k), a) for part in added for k, a in part)
+        return all(_same_answer(answers.get(k), a) for part in added for k, a in part.own())
 
     def _count_namespace(self, namespace: str, delta: int) -> None:
         """`<ns>.Z` (`<ns>.svc.M`) is an empty non-terminal while any service of the

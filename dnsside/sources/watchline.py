@@ -4,7 +4,9 @@ Kept apart from the reflector because it is the one piece of a watch that may ru
 worker thread: a linked cluster may send 1 MB lines (a 12,000-endpoint slice) as fast as
 it likes, and their JSON and parsing, 40-80 ms each, must not hold the event loop. What
 runs here is pure (json, and the model's parsers, which read nothing but their
-arguments), so nothing is shared with the loop but the result.
+arguments), so nothing is shared with the loop but the result. A thread alone would not
+do: ``json.loads`` holds the GIL for the whole line, so a long one is decoded in short
+calls (:mod:`dnsside.sources.jsonpieces`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnsside.model.linkerd import ObjectError, Record
+from dnsside.sources import jsonpieces
 
 OFF_LOOP_BYTES = 64 * 1024  # a watch line longer than this is decoded in a worker thread
 
@@ -36,11 +39,15 @@ def load_event(parser: Parser, line: bytes, where: str, parse: bool = True
                ) -> tuple[Any, Parsed | None]:
     """A watch line's event (or the ValueError of a line that is not JSON) and, with
     ``parse``, what ``parser`` makes of an ADDED or MODIFIED object. Pure: it runs
-    in a worker thread for long lines; the parsers read nothing but their arguments."""
+    in a worker thread for long lines, which are decoded in short calls; the parsers
+    read nothing but their arguments."""
     try:
-        event = json.loads(line)
-    except ValueError as exc:
+        event = (jsonpieces.loads(line.decode()) if len(line) > OFF_LOOP_BYTES
+                 else json.loads(line))
+    except ValueError as exc:  # UnicodeDecodeError included
         return exc, None
+    except RecursionError:
+        return ValueError("nested too deeply"), None
     if not parse or not isinstance(event, Mapping) or event.get("type") not in (
             "ADDED", "MODIFIED"):
         return event, None

@@ -15,13 +15,15 @@ from typing import Any
 import pytest
 import yaml
 
-from dnsside.core.index import Index, IndexOptions
+from dnsside.core.index import FREEZE_FROM, Index, IndexOptions
 from dnsside.core.tables import Table
 from dnsside.dns.wire import Answer
 from dnsside.kubeapi.client import continue_token
 from dnsside.model.events import (
     Kind,
+    Remote,
     Replace,
+    Synced,
     Upsert,
 )
 from dnsside.model.linkerd import (
@@ -30,12 +32,15 @@ from dnsside.model.linkerd import (
     Record,
     SliceRecord,
     parse_object,
+    parse_remote_service,
+    parse_slice,
 )
+from dnsside.model.selectors import LabelSelector
 from dnsside.sources.kube import KubeSource
 from dnsside.sources.pacing import Pacing
-from testkit import objects
+from testkit import flatnet, objects
 from testkit.fakekube import FakeKube
-from testkit.inprocess import synced_index
+from testkit.inprocess import empty_index, synced_index
 from testkit.serve import DEMO
 
 pytestmark = pytest.mark.quick
@@ -230,11 +235,44 @@ def test_a_bulk_step_collects_the_garbage_the_last_freeze_kept() -> None:
     a, b = Node(), Node()
     a.other, b.other = b, a
     alive = weakref.ref(a)
-    with bulk():
-        pass  # a relist: freezes the cycle, alive then
+    with bulk(lambda: True):
+        pass  # a relist of a big index: freezes the cycle, alive then
     del a, b
     gc.collect()
     assert alive() is not None  # frozen garbage: no collection sees it...
-    with bulk():
-        pass
+    with bulk(lambda: False):
+        pass  # (even a relist that leaves a small index lets it go)
     assert alive() is None  # ...until the next bulk step
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_bulk_load_that_leaves_a_small_index_takes_no_full_collection() -> None:
+    """A full pass over the process costs as much as the process holds (in a test
+    worker, every module and test before): a relist of a few services takes none, and
+    freezes nothing; one that leaves a big index collects once and freezes it."""
+    import gc
+
+    def full_passes() -> int:
+        return int(gc.get_stats()[2]["collections"])
+
+    gc.unfreeze()
+    index = empty_index(IndexOptions(cluster_name="east"))
+    before = full_passes()
+    index.apply([Replace(frozenset(Kind), tuple(
+        r for r in map(parse_object, [*flatnet.local_objects(), flatnet.link("north")]) if r)),
+        Synced()])
+    assert index.synced and 0 < len(index.responder.answers) < FREEZE_FROM
+    assert full_passes() == before and gc.get_freeze_count() == 0
+    big = parse_remote_service(flatnet.service(
+        "big", labels=dict(flatnet.REMOTE_DISCOVERY_LABELS)), "test", "north", LabelSelector(
+            tuple(flatnet.REMOTE_DISCOVERY_LABELS.items())))
+    assert big is not None
+    eps = [flatnet.endpoint(f"10.100.{n // 250}.{n % 250 + 1}", f"big-{n}")
+           for n in range(FREEZE_FROM)]
+    index.apply([Remote("north", Replace(frozenset({Kind.SERVICE, Kind.SLICE}), (
+        big, parse_slice(flatnet.endpoint_slice("big-1", "big", eps)))))])
+    try:
+        assert len(index.responder.answers) >= FREEZE_FROM
+        assert full_passes() == before + 1 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
