@@ -49,7 +49,7 @@ from dnsside.model.printable import printable
 from dnsside.sources.gcoff import paused
 from dnsside.sources.pacing import DEFAULT_PACING, Pacing, RelistPacing
 from dnsside.sources.trust import NO_NAME, NOT_OBJECT, UNKNOWN_TYPE, Listing, Trust, Trusted
-from dnsside.sources.watchline import OFF_LOOP_BYTES, Parsed, load_event
+from dnsside.sources.watchline import OFF_LOOP_BYTES, Parsed, load_event, load_long_event
 from dnsside.telemetry import metrics
 
 log = logging.getLogger("dnsside.kube")
@@ -515,7 +515,7 @@ class Reflector:
             if not line.strip():
                 continue
             if len(line) > OFF_LOOP_BYTES:
-                event, parsed = await asyncio.to_thread(load_event, res.parse, line, where)
+                event, parsed = await asyncio.to_thread(load_long_event, res.parse, line, where)
             else:
                 event, parsed = load_event(res.parse, line, where, parse=False)
             if isinstance(event, ValueError):
