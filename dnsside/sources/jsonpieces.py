@@ -71,12 +71,9 @@ def _object(text: str, at: int, depth: int) -> tuple[dict[str, Any], int]:
             raise json.JSONDecodeError("Expecting ':' delimiter", text, at)
         at = _skip(text, at + 1)
         found[key], at = _value(text, at, depth)
-        at = _skip(text, at)
-        if text[at] == "}":
-            return found, at + 1
-        if text[at] != ",":
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
-        at = _skip(text, at + 1)
+        end, at = _go_on(text, at, "}")
+        if end:
+            return found, at
 
 
 def _array(text: str, at: int) -> tuple[list[Any], int]:
@@ -88,9 +85,17 @@ def _array(text: str, at: int) -> tuple[list[Any], int]:
     while True:
         item, at = _DECODER.raw_decode(text, at)
         found.append(item)
-        at = _skip(text, at)
-        if text[at] == "]":
-            return found, at + 1
-        if text[at] != ",":
-            raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
-        at = _skip(text, at + 1)
+        end, at = _go_on(text, at, "]")
+        if end:
+            return found, at
+
+
+def _go_on(text: str, at: int, close: str) -> tuple[bool, int]:
+    """After an item of an object or array: (True, past ``close``) at its end, else
+    (False, where the next item starts, past the comma)."""
+    at = _skip(text, at)
+    if text[at] == close:
+        return True, at + 1
+    if text[at] != ",":
+        raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+    return False, _skip(text, at + 1)
