@@ -20,7 +20,6 @@ import errno
 import logging
 import signal
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -37,6 +36,7 @@ from dnsside.serving.caps import raise_open_files
 from dnsside.serving.heap import HeapTrimmer
 from dnsside.serving.http import HttpServer
 from dnsside.serving.notify import Notifier, notify_signer
+from dnsside.serving.pacing import share_while_serving
 from dnsside.serving.reporting import IndexReporter
 from dnsside.serving.server import TcpConnections, UdpServer
 from dnsside.serving.transfer import Transfers
@@ -49,13 +49,6 @@ if TYPE_CHECKING:
     from dnsside.sources.remote import FlatNetworkSource, LinkedOptions
 
 log = logging.getLogger("dnsside")
-# The interpreter's switch interval while serving. A worker thread (a long watch line
-# being decoded and parsed) holds the GIL until the event loop has waited this long for
-# it, at each I/O callback of the loop: with Python's 5 ms, a TCP answer (accept, read,
-# write) waited up to 5 ms a step while a linked cluster flooded dnsside with 1 MB
-# lines (issue 33 item 12, figures in docs/security.md). With one thread busy, no switch
-# happens at all, so this costs nothing then.
-SWITCH_INTERVAL = 0.001
 # Said when the API server cannot even be looked for: what a newcomer without a cluster runs.
 NO_CLUSTER_HINT = ("without a cluster, `--source FILE` serves a YAML/JSON file of Services "
                    "and EndpointSlices (e.g. examples/demo-east.yaml), and ./scripts/demo.sh "
@@ -376,7 +369,7 @@ class App:
         for sig, lameduck in ((signal.SIGTERM, True), (signal.SIGINT, False)):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop, lameduck)
-        sys.setswitchinterval(SWITCH_INTERVAL)
+        share_while_serving()  # the GIL handed back to the loop within 1 ms
         await self.start()
         consumer = asyncio.create_task(self.consume(), name="source")
         stopper = asyncio.create_task(self._stop.wait(), name="stop")

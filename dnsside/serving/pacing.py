@@ -5,7 +5,8 @@ zone transfers on the event loop; both need the GIL. A transfer of a large zone 
 event loop busy for as long as it is packed (100,000 members: about 610,000 records, a
 tenth of a second of CPU and more per transfer, in slices), and a thread that waits for the
 GIL gets it only when the holder is asked to drop it, after ``sys.getswitchinterval()``
-(5 ms by default), once per acquisition: the UDP thread takes the GIL twice a batch (after
+(5 ms by Python's default, :data:`SERVING_SWITCH_INTERVAL` while serving), once per
+acquisition: the UDP thread takes the GIL twice a batch (after
 ``recvmmsg`` and after ``sendmmsg``), so every UDP answer waited up to 10 ms and more behind
 a transfer (issue 36: 26-56 ms behind one 100k AXFR, 70-151 ms behind four).
 
@@ -24,6 +25,18 @@ from dnsside.telemetry import metrics
 
 # Half a millisecond: a UDP answer waits at most about that for its turn, twice a batch.
 TRANSFER_SWITCH_INTERVAL = 0.0005
+# The switch interval while serving, transfers or not. A worker thread (a long watch line
+# being decoded and parsed) holds the GIL until the event loop has waited this long for
+# it, at each I/O callback of the loop: with Python's 5 ms, a TCP answer (accept, read,
+# write) waited up to 5 ms a step while a linked cluster flooded dnsside with 1 MB lines
+# (issue 33 item 12, figures in docs/security.md). Two threads switch only while both
+# want the interpreter, so it costs nothing the rest of the time.
+SERVING_SWITCH_INTERVAL = 0.001
+
+
+def share_while_serving() -> None:
+    """Set the switch interval for serving (:data:`SERVING_SWITCH_INTERVAL`)."""
+    sys.setswitchinterval(SERVING_SWITCH_INTERVAL)
 
 
 class SharedWhileSending:

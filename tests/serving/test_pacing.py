@@ -1,6 +1,7 @@
-"""The switch interval while zone transfers are sent (dnsside/serving/pacing.py): lowered by
-the first transfer, kept while any is under way, set back to what it was by the last, and
-never raised above what the process had."""
+"""The switch interval while serving and while zone transfers are sent
+(dnsside/serving/pacing.py): 1 ms while serving; lowered by the first transfer, kept while any
+is under way, set back to what it was by the last, and never raised above what the process
+had."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dnsside.serving.pacing import SharedWhileSending
+from dnsside.serving.pacing import SharedWhileSending, share_while_serving
 
 pytestmark = pytest.mark.quick
 
@@ -42,3 +43,16 @@ def test_never_raised_above_the_process_setting(interval: float) -> None:
     assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
     sharing.leave()
     assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)
+
+
+def test_serving_hands_the_loop_the_interpreter_within_a_millisecond(interval: float) -> None:
+    """Python's 5 ms let a worker thread decoding a long watch line keep the event loop
+    waiting up to 5 ms at each I/O callback (issue 33 item 12); a transfer lowers it
+    from there and puts that back."""
+    share_while_serving()
+    assert sys.getswitchinterval() == pytest.approx(0.001, rel=0.05)
+    sharing = SharedWhileSending()
+    sharing.enter()
+    assert sys.getswitchinterval() == pytest.approx(0.0005, rel=0.05)
+    sharing.leave()
+    assert sys.getswitchinterval() == pytest.approx(0.001, rel=0.05)
