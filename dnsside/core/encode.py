@@ -106,10 +106,12 @@ class MemberWire:
             pairs.append((cast(bytes, self.name) + _TYPE_IN[AAAA], self.own_aaaa))
         return pairs
 
-
-# A big service's pods' own answers in one zone, kept from one encoding to the next (the
-# same wire object: the same answers): what the publisher adds and removes by pod.
-Part = MemberWire
+    def encode_own(self, out: ServiceAnswers) -> None:
+        """Its own name's answers (a pod's; a cluster-level member has no name)."""
+        if self.name is not None:
+            self.own_a = _one_answer(out, A, [AT_QUESTION + t for t in self.a])
+            self.own_aaaa = _one_answer(out, AAAA, [AT_QUESTION + t for t in self.aaaa])
+            self.owned = (self.own_a is not None) + (self.own_aaaa is not None)
 
 
 class EncodedMembers:
@@ -176,10 +178,7 @@ class EncodedMembers:
                 ) -> MemberWire:
         """One member's wire, with its own name's answers."""
         w = MemberWire(member, svc_name, ttl, out)
-        if w.name is not None:
-            w.own_a = _one_answer(out, A, [AT_QUESTION + t for t in w.a])
-            w.own_aaaa = _one_answer(out, AAAA, [AT_QUESTION + t for t in w.aaaa])
-            w.owned = (w.own_a is not None) + (w.own_aaaa is not None)
+        w.encode_own(out)
         self.encoded += 1
         return w
 
@@ -216,7 +215,7 @@ class _ServiceTarget:
 def _address_answers(out: ServiceAnswers, name: bytes, group: Sequence[Target]) -> None:
     """The A and AAAA answers of ``name``: every address of ``group``, into the service's
     answers."""
-    if len(group) == 1:  # a pod's own name, a cluster of one: its tails are distinct
+    if len(group) == 1:  # a cluster or service of one member: its tails are distinct
         pairs = ((A, [AT_QUESTION + t for t in group[0].a]),
                  (AAAA, [AT_QUESTION + t for t in group[0].aaaa]))
     else:
@@ -290,10 +289,10 @@ class ServiceAnswers:
     records: dict[tuple[int, int], tuple[Sequence[Target], list[bytes]]] = field(
         default_factory=dict)
     rotate: bool = False  # --round-robin: answers of several records rotate
-    # A big service's pods' own answers, one Part per pod and zone, kept from one
-    # encoding to the next (the same tuple: the same answers); None for a small service,
+    # A big service's pods' own answers, one wire per pod and zone, kept from one
+    # encoding to the next (the same wire: the same answers); None for a small service,
     # whose every answer is in ``answers``.
-    parts: list[Part] | None = None
+    parts: list[MemberWire] | None = None
 
     def every(self) -> dict[bytes, Answer]:
         """Every answer, ``parts`` included (for tests and tools; the publisher diffs parts)."""
@@ -369,8 +368,8 @@ def _pods(out: ServiceAnswers, wires: list[MemberWire]) -> Steps[None]:
             yield
         return
     for w in wires:
-        if w.name is not None:
-            _address_answers(out, w.name, [w])
+        w.encode_own(out)
+        out.answers.update(w.own())
 
 
 

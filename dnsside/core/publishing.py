@@ -24,7 +24,7 @@ from operator import attrgetter, methodcaller
 from dnsside.core.assembly import GlobalService
 from dnsside.core.encode import (
     EncodedMembers,
-    Part,
+    MemberWire,
     ServiceAnswers,
     encode_steps,
 )
@@ -59,7 +59,7 @@ class _Published:
     __slots__ = ("answers", "count", "names", "parts")
 
     def __init__(self, answers: tuple[bytes, ...], names: tuple[bytes, ...],
-                 parts: dict[int, Part], count: int) -> None:
+                 parts: dict[int, MemberWire], count: int) -> None:
         self.answers = answers
         self.names = names
         self.parts = parts
@@ -175,14 +175,14 @@ class Publisher:
             yield from let_go(dropped)
             return False
         kept_parts = old.parts if old is not None else {}
-        new_parts: dict[int, Part] = {}
-        added: list[Part] = []
+        new_parts: dict[int, MemberWire] = {}
+        added: list[MemberWire] = []
         for chunk in chunks(new.parts or ()):
             ids = list(map(id, chunk))
             new_parts.update(zip(ids, chunk, strict=True))
             added += [p for i, p in zip(ids, chunk, strict=True) if kept_parts.get(i) is not p]
             yield
-        gone: list[Part] = []
+        gone: list[MemberWire] = []
         for old_chunk in chunks(list(kept_parts.items())):
             gone += [p for i, p in old_chunk if new_parts.get(i) is not p]
             yield
@@ -266,7 +266,7 @@ class Publisher:
             self.versions[self._zone_suffix(k[:-4])].replace(k[:-4], answers.get(k), None)
 
     def _unchanged(self, old: _Published, new: ServiceAnswers,
-                   added: list[Part], count: int) -> bool:
+                   added: list[MemberWire], count: int) -> bool:
         """``new`` holds exactly the questions, answer bytes and names published before:
         as many answers, and each one not in a part kept the same as the one published
         (the names of a service are its own: one published under it was its before)."""
