@@ -6,7 +6,9 @@ list a source reads (the local API's, a linked cluster's, a file) is read inside
 :func:`paused`. It only switches the collector off and back: the index, which keeps the
 records, collects once and freezes them when it takes the list
 (:func:`dnsside.core.gcpause.bulk`, which finds the collector off here and leaves it to
-this one to switch back on).
+this one to switch back on). The switch is the whole process's: a worker thread decoding
+a long watch line takes it too (:func:`dnsside.sources.watchline.load_long_event`), and
+however two uses overlap, the one that found the collector on puts it back on.
 """
 
 from __future__ import annotations
